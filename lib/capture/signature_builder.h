@@ -1,0 +1,50 @@
+// Builds the structural signature of one operator call (SPEC section 3) from
+// the operator's schema and the boxed inputs and outputs the dispatcher
+// passes to a RecordFunction callback, exactly as a Python __torch_dispatch__
+// handler sees them:
+//  - positional args in schema order, a contiguous tail of args equal to
+//    their schema default dropped; keyword-only args in "kwargs", omitted
+//    when equal to their default (IValue equality: tag-strict, so 1 != 1.0);
+//  - tensors as {"dtype","shape","stride"} without device; undefined -> null;
+//    non-strided layouts get "stride": null; tensors whose sizes cannot be
+//    read (nested, symbolic) get "shape": null and "stride": null;
+//  - ScalarType / Layout / MemoryFormat args (typed by the schema) as
+//    "torch.bfloat16" / "torch.strided" / "torch.contiguous_format";
+//  - Device as its type only ("cuda"); SymInt as int when concrete;
+//  - tuples and lists as arrays; dicts as objects (keys as strings);
+//  - anything else (Generator, Stream, Object, ...) as the documented
+//    fallback string "<Kind>" (e.g. "<Generator>"), never an exception.
+// When the number of inputs does not match the schema (inputs unavailable or
+// a schema mismatch) every input is written positionally, untrimmed.
+#pragma once
+
+#include "capture/torch_guard.h"
+
+#include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+
+#include <string>
+
+#include "format/json_value.h"
+
+namespace lingprobe::capture {
+
+// "aten::to" + "dtype" -> "aten.to.dtype"; an empty overload -> "default".
+std::string dotted_op_name(const c10::OperatorName& name);
+
+// Python's spelling of a dtype ("torch.bfloat16").
+std::string python_dtype_name(c10::ScalarType type);
+
+format::JsonValue build_signature(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs,
+                                  c10::ArrayRef<const c10::IValue> outputs, const std::string& stage);
+
+// Same, returning canonical text and its sha256 (the strings written to the
+// metadata files).
+struct CanonicalSignature {
+  std::string json;
+  std::string sha256;
+};
+CanonicalSignature canonical_signature(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs,
+                                       c10::ArrayRef<const c10::IValue> outputs, const std::string& stage);
+
+}  // namespace lingprobe::capture

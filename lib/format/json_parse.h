@@ -1,0 +1,27 @@
+// A JSON reader with Python json.loads semantics, so that text re-written by
+// canonical_json() hashes exactly as Python would hash it: NaN, Infinity and
+// -Infinity are accepted; integers keep arbitrary size; a number with a
+// fraction or exponent is a float (correctly rounded, overflow to +-inf);
+// duplicate keys keep the last value; \uD83D\uDE00 pairs join, lone
+// surrogates are kept (WTF-8); raw control characters in strings and invalid
+// UTF-8 are errors. Used at first sightings and in tools, never per call.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "format/json_value.h"
+
+namespace lingprobe::format {
+
+struct JsonParseResult {
+  bool ok = false;
+  JsonValue value;
+  std::string error;   // what was wrong, e.g. "expecting ':' after object key"
+  size_t offset = 0;   // byte offset of the error in the input
+};
+
+// Parses exactly one JSON value surrounded by optional whitespace.
+JsonParseResult parse_json(std::string_view text);
+
+}  // namespace lingprobe::format

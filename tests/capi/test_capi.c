@@ -1,0 +1,50 @@
+/* Tier 2: the C ABI as a C program sees it. Includes every public header
+ * (compiled as C99 with -pedantic -Werror) and checks every status code has
+ * its own string. */
+#include "lingprobe/export.h"
+#include "lingprobe/lingprobe.h"
+#include "lingprobe/status.h"
+#include "lingprobe/version.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int failures = 0;
+#define EXPECT(cond)                                                  \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                     \
+    }                                                                 \
+  } while (0)
+
+int main(void) {
+  int s, t;
+  const char* unknown = lingprobe_status_string((lingprobe_status)LINGPROBE_STATUS_COUNT);
+  char hex[65];
+  const char sig[] = "{\"b\": 1, \"a\": [1.0, NaN]}";
+
+  for (s = 0; s < LINGPROBE_STATUS_COUNT; ++s) {
+    const char* text = lingprobe_status_string((lingprobe_status)s);
+    EXPECT(text != NULL && text[0] != '\0');
+    EXPECT(strcmp(text, unknown) != 0);
+    for (t = 0; t < s; ++t) EXPECT(strcmp(text, lingprobe_status_string((lingprobe_status)t)) != 0);
+  }
+  EXPECT(strcmp(lingprobe_status_string((lingprobe_status)-1), unknown) == 0);
+  EXPECT(strcmp(lingprobe_version(), LINGPROBE_VERSION_STRING) == 0);
+
+  EXPECT(lingprobe_hash_signature(sig, strlen(sig), hex, sizeof hex) == LINGPROBE_OK);
+  /* sha256 of {"a":[1.0,NaN],"b":1}, as Python computes it */
+  EXPECT(strcmp(hex, "3147bb0a1ae19be2c362642358d9bf21e62d3319bbb05144dbff90b79b344083") == 0);
+  EXPECT(lingprobe_hash_signature(sig, strlen(sig), hex, 64) == LINGPROBE_ERROR_BUFFER_TOO_SMALL);
+  EXPECT(lingprobe_hash_signature(NULL, 0, hex, sizeof hex) == LINGPROBE_ERROR_INVALID_ARGUMENT);
+  EXPECT(lingprobe_hash_signature("[1]", 3, hex, sizeof hex) == LINGPROBE_ERROR_PARSE);
+  EXPECT(lingprobe_hash_signature("{\"a\":", 5, hex, sizeof hex) == LINGPROBE_ERROR_PARSE);
+
+  if (failures) {
+    fprintf(stderr, "%d C ABI check(s) failed\n", failures);
+    return 1;
+  }
+  printf("C ABI: all checks passed\n");
+  return 0;
+}

@@ -1,0 +1,27 @@
+"""Shared fixtures: where the build and the seeds are (set by ctest)."""
+import json
+import os
+import pathlib
+
+import pytest
+
+BUILD_DIR = pathlib.Path(os.environ.get("LINGPROBE_BUILD_DIR", pathlib.Path(__file__).resolve().parents[2] / "build"))
+SEEDS_DIR = pathlib.Path(os.environ.get("LINGPROBE_SEEDS_DIR", pathlib.Path(__file__).resolve().parents[3] / "shared" / "seeds"))
+
+
+@pytest.fixture(scope="session")
+def build_dir():
+    return BUILD_DIR
+
+
+@pytest.fixture(scope="session")
+def cli(build_dir):
+    path = build_dir / "lingprobe"
+    assert path.exists(), f"{path} not built: run scripts/test.sh"
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def seed_audit():
+    with open(SEEDS_DIR / "coverage_audit.seed.json") as f:
+        return json.load(f)

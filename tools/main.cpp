@@ -1,0 +1,57 @@
+// The `lingprobe` command line tool. Subcommands that read files only
+// (hash-signature; audit and report later) link no torch, so they run on a
+// laptop where torch is not installed.
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "hash_signature.h"
+#include "lingprobe/version.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv);
+};
+
+int cmd_hash_signature(int argc, char** argv) {
+  if (argc > 2) {
+    std::cerr << "lingprobe hash-signature: takes no arguments; it reads JSON objects from stdin\n";
+    return 2;
+  }
+  (void)argv;
+  std::ios::sync_with_stdio(false);
+  return lingprobe::tools::hash_signature(std::cin, std::cout, std::cerr);
+}
+
+int cmd_version(int, char**) {
+  std::cout << "lingprobe " << LINGPROBE_VERSION_STRING << '\n';
+  return 0;
+}
+
+const Command kCommands[] = {
+    {"hash-signature", "read JSON signatures (one per line) on stdin, print their canonical SHA-256", cmd_hash_signature},
+    {"version", "print the lingprobe version", cmd_version},
+};
+
+void usage(std::ostream& os) {
+  os << "usage: lingprobe <command> [options]\n\ncommands:\n";
+  for (const auto& c : kCommands) os << "  " << c.name << std::string(16 - std::strlen(c.name), ' ') << c.summary << '\n';
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
+    usage(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) return cmd_version(argc - 1, argv + 1);
+  for (const auto& c : kCommands)
+    if (!std::strcmp(argv[1], c.name)) return c.run(argc - 1, argv + 1);
+  std::cerr << "lingprobe: unknown command '" << argv[1] << "'\n";
+  usage(std::cerr);
+  return 2;
+}

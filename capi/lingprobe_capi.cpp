@@ -2,11 +2,37 @@
 // catches everything; nothing may throw across it.
 #include "lingprobe/lingprobe.h"
 
+#include <cstddef>
 #include <cstring>
 #include <exception>
 
+#include <cstdlib>
+#include <string>
+
+#include "api/config.h"
+#include "api/log.h"
+#include "api/session.h"
+#include "capture/stages.h"
 #include "format/canonical_json.h"
 #include "format/json_parse.h"
+
+namespace {
+
+thread_local std::string t_last_error;
+
+lingprobe_status fail(lingprobe_status st, const std::string& message) {
+  t_last_error = message;
+  return st;
+}
+
+lingprobe_status done(lingprobe_status st, const std::string& message) {
+  if (st != LINGPROBE_OK) t_last_error = message.empty() ? lingprobe_status_string(st) : message;
+  return st;
+}
+
+extern "C" char** environ;
+
+}  // namespace
 
 extern "C" {
 
@@ -45,5 +71,114 @@ LINGPROBE_API lingprobe_status lingprobe_hash_signature(const char* json, size_t
     return LINGPROBE_ERROR_INTERNAL;
   }
 }
+
+LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options) {
+  try {
+    if (options && options->struct_size < sizeof(size_t) + sizeof(int))
+      return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "lingprobe_options.struct_size must be sizeof(lingprobe_options)");
+    lingprobe::api::Config config;
+    std::string err;
+    if (!options || options->use_environment) err = lingprobe::api::apply_environment(config, environ);
+    if (err.empty() && options) {
+      // Fields past the caller's struct_size are absent (older callers).
+      auto has = [&](size_t end) { return options->struct_size >= end; };
+      if (has(offsetof(lingprobe_options, out_dir) + sizeof(char*)) && options->out_dir)
+        err = lingprobe::api::apply_setting(config, "OUT", options->out_dir);
+      if (err.empty() && has(offsetof(lingprobe_options, ops) + sizeof(char*)) && options->ops)
+        err = lingprobe::api::apply_setting(config, "OPS", options->ops);
+      if (err.empty() && has(offsetof(lingprobe_options, settings_count) + sizeof(size_t)) && options->settings) {
+        for (size_t i = 0; i < options->settings_count && err.empty(); ++i) {
+          const char* kv = options->settings[i];
+          const char* eq = kv ? std::strchr(kv, '=') : nullptr;
+          if (!eq) {
+            err = std::string("setting '") + (kv ? kv : "(null)") + "' is not NAME=VALUE";
+            break;
+          }
+          err = lingprobe::api::apply_setting(config, std::string(kv, eq), eq + 1);
+        }
+      }
+    }
+    if (!err.empty()) {
+      lingprobe::api::log_error(err + "; recording is off, the program runs on (run `lingprobe config` for the options)");
+      lingprobe::api::session_init_invalid();
+      return fail(LINGPROBE_ERROR_INVALID_CONFIG, err);
+    }
+    return done(lingprobe::api::session_init(config, err), err);
+  } catch (const std::exception& e) {
+    return fail(LINGPROBE_ERROR_INTERNAL, e.what());
+  } catch (...) {
+    return fail(LINGPROBE_ERROR_INTERNAL, "unknown exception in lingprobe_init");
+  }
+}
+
+LINGPROBE_API lingprobe_status lingprobe_preload_attach(void) {
+  lingprobe_options options;
+  std::memset(&options, 0, sizeof options);
+  options.struct_size = sizeof options;
+  options.use_environment = 1;
+  return lingprobe_init(&options);
+}
+
+#define LINGPROBE_GUARDED(call)                                  \
+  try {                                                          \
+    std::string err;                                             \
+    return done(call, err);                                      \
+  } catch (const std::exception& e) {                            \
+    return fail(LINGPROBE_ERROR_INTERNAL, e.what());             \
+  } catch (...) {                                                \
+    return fail(LINGPROBE_ERROR_INTERNAL, "unknown exception");  \
+  }
+
+LINGPROBE_API lingprobe_status lingprobe_start(void) { LINGPROBE_GUARDED(lingprobe::api::session_start(err)) }
+LINGPROBE_API lingprobe_status lingprobe_stop(void) { LINGPROBE_GUARDED(lingprobe::api::session_stop(err)) }
+LINGPROBE_API lingprobe_status lingprobe_flush(void) { LINGPROBE_GUARDED(lingprobe::api::session_flush(err)) }
+LINGPROBE_API lingprobe_status lingprobe_finalize(void) { LINGPROBE_GUARDED(lingprobe::api::session_finalize()) }
+LINGPROBE_API lingprobe_status lingprobe_set_rank(int64_t rank, int64_t local_rank, int64_t world_size) {
+  LINGPROBE_GUARDED(lingprobe::api::session_set_rank(rank, local_rank, world_size, err))
+}
+
+LINGPROBE_API lingprobe_state lingprobe_get_state(void) { return lingprobe::api::session_state(); }
+
+LINGPROBE_API lingprobe_status lingprobe_stage_push(const char* name) {
+  if (!name || !*name) return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "stage name must be a non-empty string");
+  try {
+    lingprobe::capture::push_stage(lingprobe::capture::intern_stage(name));
+    return LINGPROBE_OK;
+  } catch (...) {
+    return fail(LINGPROBE_ERROR_INTERNAL, "stage push failed");
+  }
+}
+
+LINGPROBE_API lingprobe_status lingprobe_stage_pop(void) {
+  return lingprobe::capture::pop_stage() ? LINGPROBE_OK
+                                          : fail(LINGPROBE_ERROR_STAGE_UNDERFLOW, "stage pop on an empty stack");
+}
+
+LINGPROBE_API lingprobe_status lingprobe_get_stats(lingprobe_stats* out) {
+  if (!out || out->struct_size < sizeof(lingprobe_stats))
+    return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "lingprobe_stats.struct_size must be sizeof(lingprobe_stats)");
+  try {
+    lingprobe::api::session_stats(*out);
+    return LINGPROBE_OK;
+  } catch (...) {
+    return fail(LINGPROBE_ERROR_INTERNAL, "stats failed");
+  }
+}
+
+LINGPROBE_API lingprobe_status lingprobe_get_metadata_path(char* buf, size_t size) {
+  if (!buf) return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "buf is NULL");
+  try {
+    std::string path;
+    lingprobe_status st = lingprobe::api::session_metadata_path(path);
+    if (st != LINGPROBE_OK) return fail(st, lingprobe_status_string(st));
+    if (path.size() + 1 > size) return fail(LINGPROBE_ERROR_BUFFER_TOO_SMALL, "need " + std::to_string(path.size() + 1) + " bytes");
+    std::memcpy(buf, path.c_str(), path.size() + 1);
+    return LINGPROBE_OK;
+  } catch (...) {
+    return fail(LINGPROBE_ERROR_INTERNAL, "metadata path failed");
+  }
+}
+
+LINGPROBE_API const char* lingprobe_last_error(void) { return t_last_error.c_str(); }
 
 }  // extern "C"

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "hash_signature.h"
+#include "run_command.h"
 #include "lingprobe/version.h"
 
 namespace {
@@ -33,6 +34,8 @@ int cmd_version(int, char**) {
 
 const Command kCommands[] = {
     {"hash-signature", "read JSON signatures (one per line) on stdin, print their canonical SHA-256", cmd_hash_signature},
+    {"run", "run a command with lingprobe preloaded: lingprobe run [options] -- CMD ARGS", lingprobe::tools::run_command},
+    {"config", "print every LINGPROBE_* option with its type, default and meaning", lingprobe::tools::config_command},
     {"version", "print the lingprobe version", cmd_version},
 };
 

@@ -5,6 +5,7 @@
 #define LINGPROBE_LINGPROBE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "lingprobe/export.h"
 #include "lingprobe/status.h"
@@ -26,6 +27,99 @@ LINGPROBE_API const char* lingprobe_version(void);
  * object). */
 LINGPROBE_API lingprobe_status lingprobe_hash_signature(const char* json, size_t len, char* out_hex,
                                                         size_t out_size);
+
+/* ---- life cycle ----------------------------------------------------------
+ * fresh --init--> running --finalize--> finalized. init is idempotent (a
+ * second call returns LINGPROBE_OK and changes nothing); calls after finalize
+ * do nothing and return LINGPROBE_ERROR_FINALIZED. finalize runs at exit by
+ * itself (atexit). The writer thread and the files start on first use. */
+
+typedef enum lingprobe_state {
+  LINGPROBE_STATE_FRESH = 0,
+  LINGPROBE_STATE_RUNNING = 1,
+  LINGPROBE_STATE_FINALIZED = 2
+} lingprobe_state;
+
+/* Options for lingprobe_init. Zero-initialise, set struct_size, then set
+ * what you need; NULL/0 fields keep the configuration's value. */
+typedef struct lingprobe_options {
+  size_t struct_size;          /* sizeof(lingprobe_options): required */
+  int use_environment;         /* nonzero: apply LINGPROBE_* variables first */
+  const char* out_dir;         /* run directory (LINGPROBE_OUT) */
+  const char* ops;             /* op selection (LINGPROBE_OPS) */
+  const char* const* settings; /* further "NAME=VALUE" strings, NAME as `lingprobe config` lists it */
+  size_t settings_count;
+} lingprobe_options;
+
+typedef struct lingprobe_stats {
+  size_t struct_size;       /* set by the caller to sizeof(lingprobe_stats) */
+  uint64_t calls_seen;      /* op calls observed while recording (top-level unless nested) */
+  uint64_t calls_recorded;  /* of those, selected and counted */
+  uint64_t signatures;      /* distinct signatures */
+  uint64_t records_written; /* JSONL lines written */
+  uint64_t dropped;         /* everything dropped, all reasons (details in the counts records) */
+  int32_t recording;        /* 1 while recording */
+  int32_t state;            /* lingprobe_state */
+  int64_t rank;
+  int64_t world_size;
+} lingprobe_stats;
+
+/* Initialises lingprobe and installs the dispatcher hook; records at once
+ * unless the configuration says enable=0. `options` may be NULL (environment
+ * only). Any thread; the library is usable from any thread afterwards.
+ * Returns LINGPROBE_OK (also when already initialised),
+ * LINGPROBE_ERROR_INVALID_ARGUMENT (bad struct_size),
+ * LINGPROBE_ERROR_INVALID_CONFIG (an invalid value: one error line is logged,
+ * recording stays off, the host runs on), LINGPROBE_ERROR_FINALIZED. */
+LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options);
+
+/* Starts / stops recording (a window of a long-running server). Stopping
+ * disables the hook, so the dispatcher stops boxing arguments. Any thread.
+ * Returns LINGPROBE_OK, LINGPROBE_ERROR_NOT_INITIALIZED,
+ * LINGPROBE_ERROR_INVALID_CONFIG (init failed), LINGPROBE_ERROR_FINALIZED. */
+LINGPROBE_API lingprobe_status lingprobe_start(void);
+LINGPROBE_API lingprobe_status lingprobe_stop(void);
+
+/* Writes everything buffered so far and a cumulative counts record; returns
+ * when it is on disk (not fsynced). Any thread. Same return codes as start. */
+LINGPROBE_API lingprobe_status lingprobe_flush(void);
+
+/* Stops recording, drains, writes the final counts record, fsyncs and
+ * closes. Idempotent; runs at exit by itself. Any thread; do not call it
+ * from inside an operator. Returns LINGPROBE_OK or
+ * LINGPROBE_ERROR_NOT_INITIALIZED. */
+LINGPROBE_API lingprobe_status lingprobe_finalize(void);
+
+LINGPROBE_API lingprobe_state lingprobe_get_state(void);
+
+/* The calling thread's stage stack: calls made between push and pop carry
+ * `name` as their stage (copied; the caller keeps ownership). Works before
+ * init too. Returns LINGPROBE_OK, LINGPROBE_ERROR_INVALID_ARGUMENT (NULL or
+ * empty name), LINGPROBE_ERROR_STAGE_UNDERFLOW (pop of an empty stack). */
+LINGPROBE_API lingprobe_status lingprobe_stage_push(const char* name);
+LINGPROBE_API lingprobe_status lingprobe_stage_pop(void);
+
+/* Overrides the rank identity (-1 keeps a value). Only before the metadata
+ * file is opened (first recorded call); afterwards returns
+ * LINGPROBE_ERROR_INVALID_ARGUMENT. Also NOT_INITIALIZED, FINALIZED. */
+LINGPROBE_API lingprobe_status lingprobe_set_rank(int64_t rank, int64_t local_rank, int64_t world_size);
+
+/* Fills `out` (struct_size set by the caller). Any thread. Returns
+ * LINGPROBE_OK or LINGPROBE_ERROR_INVALID_ARGUMENT. Works in every state. */
+LINGPROBE_API lingprobe_status lingprobe_get_stats(lingprobe_stats* out);
+
+/* The metadata file this process writes (or will write), NUL-terminated,
+ * into `buf`. Returns LINGPROBE_OK, LINGPROBE_ERROR_NOT_INITIALIZED,
+ * LINGPROBE_ERROR_BUFFER_TOO_SMALL, LINGPROBE_ERROR_INVALID_ARGUMENT. */
+LINGPROBE_API lingprobe_status lingprobe_get_metadata_path(char* buf, size_t size);
+
+/* The message of the calling thread's last failed call ("" if none). The
+ * pointer stays valid until the thread's next lingprobe call. */
+LINGPROBE_API const char* lingprobe_last_error(void);
+
+/* Entry point for the LD_PRELOAD stub: initialise from the environment.
+ * Same return codes as lingprobe_init. */
+LINGPROBE_API lingprobe_status lingprobe_preload_attach(void);
 
 LINGPROBE_EXTERN_C_END
 

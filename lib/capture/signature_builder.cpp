@@ -177,12 +177,10 @@ std::string python_dtype_name(c10::ScalarType type) {
   return lower;
 }
 
-JsonValue build_signature(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs,
-                          c10::ArrayRef<const c10::IValue> outputs, const std::string& stage) {
+JsonValue build_arguments(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs) {
   const auto& params = schema.arguments();
   JsonValue args = JsonValue::array();
   JsonValue kwargs = JsonValue::object();
-
   if (inputs.size() == params.size()) {
     size_t kwarg_only_start = params.size();
     while (kwarg_only_start > 0 && params[kwarg_only_start - 1].kwarg_only()) --kwarg_only_start;
@@ -196,24 +194,34 @@ JsonValue build_signature(const c10::FunctionSchema& schema, c10::ArrayRef<const
   } else {
     for (const auto& v : inputs) args.push_back(to_json(v, nullptr));
   }
+  return JsonValue::object({{"args", std::move(args)}, {"kwargs", std::move(kwargs)}});
+}
 
+JsonValue build_output(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> outputs) {
   const auto& returns = schema.returns();
-  JsonValue output;
-  if (outputs.size() == 1) {
-    output = to_json(outputs[0], returns.size() == 1 ? returns[0].real_type() : nullptr);
-  } else if (outputs.size() > 1) {
-    output = JsonValue::array();
-    for (size_t i = 0; i < outputs.size(); ++i)
-      output.push_back(to_json(outputs[i], returns.size() == outputs.size() ? returns[i].real_type() : nullptr));
-  }
+  if (outputs.size() == 1) return to_json(outputs[0], returns.size() == 1 ? returns[0].real_type() : nullptr);
+  if (outputs.empty()) return JsonValue::null();
+  JsonValue output = JsonValue::array();
+  for (size_t i = 0; i < outputs.size(); ++i)
+    output.push_back(to_json(outputs[i], returns.size() == outputs.size() ? returns[i].real_type() : nullptr));
+  return output;
+}
 
+JsonValue assemble_signature(const std::string& dotted_op, const JsonValue& arguments, JsonValue output,
+                             const std::string& stage) {
   JsonValue sig = JsonValue::object();
-  sig.set("op", JsonValue::string(dotted_op_name(schema.operator_name())));
-  sig.set("args", std::move(args));
-  sig.set("kwargs", std::move(kwargs));
+  sig.set("op", JsonValue::string(dotted_op));
+  sig.set("args", *arguments.find("args"));
+  sig.set("kwargs", *arguments.find("kwargs"));
   sig.set("output", std::move(output));
   sig.set("stage", JsonValue::string(stage));
   return sig;
+}
+
+JsonValue build_signature(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs,
+                          c10::ArrayRef<const c10::IValue> outputs, const std::string& stage) {
+  return assemble_signature(dotted_op_name(schema.operator_name()), build_arguments(schema, inputs),
+                            build_output(schema, outputs), stage);
 }
 
 CanonicalSignature canonical_signature(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs,

@@ -35,6 +35,13 @@ std::string dotted_op_name(const c10::OperatorName& name);
 // Python's spelling of a dtype ("torch.bfloat16").
 std::string python_dtype_name(c10::ScalarType type);
 
+// The parts, for the recorder, which sees inputs in the start callback and
+// outputs in the end callback: {"args": [...], "kwargs": {...}} and the output.
+format::JsonValue build_arguments(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs);
+format::JsonValue build_output(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> outputs);
+format::JsonValue assemble_signature(const std::string& dotted_op, const format::JsonValue& arguments,
+                                     format::JsonValue output, const std::string& stage);
+
 format::JsonValue build_signature(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs,
                                   c10::ArrayRef<const c10::IValue> outputs, const std::string& stage);
 

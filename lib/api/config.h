@@ -1,0 +1,66 @@
+// lingprobe's configuration: one table (name, type, default, description)
+// from which LINGPROBE_* environment variables, the C ABI's settings and the
+// Python shim's keyword options are all parsed, and which `lingprobe config`
+// prints. Pure: no torch, no threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lingprobe::api {
+
+enum class OverflowPolicy { Drop, Block };
+enum class Role { Auto, Rank, Single, Launcher };
+
+struct Config {
+  bool enable = true;
+  std::string out_dir = "lingprobe-out";
+  std::string ops;        // selection: globs, optionally per stage ("dit:aten::linear;vae:aten::conv3d")
+  std::string ops_deny;   // globs never recorded
+  bool nested = false;
+  bool call_records = true;
+  std::string stage_map;  // module classes / functions -> stage (Python shim)
+  std::string nvtx_map;   // NVTX range-name regex -> stage
+  int64_t flush_interval_ms = 500;
+  int64_t buffer_records = 65536;
+  OverflowPolicy overflow = OverflowPolicy::Drop;
+  std::string control_file;
+  int64_t skip_calls = 0;
+  double skip_seconds = 0.0;
+  int64_t rank = -1;        // -1: from RANK (torchrun)
+  int64_t local_rank = -1;  // -1: from LOCAL_RANK
+  int64_t world_size = -1;  // -1: from WORLD_SIZE
+  Role role = Role::Auto;
+  std::string run_id;       // "": TORCHELASTIC_RUN_ID, else generated
+  std::string log_level = "info";
+};
+
+struct ConfigEntry {
+  const char* name;         // without the LINGPROBE_ prefix, e.g. "OUT"
+  const char* type;         // bool, int, float, string, path, enum values
+  const char* default_text;
+  const char* description;
+};
+
+// The table, in the order `lingprobe config` prints it.
+const std::vector<ConfigEntry>& config_table();
+
+// Sets one option by table name (case-insensitive, with or without the
+// LINGPROBE_ prefix). Returns "" on success, else a message that says what
+// was wrong and what is accepted.
+std::string apply_setting(Config& config, const std::string& name, const std::string& value);
+
+// Reads every LINGPROBE_* variable of the table from `environ`; unknown
+// LINGPROBE_* variables are errors (a typo must not pass silently), except
+// those in the non-option list (LINGPROBE_LIBRARY, LINGPROBE_REAL_LIBRARY,
+// LINGPROBE_PRELOADED). Returns "" or the first error.
+std::string apply_environment(Config& config, char** environ_ptr);
+
+// The table as text (name, type, default, description).
+std::string describe_config_table();
+
+// The effective values as canonical JSON (the header's "config").
+std::string config_to_json(const Config& config);
+
+}  // namespace lingprobe::api

@@ -1,0 +1,335 @@
+#include "api/session.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "api/log.h"
+#include "capture/recorder.h"
+#include "format/canonical_json.h"
+#include "format/json_parse.h"
+#include "format/json_value.h"
+#include "sink/metadata_writer.h"
+
+namespace lingprobe::api {
+namespace {
+
+int64_t clock_ns(clockid_t id) {
+  timespec ts;
+  clock_gettime(id, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+class WriterSink;
+
+struct Session {
+  std::mutex mu;  // guards everything below except the atomics
+  std::atomic<lingprobe_state> state{LINGPROBE_STATE_FRESH};
+  bool config_ok = false;
+  Config config;
+  Identity identity;
+  std::string run_id;
+  std::string metadata_path;
+  std::unique_ptr<WriterSink> sink;
+  std::unique_ptr<sink::MetadataWriter> writer;
+  std::string control_seen;  // last control-file content acted upon
+  bool forked_child = false;
+};
+
+Session& S() {
+  static Session* s = new Session;  // never destroyed: used from atexit and fork handlers
+  return *s;
+}
+
+class WriterSink : public capture::RecorderSink {
+ public:
+  WriterSink(sink::MetadataWriter* writer, bool block) : writer_(writer), block_(block) {}
+  format::RecordBuffer* register_thread_buffer(size_t capacity) override { return writer_->register_buffer(capacity); }
+  void on_new_signature(uint32_t id, const std::string& sha, const std::string& json) override {
+    writer_->add_signature(id, sha, json);
+  }
+  bool on_buffer_full() override {
+    if (!block_ || writer_->finalized()) return false;
+    writer_->wake();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    return true;
+  }
+
+ private:
+  sink::MetadataWriter* writer_;
+  bool block_;
+};
+
+std::string header_json(const Session& s) {
+  using format::JsonValue;
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  JsonValue h = JsonValue::object();
+  h.set("kind", JsonValue::string("header"));
+  h.set("format", JsonValue::string("lingprobe.metadata/1"));
+  h.set("run_id", JsonValue::string(s.run_id));
+  h.set("role", JsonValue::string(role_name(s.identity.role)));
+  h.set("rank", JsonValue::integer(s.identity.rank));
+  h.set("world_size", JsonValue::integer(s.identity.world_size));
+  h.set("local_rank", JsonValue::integer(s.identity.local_rank));
+  h.set("pid", JsonValue::integer(getpid()));
+  h.set("host", JsonValue::string(host));
+  h.set("torch_version", JsonValue::string(capture::torch_version()));
+  h.set("lingprobe_version", JsonValue::string(LINGPROBE_VERSION_STRING));
+  h.set("start_unix_ns", JsonValue::integer(clock_ns(CLOCK_REALTIME)));
+  h.set("start_mono_ns", JsonValue::integer(clock_ns(CLOCK_MONOTONIC)));
+  std::string config_text = config_to_json(s.config);
+  h.set("config", format::parse_json(config_text).value);
+  return format::canonical_json(h);
+}
+
+void poll_control_file() {
+  Session& s = S();
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    path = s.config.control_file;
+  }
+  if (path.empty()) return;
+  std::ifstream f(path);
+  std::string word;
+  if (!(f >> word)) return;
+  if (word == s.control_seen) return;
+  s.control_seen = word;
+  std::string err;
+  if (word == "start") session_start(err);
+  else if (word == "stop") session_stop(err);
+  else log_warn("control file '" + path + "' says '" + word + "'; expected 'start' or 'stop'");
+}
+
+// The writer and the file exist from the first start on; the thread and the
+// file start lazily inside the writer.
+void ensure_writer_locked(Session& s) {
+  if (s.writer) return;
+  sink::WriterOptions wo;
+  wo.path = s.metadata_path;
+  wo.flush_interval_ms = s.config.flush_interval_ms;
+  wo.header_json = header_json(s);
+  s.writer = std::make_unique<sink::MetadataWriter>(wo, [] { return capture::recorder_counts(); },
+                                                    [] { poll_control_file(); });
+  s.sink = std::make_unique<WriterSink>(s.writer.get(), s.config.overflow == OverflowPolicy::Block);
+}
+
+capture::RecorderOptions recorder_options(const Config& c, std::string& error) {
+  capture::RecorderOptions ro;
+  error = ro.selection.parse(c.ops, c.ops_deny);
+  ro.nested = c.nested;
+  ro.call_records = c.call_records;
+  ro.buffer_records = static_cast<size_t>(c.buffer_records);
+  ro.skip_calls = static_cast<uint64_t>(c.skip_calls);
+  ro.skip_seconds = c.skip_seconds;
+  return ro;
+}
+
+std::string metadata_path_for(const Config& c, const Identity& id) {
+  return c.out_dir + "/metadata/metadata_rank" + std::to_string(id.rank) + "_pid" + std::to_string(getpid()) + ".jsonl";
+}
+
+void at_exit_finalize() { session_finalize(); }
+
+void fork_child() {
+  // Only the forking thread survives: the writer thread is gone. The child
+  // records nothing (its parent's file is not ours to append to).
+  Session& s = S();
+  new (&s.mu) std::mutex();
+  s.forked_child = true;
+  capture::set_recording(false);
+}
+
+std::string generate_run_id() {
+  if (const char* e = std::getenv("TORCHELASTIC_RUN_ID"); e && *e) return e;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "run-%lld-%d", static_cast<long long>(clock_ns(CLOCK_REALTIME) / 1000000000),
+                static_cast<int>(getpid()));
+  return buf;
+}
+
+const char* plain_getenv(const char* name) { return std::getenv(name); }
+
+lingprobe_status check_running(Session& s, std::string& error) {
+  const auto st = s.state.load();
+  if (st == LINGPROBE_STATE_FRESH) {
+    error = "lingprobe is not initialized";
+    return LINGPROBE_ERROR_NOT_INITIALIZED;
+  }
+  if (st == LINGPROBE_STATE_FINALIZED) {
+    error = "lingprobe was finalized";
+    return LINGPROBE_ERROR_FINALIZED;
+  }
+  if (!s.config_ok) {
+    error = "lingprobe's configuration was invalid at init; recording is off";
+    return LINGPROBE_ERROR_INVALID_CONFIG;
+  }
+  if (s.forked_child) {
+    error = "this is a forked child; lingprobe records only in the process that initialised it";
+    return LINGPROBE_ERROR_UNAVAILABLE;
+  }
+  return LINGPROBE_OK;
+}
+
+}  // namespace
+
+lingprobe_status session_init(const Config& config, std::string& error) {
+  Session& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.state.load() == LINGPROBE_STATE_FINALIZED) {
+    error = "lingprobe was finalized";
+    return LINGPROBE_ERROR_FINALIZED;
+  }
+  if (s.state.load() == LINGPROBE_STATE_RUNNING) return LINGPROBE_OK;
+  s.config = config;
+  set_log_level(config.log_level);
+  s.state.store(LINGPROBE_STATE_RUNNING);
+  std::atexit(at_exit_finalize);
+  pthread_atfork(nullptr, nullptr, fork_child);
+
+  std::string err;
+  const capture::RecorderOptions ro = recorder_options(config, err);
+  if (!err.empty()) {
+    error = err;
+    log_error(err + "; recording is off (run `lingprobe config` for the options)");
+    return LINGPROBE_ERROR_INVALID_CONFIG;
+  }
+  s.identity = resolve_identity(config, plain_getenv, read_own_cmdline());
+  set_log_rank(s.identity.role == Role::Launcher ? -1 : s.identity.rank);
+  s.run_id = config.run_id.empty() ? generate_run_id() : config.run_id;
+  s.metadata_path = metadata_path_for(config, s.identity);
+  s.config_ok = true;
+  if (s.identity.role == Role::Launcher) {
+    log_info("torchrun launcher process: recording nothing here (the ranks record)");
+    s.config_ok = false;  // start/stop refuse; no hook, no file
+    return LINGPROBE_OK;
+  }
+  ensure_writer_locked(s);
+  err = capture::install_recorder(ro, s.sink.get());
+  if (!err.empty()) {
+    error = err;
+    log_error(err);
+    s.config_ok = false;
+    return LINGPROBE_ERROR_INTERNAL;
+  }
+  if (!config.control_file.empty()) s.writer->start();
+  if (config.enable) capture::set_recording(true);
+  log_debug("initialised: " + s.metadata_path + (config.enable ? " (recording)" : " (waiting for start)"));
+  return LINGPROBE_OK;
+}
+
+void session_init_invalid() {
+  Session& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.state.load() != LINGPROBE_STATE_FRESH) return;
+  s.config_ok = false;
+  s.state.store(LINGPROBE_STATE_RUNNING);
+}
+
+lingprobe_status session_start(std::string& error) {
+  Session& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (auto st = check_running(s, error); st != LINGPROBE_OK) return st;
+  capture::set_recording(true);
+  return LINGPROBE_OK;
+}
+
+lingprobe_status session_stop(std::string& error) {
+  Session& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (auto st = check_running(s, error); st != LINGPROBE_OK) return st;
+  capture::set_recording(false);
+  return LINGPROBE_OK;
+}
+
+lingprobe_status session_flush(std::string& error) {
+  Session& s = S();
+  sink::MetadataWriter* w;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (auto st = check_running(s, error); st != LINGPROBE_OK) return st;
+    w = s.writer.get();
+  }
+  if (w) w->flush();
+  return LINGPROBE_OK;
+}
+
+lingprobe_status session_finalize() {
+  Session& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto st = s.state.load();
+  if (st == LINGPROBE_STATE_FRESH) return LINGPROBE_ERROR_NOT_INITIALIZED;
+  if (st == LINGPROBE_STATE_FINALIZED) return LINGPROBE_OK;
+  s.state.store(LINGPROBE_STATE_FINALIZED);
+  if (s.forked_child) return LINGPROBE_OK;
+  // Fixed order: stop the hook, then drain and close the writer.
+  capture::set_recording(false);
+  capture::uninstall_recorder();
+  if (s.writer) s.writer->finalize();
+  return LINGPROBE_OK;
+}
+
+lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t world_size, std::string& error) {
+  Session& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (auto st = check_running(s, error); st != LINGPROBE_OK) return st;
+  if (capture::recorder_stats().signatures > 0) {
+    error = "the rank must be set before the first recorded call (the metadata file is named by it)";
+    return LINGPROBE_ERROR_INVALID_ARGUMENT;
+  }
+  if (rank >= 0) s.config.rank = rank;
+  if (local_rank >= 0) s.config.local_rank = local_rank;
+  if (world_size >= 0) s.config.world_size = world_size;
+  if (s.config.role == Role::Auto) s.config.role = Role::Rank;
+  s.identity = resolve_identity(s.config, plain_getenv, read_own_cmdline());
+  set_log_rank(s.identity.rank);
+  s.metadata_path = metadata_path_for(s.config, s.identity);
+  // Not yet written to: rebuild the writer with the new name and header.
+  const bool was_recording = capture::recording();
+  capture::set_recording(false);
+  capture::uninstall_recorder();
+  s.writer->finalize();
+  s.writer.reset();
+  s.sink.reset();
+  ensure_writer_locked(s);
+  std::string ignored;  // validated at init
+  capture::install_recorder(recorder_options(s.config, ignored), s.sink.get());
+  if (was_recording) capture::set_recording(true);
+  return LINGPROBE_OK;
+}
+
+lingprobe_state session_state() { return S().state.load(); }
+
+void session_stats(lingprobe_stats& out) {
+  Session& s = S();
+  const auto r = capture::recorder_stats();
+  out.calls_seen = r.calls_seen;
+  out.calls_recorded = r.calls_recorded;
+  out.signatures = r.signatures;
+  out.dropped = r.dropped;
+  out.recording = capture::recording() ? 1 : 0;
+  out.state = static_cast<int32_t>(s.state.load());
+  std::lock_guard<std::mutex> lock(s.mu);
+  out.records_written = s.writer ? s.writer->stats().records_written : 0;
+  out.rank = s.identity.rank;
+  out.world_size = s.identity.world_size;
+}
+
+lingprobe_status session_metadata_path(std::string& path) {
+  Session& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.state.load() == LINGPROBE_STATE_FRESH) return LINGPROBE_ERROR_NOT_INITIALIZED;
+  path = s.metadata_path;
+  return LINGPROBE_OK;
+}
+
+}  // namespace lingprobe::api

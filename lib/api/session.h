@@ -1,0 +1,28 @@
+// The one place that knows all parts: the life-cycle state machine
+// (fresh -> running -> finalized), configuration, identity, and the wiring
+// capture -> sink. The C ABI in capi/ is a thin exception-safe shell over it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "api/config.h"
+#include "api/identity.h"
+#include "lingprobe/lingprobe.h"
+
+namespace lingprobe::api {
+
+lingprobe_status session_init(const Config& config, std::string& error);
+// Enters the running state with recording off, after a configuration error:
+// later calls return LINGPROBE_ERROR_INVALID_CONFIG and finalize is a no-op.
+void session_init_invalid();
+lingprobe_status session_start(std::string& error);
+lingprobe_status session_stop(std::string& error);
+lingprobe_status session_flush(std::string& error);
+lingprobe_status session_finalize();
+lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t world_size, std::string& error);
+lingprobe_state session_state();
+void session_stats(lingprobe_stats& out);
+lingprobe_status session_metadata_path(std::string& path);
+
+}  // namespace lingprobe::api

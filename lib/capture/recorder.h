@@ -1,0 +1,64 @@
+// The dispatcher hook: a global RecordFunction callback (FUNCTION scope,
+// inputs and outputs) that turns each selected call into a signature id, a
+// count and (optionally) a call record, without building JSON or allocating
+// after a signature's first sighting. Performs no file I/O: records go to a
+// RecorderSink that the api layer wires to the writer.
+//
+// "Off" means the callback is disabled (at::disableCallback), so the
+// dispatcher stops boxing arguments; on top of that one relaxed atomic load
+// guards against races with stop.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "capture/op_selection.h"
+#include "format/record_buffer.h"
+#include "format/records.h"
+
+namespace lingprobe::capture {
+
+class RecorderSink {
+ public:
+  virtual ~RecorderSink() = default;
+  // A buffer for the calling thread's call records (nullptr: none; records
+  // of that thread are then counted as dropped).
+  virtual format::RecordBuffer* register_thread_buffer(size_t capacity) = 0;
+  virtual void on_new_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json) = 0;
+  // A push found the buffer full. Return true to retry (block policy: the
+  // sink woke the writer and waited a little), false to drop the record.
+  virtual bool on_buffer_full() = 0;
+};
+
+struct RecorderOptions {
+  OpSelection selection;
+  bool nested = false;
+  bool call_records = true;
+  size_t buffer_records = 65536;
+  uint64_t skip_calls = 0;
+  double skip_seconds = 0.0;
+};
+
+struct RecorderStats {
+  uint64_t calls_seen = 0;      // top-level (or nested, if on) op calls observed while recording
+  uint64_t calls_recorded = 0;  // selected and counted
+  uint64_t signatures = 0;
+  uint64_t dropped = 0;         // all drop reasons together
+};
+
+// Installs the callback, disabled. Returns "" or an error. Idempotent.
+std::string install_recorder(const RecorderOptions& options, RecorderSink* sink);
+// Enables or disables recording (and the callback). Thread-safe.
+void set_recording(bool on);
+bool recording();
+// Removes the callback; afterwards the hook never touches the sink again.
+void uninstall_recorder();
+
+RecorderStats recorder_stats();
+// Cumulative per-signature counts and the recorder's drop counters.
+format::CountsSnapshot recorder_counts();
+
+// The version of the libtorch lingprobe was compiled against ("2.11.0").
+std::string torch_version();
+
+}  // namespace lingprobe::capture

@@ -1,0 +1,82 @@
+#include "capture/stages.h"
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+
+namespace lingprobe::capture {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::deque<std::string> names{"unstaged"};
+  std::unordered_map<std::string, StageId> ids{{"unstaged", kUnstaged}};
+  std::atomic<uint64_t> overflowed{0};
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: used from atexit paths
+  return *r;
+}
+
+struct Stack {
+  StageId ids[kMaxStageDepth];
+  uint32_t size = 0;
+  uint32_t ignored = 0;  // pushes past the limit, popped silently
+};
+thread_local Stack t_stack;
+
+}  // namespace
+
+StageId intern_stage(std::string_view name) {
+  if (name.empty()) return kUnstaged;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.ids.find(std::string(name));
+  if (it != r.ids.end()) return it->second;
+  if (r.names.size() >= kMaxStages) {
+    r.overflowed.fetch_add(1, std::memory_order_relaxed);
+    return kUnstaged;
+  }
+  const auto id = static_cast<StageId>(r.names.size());
+  r.names.emplace_back(name);
+  r.ids.emplace(std::string(name), id);
+  return id;
+}
+
+std::string stage_name(StageId id) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return id < r.names.size() ? r.names[id] : std::string("unstaged");
+}
+
+uint64_t stages_overflowed() { return registry().overflowed.load(std::memory_order_relaxed); }
+
+bool push_stage(StageId id) {
+  Stack& s = t_stack;
+  if (s.size >= kMaxStageDepth) {
+    ++s.ignored;
+    return false;
+  }
+  s.ids[s.size++] = id;
+  return true;
+}
+
+bool pop_stage() {
+  Stack& s = t_stack;
+  if (s.ignored) {
+    --s.ignored;
+    return true;
+  }
+  if (s.size == 0) return false;
+  --s.size;
+  return true;
+}
+
+StageId current_stage() {
+  const Stack& s = t_stack;
+  return s.size ? s.ids[s.size - 1] : kUnstaged;
+}
+
+}  // namespace lingprobe::capture

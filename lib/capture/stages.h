@@ -1,0 +1,29 @@
+// Pipeline stages: names interned to small ids (0 is "unstaged"), and a
+// per-thread stage stack set by the C API, the Python shim and NVTX ranges.
+// Pure C++; no torch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace lingprobe::capture {
+
+using StageId = uint16_t;
+constexpr StageId kUnstaged = 0;
+constexpr size_t kMaxStages = 1024;
+constexpr size_t kMaxStageDepth = 64;
+
+// Interns `name` (thread-safe). Returns kUnstaged for "" and, past
+// kMaxStages distinct names, kUnstaged too (the overflow is counted).
+StageId intern_stage(std::string_view name);
+std::string stage_name(StageId id);
+uint64_t stages_overflowed();
+
+// The calling thread's stack. push returns false (and ignores the push) past
+// kMaxStageDepth; pop returns false when the stack is empty.
+bool push_stage(StageId id);
+bool pop_stage();
+StageId current_stage();
+
+}  // namespace lingprobe::capture

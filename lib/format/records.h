@@ -1,0 +1,30 @@
+// In-memory forms of the metadata records that cross from capture to sink
+// (SPEC section 4): a call, and the cumulative counts with drop counters.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lingprobe::format {
+
+struct CallRecord {
+  uint64_t seq;
+  int64_t t0_ns;
+  int64_t t1_ns;
+  uint32_t signature_id;
+  uint32_t tid;
+  uint32_t depth;
+};
+
+// dropped[what][reason] = n, as written in "counts" records.
+using DropCounts = std::map<std::string, std::map<std::string, uint64_t>>;
+
+struct CountsSnapshot {
+  std::vector<std::pair<uint32_t, uint64_t>> calls;  // signature id -> calls
+  DropCounts dropped;
+};
+
+}  // namespace lingprobe::format

@@ -1,0 +1,238 @@
+#include "sink/metadata_writer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "format/canonical_json.h"
+
+namespace lingprobe::sink {
+
+std::string make_directories(const std::string& dir) {
+  if (dir.empty()) return "";
+  std::string partial;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    partial = dir.substr(0, pos);
+    if (partial.empty()) continue;
+    if (::mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST)
+      return "cannot create directory '" + partial + "': " + std::strerror(errno);
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "'" + dir + "' is not a directory";
+  return "";
+}
+
+MetadataWriter::MetadataWriter(WriterOptions options, CountsProvider counts, CycleHook on_cycle)
+    : options_(std::move(options)), counts_(std::move(counts)), on_cycle_(std::move(on_cycle)) {}
+
+MetadataWriter::~MetadataWriter() { finalize(); }
+
+void MetadataWriter::ensure_started_locked() {
+  if (started_ || stop_) return;
+  started_ = true;
+  thread_ = std::thread([this] { run(); });
+}
+
+RecordBuffer* MetadataWriter::register_buffer(size_t capacity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_) return nullptr;
+  ensure_started_locked();
+  buffers_.push_back(std::make_unique<RecordBuffer>(capacity));
+  return buffers_.back().get();
+}
+
+void MetadataWriter::add_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json) {
+  std::string line = "{\"id\":" + std::to_string(id) + ",\"kind\":\"signature\",\"sha256\":\"" + sha256 +
+                     "\",\"signature_json\":";
+  format::write_json_string(canonical_json, line);
+  line += "}\n";
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_) return;
+  ensure_started_locked();
+  pending_signatures_.push_back(std::move(line));
+}
+
+void MetadataWriter::start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ensure_started_locked();
+}
+
+void MetadataWriter::wake() { cv_.notify_one(); }
+
+void MetadataWriter::flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stop_) return;
+  ensure_started_locked();
+  const uint64_t want = ++flush_requests_;
+  cv_.notify_one();
+  flushed_cv_.wait(lock, [&] { return flushes_done_ >= want || stop_; });
+}
+
+void MetadataWriter::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms),
+                 [&] { return stop_ || flush_requests_ > flushes_done_; });
+    if (stop_) break;
+    const uint64_t serving = flush_requests_;
+    lock.unlock();
+    if (on_cycle_) on_cycle_();
+    cycle(false);
+    lock.lock();
+    flushes_done_ = serving;
+    flushed_cv_.notify_all();
+  }
+}
+
+bool MetadataWriter::open_file() {
+  if (fd_ >= 0) return true;
+  if (open_failed_) return false;
+  const size_t slash = options_.path.rfind('/');
+  if (slash != std::string::npos) {
+    std::string err = make_directories(options_.path.substr(0, slash));
+    if (!err.empty()) {
+      std::fprintf(stderr, "[lingprobe] %s; metadata is not written (set LINGPROBE_OUT to a writable directory)\n",
+                   err.c_str());
+      open_failed_ = true;
+      return false;
+    }
+  }
+  fd_ = ::open(options_.path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    std::fprintf(stderr, "[lingprobe] cannot open '%s': %s; metadata is not written\n", options_.path.c_str(),
+                 std::strerror(errno));
+    open_failed_ = true;
+    return false;
+  }
+  std::string header = options_.header_json + "\n";
+  write_out(header);
+  return true;
+}
+
+// Writes whole lines; on a failed write (disk full) the rest of `text` is
+// counted as lost lines and discarded, never retried partially mid-line.
+void MetadataWriter::write_out(std::string& text) {
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = ::write(fd_, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      uint64_t lost = 0;
+      for (size_t i = off; i < text.size(); ++i) lost += text[i] == '\n';
+      if (write_errors_.fetch_add(1, std::memory_order_relaxed) == 0)
+        std::fprintf(stderr, "[lingprobe] writing '%s' failed: %s; lines are dropped and counted\n",
+                     options_.path.c_str(), std::strerror(errno));
+      lines_lost_ += lost;
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+  text.clear();
+}
+
+void MetadataWriter::cycle(bool final) {
+  std::lock_guard<std::mutex> io(io_mu_);
+  // Calls first (into memory), then the signatures queued before them: a
+  // call's signature was queued before the call was pushed.
+  std::string calls;
+  uint64_t n_calls = 0;
+  std::vector<RecordBuffer*> buffers;
+  std::vector<std::string> signatures;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& b : buffers_) buffers.push_back(b.get());
+  }
+  char line[192];
+  for (RecordBuffer* b : buffers) {
+    n_calls += b->drain([&](const CallRecord& r) {
+      int len = std::snprintf(line, sizeof line,
+                              "{\"depth\":%u,\"id\":%u,\"kind\":\"call\",\"seq\":%llu,\"t0_ns\":%lld,\"t1_ns\":%lld,\"tid\":%u}\n",
+                              r.depth, r.signature_id, static_cast<unsigned long long>(r.seq),
+                              static_cast<long long>(r.t0_ns), static_cast<long long>(r.t1_ns), r.tid);
+      calls.append(line, static_cast<size_t>(len));
+    });
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    signatures.swap(pending_signatures_);
+    // Free buffers of exited threads once drained.
+    for (auto it = buffers_.begin(); it != buffers_.end();) {
+      if ((*it)->closed() && (*it)->empty()) it = buffers_.erase(it);
+      else ++it;
+    }
+  }
+  has_data_ = has_data_ || n_calls || !signatures.empty() || !buffers.empty();
+  if (!has_data_) return;
+  if (!open_file()) {
+    lines_lost_ += n_calls + signatures.size();
+    return;
+  }
+  std::string text;
+  for (auto& s : signatures) text += s;
+  text += calls;
+
+  CountsSnapshot snap = counts_ ? counts_() : CountsSnapshot{};
+  if (lines_lost_) snap.dropped["lines"]["write_error"] = lines_lost_;
+  text += "{\"calls\":{";
+  bool first = true;
+  for (const auto& [id, n] : snap.calls) {
+    if (!first) text += ',';
+    first = false;
+    text += '"' + std::to_string(id) + "\":" + std::to_string(n);
+  }
+  text += "},\"dropped\":{";
+  first = true;
+  for (const auto& [what, reasons] : snap.dropped) {
+    if (!first) text += ',';
+    first = false;
+    format::write_json_string(what, text);
+    text += ":{";
+    bool f2 = true;
+    for (const auto& [reason, n] : reasons) {
+      if (!f2) text += ',';
+      f2 = false;
+      format::write_json_string(reason, text);
+      text += ':' + std::to_string(n);
+    }
+    text += '}';
+  }
+  text += std::string("},\"final\":") + (final ? "true" : "false") + ",\"kind\":\"counts\"}\n";
+  const uint64_t lines = signatures.size() + n_calls + 1;
+  write_out(text);
+  records_written_.fetch_add(lines, std::memory_order_relaxed);
+  call_records_written_.fetch_add(n_calls, std::memory_order_relaxed);
+  if (final && fd_ >= 0) ::fsync(fd_);
+}
+
+void MetadataWriter::finalize() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  flushed_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (started_) cycle(true);
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  finalized_.store(true, std::memory_order_release);
+}
+
+WriterStats MetadataWriter::stats() const {
+  WriterStats s;
+  s.records_written = records_written_.load(std::memory_order_relaxed);
+  s.call_records_written = call_records_written_.load(std::memory_order_relaxed);
+  s.write_errors = write_errors_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace lingprobe::sink

@@ -1,0 +1,106 @@
+// The writer thread of one process: owns metadata/metadata_rank{R}_pid{P}.jsonl,
+// drains every thread's RecordBuffer, writes signature records before the
+// call records that use them, a cumulative "counts" record at every flush,
+// and the final one at finalize (then fsync). Knows nothing of the
+// dispatcher: signatures arrive as finished text, counts through a callback.
+// The thread, the directory and the file start lazily, on first use.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "format/record_buffer.h"
+
+namespace lingprobe::sink {
+
+using format::CallRecord;
+using format::RecordBuffer;
+using format::CountsSnapshot;
+using format::DropCounts;
+
+struct WriterOptions {
+  std::string path;         // the JSONL file
+  std::string header_json;  // the complete header object (one line, no newline)
+  int64_t flush_interval_ms = 500;
+};
+
+struct WriterStats {
+  uint64_t records_written = 0;  // lines of every kind
+  uint64_t call_records_written = 0;
+  uint64_t write_errors = 0;
+};
+
+class MetadataWriter {
+ public:
+  using CountsProvider = std::function<CountsSnapshot()>;
+  using CycleHook = std::function<void()>;
+
+  MetadataWriter(WriterOptions options, CountsProvider counts, CycleHook on_cycle = {});
+  ~MetadataWriter();
+
+  // A new per-thread buffer, owned by the writer (freed after close() and a
+  // final drain). Thread-safe. Starts the writer thread on first use.
+  RecordBuffer* register_buffer(size_t capacity);
+  // Queues a signature record; it is written before any call record pushed
+  // after this returns. Thread-safe.
+  void add_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json);
+  // Writes everything buffered now and a counts record; returns when done.
+  void flush();
+  // Final drain, final counts ("final":true), fsync, close. Idempotent;
+  // later calls of the other methods do nothing.
+  void finalize();
+  // Wakes the writer early (a producer found its buffer nearly full).
+  void wake();
+
+  bool finalized() const { return finalized_.load(std::memory_order_acquire); }
+  WriterStats stats() const;
+  const std::string& path() const { return options_.path; }
+  // Starts the thread now (it opens the file only once there is data), so
+  // that the cycle hook runs (control-file polling) before any recording.
+  void start();
+
+ private:
+  void ensure_started_locked();
+  void run();
+  void cycle(bool final);
+  bool open_file();
+  void write_out(std::string& text);
+
+  WriterOptions options_;
+  CountsProvider counts_;
+  CycleHook on_cycle_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable flushed_cv_;
+  uint64_t flush_requests_ = 0;
+  uint64_t flushes_done_ = 0;
+  bool stop_ = false;
+  bool started_ = false;
+  std::vector<std::unique_ptr<RecordBuffer>> buffers_;
+  std::vector<std::string> pending_signatures_;
+  std::thread thread_;
+
+  std::mutex io_mu_;  // one cycle at a time
+  int fd_ = -1;
+  bool open_failed_ = false;
+  std::atomic<bool> finalized_{false};
+  bool has_data_ = false;  // a file is created only once something was recorded
+  std::atomic<uint64_t> records_written_{0};
+  std::atomic<uint64_t> call_records_written_{0};
+  std::atomic<uint64_t> write_errors_{0};
+  uint64_t lines_lost_ = 0;
+};
+
+// Creates `dir` and its parents; returns "" or an error message.
+std::string make_directories(const std::string& dir);
+
+}  // namespace lingprobe::sink

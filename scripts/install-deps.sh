@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs lingprobe's build and test dependencies from Debian packages
+# (SPEC section 2). Idempotent: installs only what is missing, and skips
+# apt entirely when everything is present.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config ccache
+  libtorch-dev python3-torch          # LibTorch 1.13 (CPU) and the torch of /usr/bin/python3
+  libspdlog-dev libfmt-dev            # logging
+  libsimdjson-dev libxxhash-dev       # streaming JSON reader, XXH3 hot-path keys
+  catch2 libssl-dev                   # Catch2 v2 unit tests, libcrypto SHA-256
+  python3-pytest                      # ctypes, CLI and integration tests
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite: installs dependencies, builds, runs every tier
+# (Catch2 unit tests, the C ABI test, ctypes/CLI/integration tests) via ctest.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/install-deps.sh"
+"$root/scripts/build.sh"
+cd "${LINGPROBE_BUILD_DIR:-$root/build}"
+ctest --output-on-failure --timeout 1500

@@ -1,0 +1,187 @@
+#include "run_command.h"
+
+#include <dirent.h>
+#include <limits.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "api/config.h"
+
+extern "C" char** environ;
+
+namespace lingprobe::tools {
+namespace {
+
+std::string self_dir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  buf[n] = '\0';
+  std::string p(buf);
+  return p.substr(0, p.rfind('/'));
+}
+
+bool exists(const std::string& p) { return access(p.c_str(), R_OK) == 0; }
+
+std::string find_preload_stub() {
+  const std::string dir = self_dir();
+  for (const std::string& c : {dir + "/liblingprobe_preload.so", dir + "/../lib/liblingprobe_preload.so",
+                               dir + "/../lib64/liblingprobe_preload.so"})
+    if (exists(c)) return c;
+  return "";
+}
+
+std::string find_python_shim() {
+  for (const char* c : {LINGPROBE_INSTALL_PYTHON_SHIM, LINGPROBE_SOURCE_PYTHON_SHIM})
+    if (exists(std::string(c) + "/lingprobe/__init__.py")) return c;
+  return "";
+}
+
+std::string absolute(const std::string& p) {
+  if (!p.empty() && p[0] == '/') return p;
+  char cwd[PATH_MAX];
+  if (!getcwd(cwd, sizeof cwd)) return p;
+  return std::string(cwd) + "/" + p;
+}
+
+void prepend_env(const char* name, const std::string& value, char sep) {
+  const char* old = std::getenv(name);
+  std::string v = value;
+  if (old && *old) v += std::string(1, sep) + old;
+  setenv(name, v.c_str(), 1);
+}
+
+int usage() {
+  std::cerr << "usage: lingprobe run [-o DIR] [--ops SPEC] [--nested] [--no-call-records] [--stage-map MAP]\n"
+               "                     [--nvtx-map MAP] [--set NAME=VALUE]... -- CMD [ARGS...]\n"
+               "  e.g. lingprobe run -o out --ops 'dit:aten::linear;vae:aten::conv3d' -- torchrun --nproc_per_node=4 gen.py\n"
+               "  NAME is any option `lingprobe config` lists.\n";
+  return 2;
+}
+
+}  // namespace
+
+int config_command(int, char**) {
+  std::cout << api::describe_config_table();
+  return 0;
+}
+
+int run_command(int argc, char** argv) {
+  std::vector<std::pair<std::string, std::string>> settings;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* opt) -> const char* {
+      if (i + 1 >= argc) {
+        std::cerr << "lingprobe run: " << opt << " needs a value\n";
+        return nullptr;
+      }
+      return argv[++i];
+    };
+    if (a == "--") {
+      ++i;
+      break;
+    } else if (a == "-o" || a == "--out") {
+      const char* v = value("--out");
+      if (!v) return 2;
+      settings.emplace_back("OUT", absolute(v));
+    } else if (a == "--ops") {
+      const char* v = value("--ops");
+      if (!v) return 2;
+      settings.emplace_back("OPS", v);
+    } else if (a == "--nested") {
+      settings.emplace_back("NESTED", "1");
+    } else if (a == "--no-call-records") {
+      settings.emplace_back("CALL_RECORDS", "0");
+    } else if (a == "--stage-map") {
+      const char* v = value("--stage-map");
+      if (!v) return 2;
+      settings.emplace_back("STAGE_MAP", v);
+    } else if (a == "--nvtx-map") {
+      const char* v = value("--nvtx-map");
+      if (!v) return 2;
+      settings.emplace_back("NVTX_MAP", v);
+    } else if (a == "--set") {
+      const char* v = value("--set");
+      if (!v) return 2;
+      const char* eq = std::strchr(v, '=');
+      if (!eq) {
+        std::cerr << "lingprobe run: --set takes NAME=VALUE, got '" << v << "'\n";
+        return 2;
+      }
+      settings.emplace_back(std::string(v, eq), eq + 1);
+    } else if (a == "-h" || a == "--help") {
+      usage();
+      return 0;
+    } else {
+      std::cerr << "lingprobe run: unknown option '" << a << "' (the command goes after --)\n";
+      return usage();
+    }
+  }
+  if (i >= argc) return usage();
+
+  // Validate everything here, before the job starts: environment first, then options.
+  api::Config config;
+  std::string err = api::apply_environment(config, environ);
+  for (const auto& [k, v] : settings) {
+    if (!err.empty()) break;
+    err = api::apply_setting(config, k, v);
+  }
+  if (!err.empty()) {
+    std::cerr << "lingprobe run: " << err << "\n";
+    return 2;
+  }
+  const std::string stub = find_preload_stub();
+  if (stub.empty()) {
+    std::cerr << "lingprobe run: liblingprobe_preload.so not found next to " << self_dir() << " or in ../lib\n";
+    return 2;
+  }
+  for (const auto& [k, v] : settings) {
+    std::string name = k.rfind("LINGPROBE_", 0) == 0 ? k : "LINGPROBE_" + k;
+    for (auto& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    setenv(name.c_str(), v.c_str(), 1);
+  }
+  const std::string out = absolute(config.out_dir);
+  setenv("LINGPROBE_OUT", out.c_str(), 1);
+  if (!std::getenv("LINGPROBE_RUN_ID")) {
+    std::string id = "run-" + std::to_string(static_cast<long long>(std::time(nullptr))) + "-" + std::to_string(getpid());
+    setenv("LINGPROBE_RUN_ID", id.c_str(), 1);
+  }
+  prepend_env("LD_PRELOAD", stub, ':');
+  const std::string shim = find_python_shim();
+  if (!shim.empty()) prepend_env("PYTHONPATH", shim, ':');
+
+  pid_t pid = fork();
+  if (pid < 0) {
+    std::perror("lingprobe run: fork");
+    return 2;
+  }
+  if (pid == 0) {
+    execvp(argv[i], argv + i);
+    std::cerr << "lingprobe run: cannot run '" << argv[i] << "': " << std::strerror(errno) << "\n";
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+
+  std::vector<std::string> files;
+  if (DIR* d = opendir((out + "/metadata").c_str())) {
+    while (dirent* e = readdir(d))
+      if (std::strstr(e->d_name, ".jsonl")) files.push_back(e->d_name);
+    closedir(d);
+  }
+  std::cerr << "lingprobe run: command exited with status " << code << "; " << files.size()
+            << " metadata file(s) in " << out << "/metadata\n";
+  return code;
+}
+
+}  // namespace lingprobe::tools

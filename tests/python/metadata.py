@@ -1,0 +1,42 @@
+"""Reads lingprobe metadata JSONL files the way an auditor must: line by line,
+tolerating a truncated last line; checks every record's invariants."""
+import hashlib
+import json
+
+
+def read(path):
+    records = []
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    for i, line in enumerate(lines):
+        if not line:
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            assert i == len(lines) - 1, f"{path}:{i + 1}: malformed line that is not the last"
+    return records
+
+
+def summarize(path):
+    """Returns header, {id: signature dict}, {id: calls from the last counts}, call records, last counts."""
+    records = read(path)
+    header = records[0]
+    assert header["kind"] == "header" and header["format"] == "lingprobe.metadata/1"
+    sigs, counts, calls = {}, {}, []
+    last = None
+    for r in records[1:]:
+        if r["kind"] == "signature":
+            text = r["signature_json"]
+            assert hashlib.sha256(text.encode()).hexdigest() == r["sha256"]
+            assert json.dumps(json.loads(text), sort_keys=True, separators=(",", ":")) == text
+            sigs[r["id"]] = json.loads(text)
+        elif r["kind"] == "call":
+            assert r["id"] in sigs, "call record before its signature"
+            assert r["t1_ns"] >= r["t0_ns"]
+            calls.append(r)
+        elif r["kind"] == "counts":
+            last = r
+    assert last is not None, "no counts record"
+    counts = {int(k): v for k, v in last["calls"].items()}
+    return header, sigs, counts, calls, last

@@ -1,0 +1,84 @@
+"""The ctypes package as a notebook uses it: start, stages, stats, stop.
+Each test runs in a fresh interpreter (lingprobe is once per process)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import metadata
+from conftest import SHIM_DIR
+
+
+def run_py(code, build_dir, **env):
+    e = dict(os.environ, LINGPROBE_LIBRARY=str(build_dir / "liblingprobe.so"), PYTHONPATH=str(SHIM_DIR), **env)
+    return subprocess.run(["/usr/bin/python3", "-c", textwrap.dedent(code)], env=e, capture_output=True, timeout=120)
+
+
+def test_start_stage_stats_stop(build_dir, tmp_path):
+    code = f"""
+        import torch, lingprobe
+        x = torch.ones(4, 4)
+        torch.mm(x, x)                      # before start: not recorded
+        lingprobe.start(out_dir={str(tmp_path)!r}, ops=["aten::mm", "aten::add*"], call_records=True)
+        with lingprobe.stage("dit"):
+            for _ in range(7):
+                torch.mm(x, x)
+        torch.add(x, x)
+        s = lingprobe.stats()
+        assert s["calls_recorded"] == 8 and s["signatures"] == 2 and s["recording"], s
+        lingprobe.stop()
+        torch.mm(x, x)                      # after stop: not recorded
+        lingprobe.start()
+        torch.mm(x, x)                      # window two: recorded, unstaged
+        lingprobe.finalize()
+        print(lingprobe.metadata_path())
+    """
+    p = run_py(code, build_dir)
+    assert p.returncode == 0, p.stderr.decode()
+    header, sigs, counts, calls, last = metadata.summarize(p.stdout.decode().strip())
+    got = {(sigs[i]["stage"], sigs[i]["op"]): n for i, n in counts.items()}
+    assert got == {("dit", "aten.mm.default"): 7, ("unstaged", "aten.add.Tensor"): 1, ("unstaged", "aten.mm.default"): 1}
+    assert header["role"] == "single" and header["rank"] == 0 and header["world_size"] == 1
+
+
+def test_bad_option_raises_with_status_text_and_host_runs_on(build_dir, tmp_path):
+    code = f"""
+        import torch, lingprobe
+        try:
+            lingprobe.start(out_dir={str(tmp_path)!r}, overflow="sometimes")
+        except lingprobe.LingprobeError as e:
+            print("ERR", e)
+        torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+        print("still running")
+    """
+    p = run_py(code, build_dir)
+    assert p.returncode == 0, p.stderr.decode()
+    out = p.stdout.decode()
+    assert "ERR" in out and "LINGPROBE_OVERFLOW" in out and "still running" in out
+
+
+def test_pop_without_push_raises(build_dir):
+    p = run_py("""
+        import lingprobe
+        try:
+            lingprobe.pop_stage()
+        except lingprobe.LingprobeError as e:
+            print(e.status)
+    """, build_dir)
+    assert p.stdout.decode().strip() == "9", p.stderr.decode()
+
+
+def test_invalid_environment_one_line_and_recording_off(build_dir, tmp_path):
+    p = run_py("""
+        import torch, lingprobe
+        try:
+            lingprobe.start()
+        except lingprobe.LingprobeError as e:
+            print("ERR", e.status)
+        torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+    """, build_dir, LINGPROBE_NESTED="maybe", LINGPROBE_OUT=str(tmp_path))
+    assert p.returncode == 0
+    assert p.stdout.decode().strip() == "ERR 2"
+    errors = [l for l in p.stderr.decode().splitlines() if "lingprobe" in l]
+    assert len(errors) == 1 and "LINGPROBE_NESTED" in errors[0]
+    assert not (tmp_path / "metadata").exists()

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "api/config.h"
 #include "api/log.h"
@@ -78,7 +79,12 @@ LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options) 
       return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "lingprobe_options.struct_size must be sizeof(lingprobe_options)");
     lingprobe::api::Config config;
     std::string err;
-    if (!options || options->use_environment) err = lingprobe::api::apply_environment(config, environ);
+    if (!options || options->use_environment) {
+      std::vector<std::string> unknown;
+      err = lingprobe::api::apply_environment(config, environ, &unknown);
+      for (const auto& name : unknown)
+        lingprobe::api::log_warn(name + " is not a lingprobe option; ignored (run `lingprobe config` for the list)");
+    }
     if (err.empty() && options) {
       // Fields past the caller's struct_size are absent (older callers).
       auto has = [&](size_t end) { return options->struct_size >= end; };

@@ -129,7 +129,10 @@ int run_command(int argc, char** argv) {
 
   // Validate everything here, before the job starts: environment first, then options.
   api::Config config;
-  std::string err = api::apply_environment(config, environ);
+  std::vector<std::string> unknown;
+  std::string err = api::apply_environment(config, environ, &unknown);
+  for (const auto& name : unknown)
+    std::cerr << "lingprobe run: warning: " << name << " is not a lingprobe option; ignored\n";
   for (const auto& [k, v] : settings) {
     if (!err.empty()) break;
     err = api::apply_setting(config, k, v);

@@ -12,7 +12,9 @@
 namespace lingprobe::api {
 namespace {
 
-const char* const kNonOptionVariables[] = {"LIBRARY", "REAL_LIBRARY", "PRELOADED", "PYTHON_SHIM_LOADED"};
+// LINGPROBE_* variables that are not options: read by the shim, the preload
+// stub and the build scripts.
+const char* const kNonOptionVariables[] = {"LIBRARY", "REAL_LIBRARY", "PRELOAD", "BUILD_DIR"};
 
 std::string upper(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -132,7 +134,7 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
   return "";
 }
 
-std::string apply_environment(Config& config, char** env) {
+std::string apply_environment(Config& config, char** env, std::vector<std::string>* unknown) {
   if (!env) return "";
   for (char** e = env; *e; ++e) {
     if (std::strncmp(*e, "LINGPROBE_", 10) != 0) continue;
@@ -142,6 +144,11 @@ std::string apply_environment(Config& config, char** env) {
     if (std::any_of(std::begin(kNonOptionVariables), std::end(kNonOptionVariables),
                     [&](const char* n) { return name == n; }))
       continue;
+    if (std::none_of(config_table().begin(), config_table().end(),
+                     [&](const ConfigEntry& e) { return name == e.name; })) {
+      if (unknown) unknown->push_back("LINGPROBE_" + name);
+      continue;
+    }
     std::string err = apply_setting(config, name, eq + 1);
     if (!err.empty()) return err;
   }

@@ -51,11 +51,11 @@ const std::vector<ConfigEntry>& config_table();
 // was wrong and what is accepted.
 std::string apply_setting(Config& config, const std::string& name, const std::string& value);
 
-// Reads every LINGPROBE_* variable of the table from `environ`; unknown
-// LINGPROBE_* variables are errors (a typo must not pass silently), except
-// those in the non-option list (LINGPROBE_LIBRARY, LINGPROBE_REAL_LIBRARY,
-// LINGPROBE_PRELOADED). Returns "" or the first error.
-std::string apply_environment(Config& config, char** environ_ptr);
+// Reads every LINGPROBE_* variable of the table from `environ`. Returns ""
+// or the first invalid value. Unknown LINGPROBE_* names (a typo, or a
+// variable of someone else's) are not errors: each one is appended to
+// `unknown` so that the caller can warn about it.
+std::string apply_environment(Config& config, char** environ_ptr, std::vector<std::string>* unknown = nullptr);
 
 // The table as text (name, type, default, description).
 std::string describe_config_table();

@@ -5,9 +5,9 @@ import pathlib
 
 import pytest
 
-BUILD_DIR = pathlib.Path(os.environ.get("LINGPROBE_BUILD_DIR", pathlib.Path(__file__).resolve().parents[2] / "build"))
+BUILD_DIR = pathlib.Path(os.environ.get("LPTEST_BUILD_DIR", pathlib.Path(__file__).resolve().parents[2] / "build"))
 SHIM_DIR = pathlib.Path(__file__).resolve().parents[2] / "python_shim"
-SEEDS_DIR = pathlib.Path(os.environ.get("LINGPROBE_SEEDS_DIR", pathlib.Path(__file__).resolve().parents[3] / "shared" / "seeds"))
+SEEDS_DIR = pathlib.Path(os.environ.get("LPTEST_SEEDS_DIR", pathlib.Path(__file__).resolve().parents[3] / "shared" / "seeds"))
 
 
 @pytest.fixture(scope="session")

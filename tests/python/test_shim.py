@@ -82,3 +82,16 @@ def test_invalid_environment_one_line_and_recording_off(build_dir, tmp_path):
     errors = [l for l in p.stderr.decode().splitlines() if "lingprobe" in l]
     assert len(errors) == 1 and "LINGPROBE_NESTED" in errors[0]
     assert not (tmp_path / "metadata").exists()
+
+
+def test_unknown_lingprobe_variable_warns_and_records(build_dir, tmp_path):
+    # Regression: an unrelated LINGPROBE_* variable once turned recording off.
+    p = run_py("""
+        import torch, lingprobe
+        lingprobe.start(ops=["aten::mm"])
+        torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+        print(lingprobe.stats()["calls_recorded"])
+    """, build_dir, LINGPROBE_SOMETHING_ELSE="1", LINGPROBE_OUT=str(tmp_path))
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stdout.decode().strip() == "1"
+    assert "LINGPROBE_SOMETHING_ELSE is not a lingprobe option" in p.stderr.decode()

@@ -13,6 +13,7 @@
 #include "api/config.h"
 #include "api/log.h"
 #include "api/session.h"
+#include "capture/nvtx_stages.h"
 #include "capture/stages.h"
 #include "format/canonical_json.h"
 #include "format/json_parse.h"
@@ -182,6 +183,20 @@ LINGPROBE_API lingprobe_status lingprobe_get_metadata_path(char* buf, size_t siz
     return LINGPROBE_OK;
   } catch (...) {
     return fail(LINGPROBE_ERROR_INTERNAL, "metadata path failed");
+  }
+}
+
+LINGPROBE_API void lingprobe_nvtx_range_push(const char* name) {
+  try {
+    lingprobe::capture::nvtx_range_push(name);
+  } catch (...) {
+  }
+}
+
+LINGPROBE_API void lingprobe_nvtx_range_pop(void) {
+  try {
+    lingprobe::capture::nvtx_range_pop();
+  } catch (...) {
   }
 }
 

@@ -117,6 +117,13 @@ LINGPROBE_API lingprobe_status lingprobe_get_metadata_path(char* buf, size_t siz
  * pointer stays valid until the thread's next lingprobe call. */
 LINGPROBE_API const char* lingprobe_last_error(void);
 
+/* NVTX range push/pop as stage markers (LINGPROBE_NVTX_MAP maps names to
+ * stages). Called by the preload stub's NVTX injection; any other injection
+ * layer may call them too. `name` may be NULL (an unmapped range). Calling
+ * thread only; never fails. */
+LINGPROBE_API void lingprobe_nvtx_range_push(const char* name);
+LINGPROBE_API void lingprobe_nvtx_range_pop(void);
+
 /* Entry point for the LD_PRELOAD stub: initialise from the environment.
  * Same return codes as lingprobe_init. */
 LINGPROBE_API lingprobe_status lingprobe_preload_attach(void);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "api/log.h"
+#include "capture/nvtx_stages.h"
 #include "capture/recorder.h"
 #include "format/canonical_json.h"
 #include "format/json_parse.h"
@@ -201,6 +202,12 @@ lingprobe_status session_init(const Config& config, std::string& error) {
   if (!err.empty()) {
     error = err;
     log_error(err + "; recording is off (run `lingprobe config` for the options)");
+    return LINGPROBE_ERROR_INVALID_CONFIG;
+  }
+  err = capture::set_nvtx_map(config.nvtx_map);
+  if (!err.empty()) {
+    error = err;
+    log_error(err + "; recording is off");
     return LINGPROBE_ERROR_INVALID_CONFIG;
   }
   s.identity = resolve_identity(config, plain_getenv, read_own_cmdline());

@@ -1,4 +1,4 @@
-/* liblingprobe_preload.so: the LD_PRELOAD entry point. A small C library with
+/* liblingprobe_preload.so: the LD_PRELOAD and NVTX injection entry point. A small C library with
  * no torch dependency, so that children which never load torch (ffmpeg,
  * compilers, shells) are untouched. It loads the real liblingprobe.so only in
  * a process that loads libtorch itself: at start-up (a C++ program linked to
@@ -21,6 +21,10 @@ typedef void* (*dlopen_fn)(const char*, int);
 static dlopen_fn real_dlopen;
 static int attach_done;
 static __thread int dlopen_depth;
+
+/* Set once the real library is loaded (NVTX forwarding). */
+static void (*forward_push)(const char* name);
+static void (*forward_pop)(void);
 
 struct torch_search {
   char path[PATH_MAX];
@@ -82,9 +86,80 @@ static void try_attach(void) {
             dlerror());
     return;
   }
+  if (!getenv("LINGPROBE_LIBRARY")) setenv("LINGPROBE_LIBRARY", path, 0); /* the Python shim uses the same copy */
   int (*attach)(void) = (int (*)(void))dlsym(handle, "lingprobe_preload_attach");
   if (attach) attach();
+  forward_pop = (void (*)(void))dlsym(handle, "lingprobe_nvtx_range_pop");
+  forward_push = (void (*)(const char*))dlsym(handle, "lingprobe_nvtx_range_push");
 }
+
+#ifdef LINGPROBE_HAVE_NVTX3
+#include <nvtx3/nvToolsExt.h>
+
+static __thread int unforwarded_depth; /* ranges pushed before forwarding began */
+
+static void range_push(const char* name) {
+  if (forward_push && forward_pop) forward_push(name);
+  else ++unforwarded_depth;
+}
+
+static void range_pop(void) {
+  if (unforwarded_depth > 0) --unforwarded_depth;
+  else if (forward_pop) forward_pop();
+}
+
+static const char* ascii_message(const nvtxEventAttributes_t* a) {
+  return (a && a->messageType == NVTX_MESSAGE_TYPE_ASCII) ? a->message.ascii : NULL;
+}
+
+static int NVTX_API nvtx_range_push_a(const char* message) { range_push(message); return 0; }
+static int NVTX_API nvtx_range_push_w(const wchar_t* message) { (void)message; range_push(NULL); return 0; }
+static int NVTX_API nvtx_range_push_ex(const nvtxEventAttributes_t* a) { range_push(ascii_message(a)); return 0; }
+static int NVTX_API nvtx_range_pop(void) { range_pop(); return 0; }
+static int NVTX_API nvtx_domain_range_push_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
+  (void)d;
+  range_push(ascii_message(a));
+  return 0;
+}
+static int NVTX_API nvtx_domain_range_pop(nvtxDomainHandle_t d) { (void)d; range_pop(); return 0; }
+
+static void patch(NvtxFunctionTable table, unsigned size, unsigned slot, NvtxFunctionPointer fn) {
+  if (table && slot <= size && table[slot]) *table[slot] = fn;
+}
+
+__attribute__((visibility("default"))) int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_export_table) {
+  const NvtxExportTableCallbacks* callbacks =
+      (const NvtxExportTableCallbacks*)get_export_table(NVTX_ETID_CALLBACKS);
+  if (!callbacks || !callbacks->GetModuleFunctionTable) return 0;
+  NvtxFunctionTable core = NULL, core2 = NULL;
+  unsigned core_size = 0, core2_size = 0;
+  if (!callbacks->GetModuleFunctionTable(NVTX_CB_MODULE_CORE, &core, &core_size)) return 0;
+  patch(core, core_size, NVTX_CBID_CORE_RangePushA, (NvtxFunctionPointer)nvtx_range_push_a);
+  patch(core, core_size, NVTX_CBID_CORE_RangePushW, (NvtxFunctionPointer)nvtx_range_push_w);
+  patch(core, core_size, NVTX_CBID_CORE_RangePushEx, (NvtxFunctionPointer)nvtx_range_push_ex);
+  patch(core, core_size, NVTX_CBID_CORE_RangePop, (NvtxFunctionPointer)nvtx_range_pop);
+  if (callbacks->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &core2, &core2_size)) {
+    patch(core2, core2_size, NVTX_CBID_CORE2_DomainRangePushEx, (NvtxFunctionPointer)nvtx_domain_range_push_ex);
+    patch(core2, core2_size, NVTX_CBID_CORE2_DomainRangePop, (NvtxFunctionPointer)nvtx_domain_range_pop);
+  }
+  return 1;
+}
+
+static void claim_nvtx_injection(void) {
+  const char* current = getenv("NVTX_INJECTION64_PATH");
+  Dl_info info;
+  if (!dladdr((void*)&claim_nvtx_injection, &info) || !info.dli_fname) return;
+  if (current && *current) {
+    if (strcmp(current, info.dli_fname) != 0 && getenv("LINGPROBE_NVTX_MAP"))
+      fprintf(stderr, "[lingprobe] NVTX_INJECTION64_PATH is owned by another tool (%s); NVTX ranges will not "
+                      "set stages (use the stage API, the shim or LINGPROBE_STAGE_MAP)\n", current);
+    return;
+  }
+  setenv("NVTX_INJECTION64_PATH", info.dli_fname, 1);
+}
+#else
+static void claim_nvtx_injection(void) {}
+#endif
 
 /* Interposes dlopen: Python's extension-module loader calls it. */
 __attribute__((visibility("default"))) void* dlopen(const char* file, int mode) {
@@ -103,5 +178,6 @@ __attribute__((constructor)) static void lingprobe_preload_init(void) {
     attach_done = 1;
     return;
   }
+  claim_nvtx_injection();
   try_attach();
 }

@@ -16,11 +16,16 @@ JOB = HERE.parent / "integration" / "distributed_job.py"
 
 
 @pytest.fixture(scope="module")
-def run_dir(cli, tmp_path_factory):
+def run_dir(cli, build_dir, tmp_path_factory):
+    helper = build_dir / "tests" / "libnvtx_helper.so"
+    if not helper.exists():
+        pytest.skip("built without the CUDA toolkit's NVTX3 headers: no NVTX helper")
     out = tmp_path_factory.mktemp("torchrun")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", LPTEST_NVTX_HELPER=str(helper))
     proc = subprocess.run(
-        [cli, "run", "-o", str(out), "--ops", "aten::linear,aten::conv3d,aten::to", "--",
+        [cli, "run", "-o", str(out), "--ops", "aten::linear,aten::conv3d,aten::to",
+         "--stage-map", "dit=DitBlock;vae=__main__.VaeDecoder;output=job_outputs:save_video",
+         "--nvtx-map", "dit=^transformer;vae=^vae;output=^output", "--",
          "/usr/bin/python3", "-m", "torch.distributed.run", "--nproc_per_node=4", "--master_port=29533",
          # torch 1.13 on Python 3.11 maps the default "0" of these to None (IntFlag
          # iteration skips 0); 2 (stderr) parses on both versions.

@@ -78,6 +78,11 @@ LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options) 
   try {
     if (options && options->struct_size < sizeof(size_t) + sizeof(int))
       return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "lingprobe_options.struct_size must be sizeof(lingprobe_options)");
+    switch (lingprobe::api::session_state()) {
+      case LINGPROBE_STATE_FINALIZED: return fail(LINGPROBE_ERROR_FINALIZED, "lingprobe was finalized");
+      case LINGPROBE_STATE_RUNNING: return LINGPROBE_OK;  // idempotent: the first configuration stays
+      case LINGPROBE_STATE_FRESH: break;
+    }
     lingprobe::api::Config config;
     std::string err;
     if (!options || options->use_environment) {

@@ -63,7 +63,13 @@ void MetadataWriter::start() {
   ensure_started_locked();
 }
 
-void MetadataWriter::wake() { cv_.notify_one(); }
+void MetadataWriter::wake() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (flush_requests_ == flushes_done_) ++flush_requests_;  // one pending drain is enough
+  }
+  cv_.notify_one();
+}
 
 void MetadataWriter::flush() {
   std::unique_lock<std::mutex> lock(mu_);

@@ -41,6 +41,43 @@ int main(void) {
   EXPECT(lingprobe_hash_signature("[1]", 3, hex, sizeof hex) == LINGPROBE_ERROR_PARSE);
   EXPECT(lingprobe_hash_signature("{\"a\":", 5, hex, sizeof hex) == LINGPROBE_ERROR_PARSE);
 
+  /* Life cycle, as a C program sees it. */
+  {
+    lingprobe_stats st;
+    lingprobe_options o;
+    const char* settings[] = {"nested=0", "flush_interval_ms=50"};
+    const char* bad[] = {"overflow=sometimes"};
+    char path[4096];
+    EXPECT(lingprobe_get_state() == LINGPROBE_STATE_FRESH);
+    EXPECT(lingprobe_start() == LINGPROBE_ERROR_NOT_INITIALIZED);
+    EXPECT(strlen(lingprobe_last_error()) > 0);
+    EXPECT(lingprobe_finalize() == LINGPROBE_ERROR_NOT_INITIALIZED);
+    EXPECT(lingprobe_stage_pop() == LINGPROBE_ERROR_STAGE_UNDERFLOW);
+    EXPECT(lingprobe_stage_push(NULL) == LINGPROBE_ERROR_INVALID_ARGUMENT);
+    EXPECT(lingprobe_stage_push("dit") == LINGPROBE_OK);
+    EXPECT(lingprobe_stage_pop() == LINGPROBE_OK);
+    memset(&st, 0, sizeof st);
+    EXPECT(lingprobe_get_stats(&st) == LINGPROBE_ERROR_INVALID_ARGUMENT); /* struct_size unset */
+    st.struct_size = sizeof st;
+    EXPECT(lingprobe_get_stats(&st) == LINGPROBE_OK && st.state == LINGPROBE_STATE_FRESH);
+
+    memset(&o, 0, sizeof o);
+    EXPECT(lingprobe_init(&o) == LINGPROBE_ERROR_INVALID_ARGUMENT); /* struct_size unset */
+    o.struct_size = sizeof o;
+    o.out_dir = "capi-test-out";
+    o.settings = bad;
+    o.settings_count = 1;
+    EXPECT(lingprobe_init(&o) == LINGPROBE_ERROR_INVALID_CONFIG);
+    EXPECT(strstr(lingprobe_last_error(), "LINGPROBE_OVERFLOW") != NULL);
+    EXPECT(lingprobe_start() == LINGPROBE_ERROR_INVALID_CONFIG);
+    EXPECT(lingprobe_finalize() == LINGPROBE_OK);
+    EXPECT(lingprobe_get_state() == LINGPROBE_STATE_FINALIZED);
+    EXPECT(lingprobe_start() == LINGPROBE_ERROR_FINALIZED);
+    EXPECT(lingprobe_init(&o) == LINGPROBE_ERROR_FINALIZED);
+    EXPECT(lingprobe_get_metadata_path(path, sizeof path) == LINGPROBE_OK);
+    (void)settings;
+  }
+
   if (failures) {
     fprintf(stderr, "%d C ABI check(s) failed\n", failures);
     return 1;

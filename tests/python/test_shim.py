@@ -95,3 +95,86 @@ def test_unknown_lingprobe_variable_warns_and_records(build_dir, tmp_path):
     assert p.returncode == 0, p.stderr.decode()
     assert p.stdout.decode().strip() == "1"
     assert "LINGPROBE_SOMETHING_ELSE is not a lingprobe option" in p.stderr.decode()
+
+
+def test_control_file_records_exactly_the_window(build_dir, tmp_path):
+    control = tmp_path / "control"
+    code = f"""
+        import time, torch, lingprobe
+        x = torch.ones(2, 2)
+        ctl = {str(control)!r}
+        lingprobe.start(out_dir={str(tmp_path)!r}, ops=["aten::mm"], enable=False, control_file=ctl,
+                        flush_interval_ms=20)
+        lingprobe.stop()
+        def wait_for(recording):
+            for _ in range(500):
+                if lingprobe.stats()["recording"] == recording:
+                    return
+                time.sleep(0.01)
+            raise SystemExit("control file not acted upon")
+        for _ in range(3): torch.mm(x, x)         # before the window
+        open(ctl, "w").write("start\\n"); wait_for(True)
+        for _ in range(5): torch.mm(x, x)         # inside
+        open(ctl, "w").write("stop\\n"); wait_for(False)
+        for _ in range(4): torch.mm(x, x)         # after
+        lingprobe.finalize()
+        print(lingprobe.metadata_path())
+    """
+    p = run_py(code, build_dir)
+    assert p.returncode == 0, p.stderr.decode()
+    _, sigs, counts, calls, last = metadata.summarize(p.stdout.decode().strip())
+    assert sum(counts.values()) == 5 and len(calls) == 5
+
+
+def test_skip_first_calls_for_warm_up(build_dir, tmp_path):
+    p = run_py(f"""
+        import torch, lingprobe
+        lingprobe.start(out_dir={str(tmp_path)!r}, ops=["aten::mm"], skip_calls=4)
+        for _ in range(10): torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+        lingprobe.finalize()
+        print(lingprobe.metadata_path())
+    """, build_dir)
+    assert p.returncode == 0, p.stderr.decode()
+    _, _, counts, _, _ = metadata.summarize(p.stdout.decode().strip())
+    assert sum(counts.values()) == 6
+
+
+def test_forked_child_records_nothing_and_parent_continues(build_dir, tmp_path):
+    p = run_py(f"""
+        import os, torch, lingprobe
+        x = torch.ones(2, 2)
+        lingprobe.start(out_dir={str(tmp_path)!r}, ops=["aten::mm"])
+        torch.mm(x, x)
+        pid = os.fork()
+        if pid == 0:
+            for _ in range(5): torch.mm(x, x)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        torch.mm(x, x)
+        lingprobe.finalize()
+        print(lingprobe.metadata_path())
+    """, build_dir)
+    assert p.returncode == 0, p.stderr.decode()
+    files = list((tmp_path / "metadata").glob("*.jsonl"))
+    assert len(files) == 1
+    _, _, counts, calls, last = metadata.summarize(p.stdout.decode().strip())
+    assert sum(counts.values()) == 2 and last["final"]
+
+
+def test_truncated_last_line_is_the_only_damage_after_a_kill(build_dir, tmp_path):
+    # SIGKILL mid-run: every complete line parses, counts written at flushes survive.
+    p = run_py(f"""
+        import os, signal, time, torch, lingprobe
+        lingprobe.start(out_dir={str(tmp_path)!r}, ops=["aten::mm"], flush_interval_ms=10, call_records=False)
+        x = torch.ones(2, 2)
+        for _ in range(2000): torch.mm(x, x)
+        lingprobe.flush()
+        for _ in range(100000): torch.mm(x, x)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """, build_dir)
+    assert p.returncode == -9
+    (f,) = (tmp_path / "metadata").glob("*.jsonl")
+    records = metadata.read(f)
+    counts = [r for r in records if r["kind"] == "counts"]
+    assert counts and not counts[-1]["final"]
+    assert sum(counts[-1]["calls"].values()) >= 2000

@@ -1,0 +1,71 @@
+"""The LD_PRELOAD stub as users meet it: plain LD_PRELOAD with LINGPROBE_*
+variables, processes without torch untouched, a foreign libtorch refused."""
+import os
+import subprocess
+
+import metadata
+
+JOB = "import torch; x = torch.ones(3, 3); [torch.mm(x, x) for _ in range(4)]"
+
+
+def env_for(build_dir, tmp_path, stub="liblingprobe_preload.so", **extra):
+    return dict(os.environ, LD_PRELOAD=str(build_dir / stub), LINGPROBE_OUT=str(tmp_path),
+                LINGPROBE_OPS="aten::mm", **extra)
+
+
+def test_plain_ld_preload_records(build_dir, tmp_path):
+    p = subprocess.run(["/usr/bin/python3", "-c", JOB], env=env_for(build_dir, tmp_path), capture_output=True)
+    assert p.returncode == 0, p.stderr.decode()
+    (f,) = (tmp_path / "metadata").glob("*.jsonl")
+    _, sigs, counts, _, last = metadata.summarize(f)
+    assert list(counts.values()) == [4] and last["final"]
+
+
+def test_processes_without_torch_are_untouched(build_dir, tmp_path):
+    p = subprocess.run(["sh", "-c", "echo hi; /usr/bin/python3 -c 'print(1)'"],
+                       env=env_for(build_dir, tmp_path), capture_output=True)
+    assert p.returncode == 0 and p.stdout == b"hi\n1\n" and p.stderr == b""
+    assert not (tmp_path / "metadata").exists()
+
+
+def test_foreign_libtorch_refused_with_one_line(build_dir, tmp_path):
+    p = subprocess.run(["/usr/bin/python3", "-c", JOB],
+                       env=env_for(build_dir, tmp_path, stub="tests/liblingprobe_preload_mismatch.so"),
+                       capture_output=True)
+    assert p.returncode == 0
+    lines = [l for l in p.stderr.decode().splitlines() if "lingprobe" in l]
+    assert len(lines) == 1 and "built against /nonexistent/libtorch_cpu.so" in lines[0]
+    assert not (tmp_path / "metadata").exists()
+
+
+def test_bad_configuration_one_line_and_the_job_runs_on(build_dir, tmp_path):
+    p = subprocess.run(["/usr/bin/python3", "-c", JOB + "; print('done')"],
+                       env=env_for(build_dir, tmp_path, LINGPROBE_FLUSH_INTERVAL_MS="soon"), capture_output=True)
+    assert p.returncode == 0 and p.stdout == b"done\n"
+    lines = [l for l in p.stderr.decode().splitlines() if "lingprobe" in l]
+    assert len(lines) == 1 and "LINGPROBE_FLUSH_INTERVAL_MS" in lines[0]
+    assert not (tmp_path / "metadata").exists()
+
+
+def overflow_run(build_dir, tmp_path, policy):
+    code = ("import torch; x = torch.ones(2, 2)\n"
+            "for _ in range(20000): torch.mm(x, x)\n")
+    p = subprocess.run(["/usr/bin/python3", "-c", code],
+                       env=env_for(build_dir, tmp_path, LINGPROBE_BUFFER_RECORDS="16",
+                                   LINGPROBE_FLUSH_INTERVAL_MS="1000", LINGPROBE_OVERFLOW=policy),
+                       capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()
+    (f,) = (tmp_path / "metadata").glob("*.jsonl")
+    return metadata.summarize(f)
+
+
+def test_overflow_drop_counts_what_it_dropped(build_dir, tmp_path):
+    _, _, counts, calls, last = overflow_run(build_dir, tmp_path, "drop")
+    assert sum(counts.values()) == 20000  # counts never drop
+    dropped = last["dropped"]["call_records"]["buffer_full"]
+    assert dropped > 0 and len(calls) + dropped == 20000
+
+
+def test_overflow_block_loses_nothing(build_dir, tmp_path):
+    _, _, counts, calls, last = overflow_run(build_dir, tmp_path, "block")
+    assert sum(counts.values()) == 20000 and len(calls) == 20000 and last["dropped"] == {}

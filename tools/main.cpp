@@ -7,6 +7,9 @@
 
 #include "hash_signature.h"
 #include "run_command.h"
+#ifdef LINGPROBE_HAVE_AUDIT
+#include "audit_command.h"
+#endif
 #include "lingprobe/version.h"
 
 namespace {
@@ -34,6 +37,10 @@ int cmd_version(int, char**) {
 
 const Command kCommands[] = {
     {"hash-signature", "read JSON signatures (one per line) on stdin, print their canonical SHA-256", cmd_hash_signature},
+#ifdef LINGPROBE_HAVE_AUDIT
+    {"audit", "coverage audit of a run: lingprobe audit [-o FILE] [--snapshots DIR] [--profiles DIR] PATH...",
+     lingprobe::tools::audit_command},
+#endif
     {"run", "run a command with lingprobe preloaded: lingprobe run [options] -- CMD ARGS", lingprobe::tools::run_command},
     {"config", "print every LINGPROBE_* option with its type, default and meaning", lingprobe::tools::config_command},
     {"version", "print the lingprobe version", cmd_version},

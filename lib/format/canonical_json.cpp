@@ -130,6 +130,63 @@ void write_canonical_json(const JsonValue& value, std::string& out) {
   }
 }
 
+namespace {
+
+void write_pretty(const JsonValue& value, std::string& out, int depth) {
+  auto newline = [&](int d) {
+    out.push_back('\n');
+    out.append(static_cast<size_t>(d) * 2, ' ');
+  };
+  switch (value.kind()) {
+    case JsonValue::Kind::Array: {
+      if (value.items().empty()) {
+        out += "[]";
+        return;
+      }
+      out.push_back('[');
+      bool first = true;
+      for (const auto& item : value.items()) {
+        if (!first) out.push_back(',');
+        first = false;
+        newline(depth + 1);
+        write_pretty(item, out, depth + 1);
+      }
+      newline(depth);
+      out.push_back(']');
+      return;
+    }
+    case JsonValue::Kind::Object: {
+      if (value.members().empty()) {
+        out += "{}";
+        return;
+      }
+      out.push_back('{');
+      bool first = true;
+      for (const auto& m : value.members()) {
+        if (!first) out.push_back(',');
+        first = false;
+        newline(depth + 1);
+        write_json_string(m.first, out);
+        out += ": ";
+        write_pretty(m.second, out, depth + 1);
+      }
+      newline(depth);
+      out.push_back('}');
+      return;
+    }
+    default:
+      write_canonical_json(value, out);
+  }
+}
+
+}  // namespace
+
+std::string pretty_json(const JsonValue& value) {
+  std::string out;
+  write_pretty(value, out, 0);
+  return out;
+}
+
 std::string canonical_json(const JsonValue& value) {
   std::string out;
   write_canonical_json(value, out);

@@ -20,6 +20,10 @@ std::string canonical_json(const JsonValue& value);
 // Python's ensure_ascii does. Invalid UTF-8 bytes are written as \ufffd.
 void write_json_string(const std::string& utf8, std::string& out);
 
+// Python's json.dumps(value, indent=2) (ensure_ascii, keys in insertion
+// order): the layout of the seed reports. Ends without a newline.
+std::string pretty_json(const JsonValue& value);
+
 // Hex SHA-256 of the canonical text of `value`.
 std::string canonical_sha256(const JsonValue& value);
 

@@ -1,0 +1,529 @@
+#include "audit/coverage_audit.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "audit/metadata_reader.h"
+#include "format/canonical_json.h"
+#include "format/flops.h"
+#include "format/json_parse.h"
+#include "format/sha256.h"
+#include "sink/metadata_writer.h"
+
+namespace lingprobe::audit {
+namespace {
+
+using format::JsonValue;
+
+bool is_dir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') names.emplace_back(e->d_name);
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string parent(const std::string& p) {
+  const size_t s = p.find_last_of('/');
+  return s == std::string::npos ? "." : (s == 0 ? "/" : p.substr(0, s));
+}
+
+std::string basename(const std::string& p) {
+  const size_t s = p.find_last_of('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+std::string strip_slash(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+// `path` relative to `base` when it lies inside it.
+std::string relative(const std::string& path, const std::string& base) {
+  const std::string b = strip_slash(base) + "/";
+  if (b != "./" && path.compare(0, b.size(), b) == 0) return path.substr(b.size());
+  if (b == "./" && path.compare(0, 2, "./") == 0) return path.substr(2);
+  return path;
+}
+
+struct Signature {
+  std::string sha;
+  JsonValue value;
+  std::string stage, op;
+  std::optional<int64_t> flops;
+  std::map<int64_t, uint64_t> calls_by_rank;
+  uint64_t calls = 0;
+  std::vector<Evidence> snapshots;
+  std::vector<Evidence> profiles;          // with counters
+  std::optional<double> kernel_time_us;    // measured, per call (first profile)
+};
+
+struct Fraction {
+  long double covered = 0, total = 0;
+  bool total_known = true;
+};
+
+JsonValue number(long double x) {
+  if (x == std::floor(x) && std::fabs(x) < 9.2e18L) return JsonValue::integer(static_cast<int64_t>(x));
+  return JsonValue::floating(static_cast<double>(x));
+}
+
+JsonValue fraction_json(const Fraction& f) {
+  JsonValue o = JsonValue::object();
+  o.set("covered", number(f.covered));
+  o.set("total", f.total_known ? number(f.total) : JsonValue::null());
+  o.set("fraction", f.total_known && f.total > 0 ? JsonValue::floating(static_cast<double>(f.covered / f.total))
+                                                 : JsonValue::null());
+  return o;
+}
+
+// Coverage of one group of signatures (a stage, or the whole run).
+JsonValue coverage_json(const std::vector<const Signature*>& group) {
+  Fraction snap_sigs, snap_calls, snap_flops, ctr_sigs, ctr_calls, ctr_flops, ctr_time;
+  uint64_t unknown_flops = 0;
+  for (const Signature* s : group) {
+    const bool snap = !s->snapshots.empty(), ctr = !s->profiles.empty();
+    snap_sigs.total += 1;
+    ctr_sigs.total += 1;
+    snap_calls.total += s->calls;
+    ctr_calls.total += s->calls;
+    if (snap) snap_sigs.covered += 1, snap_calls.covered += s->calls;
+    if (ctr) ctr_sigs.covered += 1, ctr_calls.covered += s->calls;
+    if (!s->flops) {
+      ++unknown_flops;
+    } else {
+      const long double f = static_cast<long double>(*s->flops) * s->calls;
+      snap_flops.total += f;
+      ctr_flops.total += f;
+      if (snap) snap_flops.covered += f;
+      if (ctr) ctr_flops.covered += f;
+    }
+    if (s->kernel_time_us) {
+      const long double t = *s->kernel_time_us * s->calls;
+      ctr_time.covered += t;
+      ctr_time.total += t;
+    } else if (!s->flops || *s->flops > 0) {
+      ctr_time.total_known = false;  // an unmeasured FLOP-bearing (or unknown) signature
+    }
+  }
+  JsonValue snapshots = JsonValue::object(
+      {{"by_signatures", fraction_json(snap_sigs)}, {"by_calls", fraction_json(snap_calls)}, {"by_flops", fraction_json(snap_flops)}});
+  JsonValue counters = JsonValue::object({{"by_signatures", fraction_json(ctr_sigs)},
+                                          {"by_calls", fraction_json(ctr_calls)},
+                                          {"by_flops", fraction_json(ctr_flops)},
+                                          {"by_measured_time_us", fraction_json(ctr_time)}});
+  return JsonValue::object({{"snapshots", snapshots},
+                            {"counters", counters},
+                            {"signatures_without_flop_formula", JsonValue::integer(static_cast<int64_t>(unknown_flops))}});
+}
+
+// "{stage}_rank{R}_{h16}[_s{seq}][.pt]" -> h16, or "".
+std::string h16_of(const std::string& name) {
+  std::string stem = name;
+  if (stem.size() > 3 && stem.compare(stem.size() - 3, 3, ".pt") == 0) stem.resize(stem.size() - 3);
+  const size_t s = stem.rfind("_s");
+  if (s != std::string::npos && s + 2 < stem.size() &&
+      stem.find_first_not_of("0123456789", s + 2) == std::string::npos)
+    stem.resize(s);
+  if (stem.size() < 17 || stem[stem.size() - 17] != '_') return "";
+  std::string h = stem.substr(stem.size() - 16);
+  return h.find_first_not_of("0123456789abcdef") == std::string::npos ? h : "";
+}
+
+// Mean kernel time per call (µs) from a profile's kernels.json, if it has one.
+std::optional<double> profile_time_us(const std::string& dir) {
+  std::ifstream f(dir + "/kernels.json");
+  if (!f) return std::nullopt;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto parsed = format::parse_json(ss.str());
+  if (!parsed.ok) return std::nullopt;
+  const JsonValue* kernels = parsed.value.kind() == JsonValue::Kind::Array ? &parsed.value : parsed.value.find("kernels");
+  if (!kernels || kernels->kind() != JsonValue::Kind::Array || kernels->items().empty()) return std::nullopt;
+  double total = 0;
+  for (const auto& k : kernels->items()) {
+    const JsonValue* metrics = k.find("metrics");
+    const JsonValue* t = metrics ? metrics->find("gpu__time_duration.sum") : nullptr;
+    const JsonValue* v = t ? t->find("value") : nullptr;
+    const JsonValue* unit = t ? t->find("unit") : nullptr;
+    if (!v || (v->kind() != JsonValue::Kind::Float && v->kind() != JsonValue::Kind::Int)) return std::nullopt;
+    double x = v->kind() == JsonValue::Kind::Float ? v->as_float() : static_cast<double>(v->as_int());
+    const std::string u = unit && unit->kind() == JsonValue::Kind::String ? unit->as_string() : "us";
+    total += u == "ns" ? x / 1000 : u == "ms" ? x * 1000 : u == "s" ? x * 1e6 : x;
+  }
+  return total;
+}
+
+std::string pct(const JsonValue& fraction) {
+  const JsonValue* f = fraction.find("fraction");
+  if (!f || f->is_null()) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", f->as_float() * 100);
+  return buf;
+}
+
+std::string human(long double x) {
+  const char* units[] = {"", "K", "M", "G", "T", "P", "E"};
+  int u = 0;
+  while (std::fabs(x) >= 1000 && u < 6) x /= 1000, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.2f%s" : "%.0f%s", static_cast<double>(x), units[u]);
+  return buf;
+}
+
+std::string short_signature(const Signature& s) {
+  std::string out = s.op + "(";
+  const JsonValue* args = s.value.find("args");
+  bool first = true;
+  if (args)
+    for (const auto& a : args->items()) {
+      if (!first) out += ", ";
+      first = false;
+      const JsonValue* shape = a.kind() == JsonValue::Kind::Object ? a.find("shape") : nullptr;
+      out += shape ? format::canonical_json(*shape) : format::canonical_json(a);
+    }
+  return out + ")";
+}
+
+std::string make_summary(const std::map<std::string, std::vector<const Signature*>>& by_stage,
+                         const std::vector<const Signature*>& all, const JsonValue& overall, const JsonValue& stages,
+                         size_t files, const std::set<int64_t>& ranks, uint64_t dropped) {
+  std::ostringstream md;
+  uint64_t calls = 0;
+  for (auto* s : all) calls += s->calls;
+  md << "# lingprobe coverage audit\n\n"
+     << all.size() << " distinct signatures, " << calls << " calls, from " << files << " metadata file(s) of "
+     << ranks.size() << " rank(s); " << dropped << " dropped record(s).\n\n"
+     << "| coverage | by signatures | by calls | by FLOPs | by measured time |\n|---|---|---|---|---|\n";
+  for (const char* kind : {"snapshots", "counters"}) {
+    const JsonValue& c = *overall.find(kind);
+    md << "| " << kind << " | " << pct(*c.find("by_signatures")) << " | " << pct(*c.find("by_calls")) << " | "
+       << pct(*c.find("by_flops")) << " | "
+       << (c.find("by_measured_time_us") ? pct(*c.find("by_measured_time_us")) : std::string("-")) << " |\n";
+  }
+  size_t i = 0;
+  for (const auto& [stage, group] : by_stage) {
+    const JsonValue& st = stages.items()[i++];
+    md << "\n## Stage `" << stage << "`: " << group.size() << " signatures, "
+       << st.find("recorded_calls")->as_int() << " calls\n\n";
+    std::vector<const Signature*> by_calls = group, by_flops;
+    for (auto* s : group)
+      if (s->flops && *s->flops > 0) by_flops.push_back(s);
+    std::sort(by_flops.begin(), by_flops.end(), [](auto* a, auto* b) {
+      return static_cast<long double>(*a->flops) * a->calls > static_cast<long double>(*b->flops) * b->calls;
+    });
+    md << "Top by calls:\n\n| calls | FLOPs/call | snapshot | counters | signature |\n|---|---|---|---|---|\n";
+    for (size_t k = 0; k < by_calls.size() && k < 5; ++k) {
+      auto* s = by_calls[k];
+      md << "| " << s->calls << " | " << (s->flops ? human(*s->flops) : "unknown") << " | "
+         << (s->snapshots.empty() ? "no" : "yes") << " | " << (s->profiles.empty() ? "no" : "yes") << " | `"
+         << short_signature(*s) << "` " << s->sha.substr(0, 12) << " |\n";
+    }
+    if (!by_flops.empty()) {
+      md << "\nTop by FLOPs (calls x FLOPs/call):\n\n| total FLOPs | calls | signature |\n|---|---|---|\n";
+      for (size_t k = 0; k < by_flops.size() && k < 5; ++k) {
+        auto* s = by_flops[k];
+        md << "| " << human(static_cast<long double>(*s->flops) * s->calls) << " | " << s->calls << " | `"
+           << short_signature(*s) << "` " << s->sha.substr(0, 12) << " |\n";
+      }
+    }
+    size_t uncovered = 0;
+    for (auto* s : group) uncovered += s->profiles.empty();
+    md << "\nNot covered by counters: " << uncovered << " of " << group.size() << " signatures";
+    const JsonValue& cov = *st.find("coverage")->find("counters");
+    md << " (" << pct(*cov.find("by_calls")) << " of calls, " << pct(*cov.find("by_flops")) << " of FLOPs covered).\n";
+  }
+  return md.str();
+}
+
+}  // namespace
+
+AuditOutcome run_audit(const AuditOptions& options) {
+  AuditOutcome outcome;
+  if (options.inputs.empty()) {
+    outcome.error = "no input: give a run directory or metadata JSONL files";
+    return outcome;
+  }
+  // 1. Files and the run directory.
+  std::vector<std::string> files;
+  std::string run_dir;
+  for (const auto& raw : options.inputs) {
+    const std::string in = strip_slash(raw);
+    if (is_dir(in)) {
+      const std::string meta = is_dir(in + "/metadata") ? in + "/metadata" : in;
+      if (run_dir.empty()) run_dir = meta == in ? parent(in) : in;
+      for (const auto& name : list_dir(meta))
+        if (name.size() > 6 && name.compare(name.size() - 6, 6, ".jsonl") == 0) files.push_back(meta + "/" + name);
+    } else {
+      if (run_dir.empty()) {
+        const std::string dir = parent(in);
+        run_dir = basename(dir) == "metadata" ? parent(dir) : dir;
+      }
+      files.push_back(in);
+    }
+  }
+  if (files.empty()) {
+    outcome.error = "no metadata files (*.jsonl) found in " + options.inputs.front();
+    return outcome;
+  }
+
+  // 2. Read every file (streaming), validate, aggregate by signature hash.
+  std::map<std::string, Signature> sigs;
+  std::set<int64_t> ranks;
+  std::string run_id;
+  int64_t world_size = -1;
+  uint64_t dropped_total = 0, bytes_total = 0;
+  std::map<std::string, std::map<std::string, uint64_t>> dropped;
+  JsonValue sources = JsonValue::array();
+  std::vector<std::pair<std::string, std::string>> source_rows;
+  size_t used_files = 0;
+  for (const auto& path : files) {
+    FileSummary f;
+    auto progress = [&](uint64_t done) {
+      if (options.progress)
+        std::fprintf(stderr, "\r[lingprobe audit] %s: %.0f MiB", basename(path).c_str(), static_cast<double>(done) / (1 << 20));
+    };
+    ReadResult rr = read_metadata_file(path, f, progress);
+    if (options.progress && f.bytes >= (64u << 20)) std::fprintf(stderr, "\n");
+    if (!rr.ok) {
+      outcome.error = rr.error;
+      return outcome;
+    }
+    bytes_total += f.bytes;
+    if (f.bytes == 0 || !f.has_header) {
+      outcome.warnings.push_back(path + ": " + (f.bytes == 0 ? "empty file" : "no header record") + "; skipped");
+      continue;
+    }
+    if (f.format != "lingprobe.metadata/1") {
+      outcome.error = path + ": format '" + f.format + "' is not lingprobe.metadata/1; refusing to mix formats";
+      return outcome;
+    }
+    if (f.role == "launcher") {
+      outcome.warnings.push_back(path + ": written by a launcher process; skipped");
+      continue;
+    }
+    if (world_size >= 0 && f.world_size != world_size) {
+      outcome.error = path + ": world_size " + std::to_string(f.world_size) + " disagrees with " +
+                      std::to_string(world_size) + " of the files before it; these files are not one run";
+      return outcome;
+    }
+    world_size = f.world_size;
+    if (run_id.empty()) run_id = f.run_id;
+    else if (f.run_id != run_id)
+      outcome.warnings.push_back(path + ": run_id '" + f.run_id + "' differs from '" + run_id + "'");
+    if (f.truncated_last_line) outcome.warnings.push_back(path + ": truncated last line skipped (killed while writing?)");
+    const std::map<uint32_t, uint64_t>* counts = &f.counts;
+    if (!f.has_counts) {
+      counts = &f.call_records;
+      outcome.warnings.push_back(path + ": no counts record; counted its call records instead");
+    } else if (!f.final_counts) {
+      outcome.warnings.push_back(path + ": no final counts record (the process did not finish); using its last counts");
+    }
+    for (const auto& [id, n] : *counts) {
+      auto it = f.signature_sha.find(id);
+      if (it == f.signature_sha.end()) {
+        outcome.error = path + ": counts name signature id " + std::to_string(id) + ", which the file never defines";
+        return outcome;
+      }
+      Signature& s = sigs[it->second];
+      if (s.sha.empty()) {
+        s.sha = it->second;
+        auto parsed = format::parse_json(f.signature_json[it->second]);
+        if (!parsed.ok || parsed.value.kind() != JsonValue::Kind::Object) {
+          outcome.error = path + ": signature " + it->second + " has malformed signature_json";
+          return outcome;
+        }
+        s.value = std::move(parsed.value);
+        const JsonValue* st = s.value.find("stage");
+        const JsonValue* op = s.value.find("op");
+        s.stage = st && st->kind() == JsonValue::Kind::String ? st->as_string() : "unstaged";
+        s.op = op && op->kind() == JsonValue::Kind::String ? op->as_string() : "?";
+        s.flops = format::flops_per_call(s.value);
+      }
+      if (n == 0) continue;
+      s.calls_by_rank[f.rank] += n;
+      s.calls += n;
+      ranks.insert(f.rank);
+    }
+    for (const auto& e : f.snapshots) {
+      auto it = f.signature_sha.find(e.id);
+      if (it != f.signature_sha.end()) sigs[it->second].snapshots.push_back(e);
+    }
+    for (const auto& e : f.profiles) {
+      auto it = f.signature_sha.find(e.id);
+      if (it != f.signature_sha.end()) sigs[it->second].profiles.push_back(e);
+    }
+    for (const auto& [what, reasons] : f.dropped)
+      for (const auto& [reason, n] : reasons) dropped[what][reason] += n, dropped_total += n;
+    source_rows.emplace_back(relative(path, run_dir), f.sha256);
+    ++used_files;
+  }
+  // Signatures defined but never counted carry no calls: not rows.
+  for (auto it = sigs.begin(); it != sigs.end();) it = it->second.calls ? std::next(it) : sigs.erase(it);
+
+  // 3. Evidence on disk (snapshots/, profiles/), matched by the hash prefix in the name.
+  std::map<std::string, Signature*> by_h16;
+  for (auto& [sha, s] : sigs) by_h16[sha.substr(0, 16)] = &s;
+  const std::string snap_dir = options.snapshots_dir.empty() ? run_dir + "/snapshots" : options.snapshots_dir;
+  const std::string prof_dir = options.profiles_dir.empty() ? run_dir + "/profiles" : options.profiles_dir;
+  for (const auto& name : list_dir(snap_dir)) {
+    auto it = by_h16.find(h16_of(name));
+    if (it == by_h16.end()) continue;
+    const std::string full = snap_dir + "/" + name;
+    Evidence e;
+    e.path = relative(full, run_dir);
+    if (std::none_of(it->second->snapshots.begin(), it->second->snapshots.end(), [&](const Evidence& x) { return x.path == e.path; })) {
+      format::sha256_file_hex(full, e.sha256);
+      it->second->snapshots.push_back(e);
+    }
+  }
+  for (const auto& name : list_dir(prof_dir)) {
+    auto it = by_h16.find(h16_of(name));
+    const std::string full = prof_dir + "/" + name;
+    if (it == by_h16.end() || !is_dir(full)) continue;
+    auto t = profile_time_us(full);
+    if (!t) continue;  // a profile without counters is not counter evidence
+    Evidence e;
+    e.path = relative(full, run_dir);
+    if (std::none_of(it->second->profiles.begin(), it->second->profiles.end(), [&](const Evidence& x) { return x.path == e.path; })) {
+      format::sha256_file_hex(full + "/kernels.json", e.sha256);
+      it->second->profiles.push_back(e);
+    }
+    if (!it->second->kernel_time_us) it->second->kernel_time_us = t;
+  }
+
+  // 4. Rows in the seed's order: stage, calls descending, sha ascending.
+  std::vector<const Signature*> all;
+  for (const auto& [sha, s] : sigs) all.push_back(&s);
+  std::sort(all.begin(), all.end(), [](const Signature* a, const Signature* b) {
+    if (a->stage != b->stage) return a->stage < b->stage;
+    if (a->calls != b->calls) return a->calls > b->calls;
+    return a->sha < b->sha;
+  });
+  std::map<std::string, std::vector<const Signature*>> by_stage;
+  for (auto* s : all) by_stage[s->stage].push_back(s);
+
+  auto evidence_json = [](const Evidence* e) {
+    if (!e) return JsonValue::null();
+    return JsonValue::object({{"path", JsonValue::string(e->path)}, {"sha256", JsonValue::string(e->sha256)}});
+  };
+  JsonValue rows = JsonValue::array();
+  for (const Signature* s : all) {
+    JsonValue by_rank = JsonValue::object();
+    for (const auto& [rank, n] : s->calls_by_rank)
+      if (n) by_rank.set(std::to_string(rank), JsonValue::integer(static_cast<int64_t>(n)));
+    JsonValue inputs = JsonValue::array();
+    for (const auto& p : s->profiles) {
+      const Evidence* snap = s->snapshots.empty() ? nullptr : &s->snapshots.front();
+      for (const auto& sn : s->snapshots)
+        if (sn.seq == p.seq) snap = &sn;
+      inputs.push_back(JsonValue::object({{"input", JsonValue::string(snap ? snap->path : p.path)},
+                                          {"input_sha256", JsonValue::string(snap ? snap->sha256 : p.sha256)}}));
+    }
+    JsonValue row = JsonValue::object();
+    row.set("signature", s->value);
+    row.set("signature_sha256", JsonValue::string(s->sha));
+    row.set("calls", JsonValue::integer(static_cast<int64_t>(s->calls)));
+    row.set("calls_by_rank", std::move(by_rank));
+    row.set("same_structural_signature_ncu_inputs", std::move(inputs));
+    row.set("flops_per_call", s->flops ? JsonValue::integer(*s->flops) : JsonValue::null());
+    row.set("snapshot", evidence_json(s->snapshots.empty() ? nullptr : &s->snapshots.front()));
+    row.set("profile", evidence_json(s->profiles.empty() ? nullptr : &s->profiles.front()));
+    row.set("kernel_time_us_per_call", s->kernel_time_us ? JsonValue::floating(*s->kernel_time_us) : JsonValue::null());
+    rows.push_back(std::move(row));
+  }
+  JsonValue stages = JsonValue::array();
+  for (const auto& [stage, group] : by_stage) {
+    uint64_t calls = 0, with_prior = 0, calls_with_prior = 0;
+    for (auto* s : group) {
+      calls += s->calls;
+      if (!s->profiles.empty()) ++with_prior, calls_with_prior += s->calls;
+    }
+    JsonValue st = JsonValue::object();
+    st.set("stage", JsonValue::string(stage));
+    st.set("distinct_signatures", JsonValue::integer(static_cast<int64_t>(group.size())));
+    st.set("recorded_calls", JsonValue::integer(static_cast<int64_t>(calls)));
+    st.set("signatures_with_prior_ncu_input", JsonValue::integer(static_cast<int64_t>(with_prior)));
+    st.set("calls_with_structurally_matching_prior_input", JsonValue::integer(static_cast<int64_t>(calls_with_prior)));
+    st.set("coverage", coverage_json(group));
+    stages.push_back(std::move(st));
+  }
+  std::sort(source_rows.begin(), source_rows.end());
+  for (const auto& [p, sha] : source_rows)
+    sources.push_back(JsonValue::object({{"path", JsonValue::string(p)}, {"sha256", JsonValue::string(sha)}}));
+
+  JsonValue overall = coverage_json(all);
+  JsonValue ranks_json = JsonValue::array();
+  for (int64_t r : ranks) ranks_json.push_back(JsonValue::integer(r));
+  JsonValue dropped_json = JsonValue::object();
+  for (const auto& [what, reasons] : dropped) {
+    JsonValue r = JsonValue::object();
+    for (const auto& [reason, n] : reasons) r.set(reason, JsonValue::integer(static_cast<int64_t>(n)));
+    dropped_json.set(what, std::move(r));
+  }
+  JsonValue warnings = JsonValue::array();
+  for (const auto& w : outcome.warnings) warnings.push_back(JsonValue::string(w));
+
+  JsonValue report = JsonValue::object();
+  report.set("status", JsonValue::string("structural_signature_coverage_audited"));
+  report.set("scope", JsonValue::string(
+      "All recorded metadata calls of one lingprobe run (" + std::to_string(used_files) + " file(s), " +
+      std::to_string(ranks.size()) + " rank(s), world size " + std::to_string(world_size) +
+      "), audited against this run's own evidence: 'same_structural_signature_ncu_inputs' lists each signature's "
+      "profiles with hardware counters, measured inline on this run's own calls (the input is that call's snapshot "
+      "where one exists). Exact op, nested argument shape/stride/dtype/scalars, kwargs and output metadata; device "
+      "removed for cross-rank comparison. FLOPs are analytic (2 per multiply-add, bias included; data movement 0; "
+      "null where no formula is known)."));
+  report.set("stages", stages);
+  report.set("rows", std::move(rows));
+  report.set("sources", std::move(sources));
+  report.set("coverage", overall);
+  report.set("run", JsonValue::object({{"run_id", JsonValue::string(run_id)},
+                                       {"world_size", JsonValue::integer(world_size)},
+                                       {"ranks", std::move(ranks_json)},
+                                       {"metadata_bytes", JsonValue::integer(static_cast<int64_t>(bytes_total))}}));
+  report.set("dropped", std::move(dropped_json));
+  report.set("warnings", std::move(warnings));
+
+  // 5. Write: the report, then the summary (nothing when anything failed above).
+  outcome.report_path = options.output.empty() ? run_dir + "/reports/coverage_audit.json" : options.output;
+  outcome.summary_path = parent(outcome.report_path) + "/summary.md";
+  outcome.summary = make_summary(by_stage, all, overall, stages, used_files, ranks, dropped_total);
+  if (std::string err = sink::make_directories(parent(outcome.report_path)); !err.empty()) {
+    outcome.error = err;
+    return outcome;
+  }
+  for (const auto& [path, text] : {std::make_pair(outcome.report_path, format::pretty_json(report) + "\n"),
+                                   std::make_pair(outcome.summary_path, outcome.summary)}) {
+    const std::string tmp = path + ".tmp";
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+      std::remove(tmp.c_str());
+      outcome.error = "cannot write " + path;
+      return outcome;
+    }
+  }
+  outcome.ok = true;
+  return outcome;
+}
+
+}  // namespace lingprobe::audit

@@ -1,0 +1,32 @@
+// `lingprobe audit`: joins a run's metadata files (all ranks, all pids) with
+// its evidence (snapshots, profiles with counters) into the document
+// ../shared/seeds/coverage_audit.seed.json is — same keys, same order — plus
+// FLOP- and time-weighted coverage, and a human summary. Reads files only;
+// no torch.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lingprobe::audit {
+
+struct AuditOptions {
+  std::vector<std::string> inputs;  // run directories or metadata JSONL files
+  std::string output;               // "": RUN/reports/coverage_audit.json
+  std::string snapshots_dir;        // "": RUN/snapshots
+  std::string profiles_dir;         // "": RUN/profiles
+  bool progress = false;            // progress lines on stderr
+};
+
+struct AuditOutcome {
+  bool ok = false;
+  std::string error;
+  std::vector<std::string> warnings;
+  std::string report_path;
+  std::string summary_path;
+  std::string summary;  // the Markdown summary (also printed by the CLI)
+};
+
+AuditOutcome run_audit(const AuditOptions& options);
+
+}  // namespace lingprobe::audit

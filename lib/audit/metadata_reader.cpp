@@ -1,0 +1,220 @@
+#include "audit/metadata_reader.h"
+
+#include <openssl/evp.h>
+#include <simdjson.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace lingprobe::audit {
+namespace {
+
+constexpr size_t kChunk = 16u << 20;
+
+struct Ctx {
+  FileSummary* out;
+  simdjson::dom::parser parser;
+  std::vector<uint64_t> call_counts;  // call records per id (dense ids), merged at the end
+};
+
+std::string str(simdjson::dom::element e) {
+  std::string_view v;
+  if (e.get_string().get(v)) return "";
+  return std::string(v);
+}
+
+int64_t num(simdjson::dom::element e) {
+  int64_t i;
+  if (!e.get_int64().get(i)) return i;
+  uint64_t u;
+  if (!e.get_uint64().get(u)) return static_cast<int64_t>(u);
+  return -1;
+}
+
+// Returns "" or what was wrong with the record.
+std::string handle(Ctx& c, simdjson::dom::element doc) {
+  simdjson::dom::object obj;
+  if (doc.get_object().get(obj)) return "not a JSON object";
+  std::string_view kind;
+  if (obj["kind"].get_string().get(kind)) return "no \"kind\"";
+  FileSummary& f = *c.out;
+  if (kind == "call") {
+    int64_t id = num(obj["id"]);
+    if (id < 0) return "call record without an integer id";
+    ++f.call_records[static_cast<uint32_t>(id)];
+  } else if (kind == "counts") {
+    simdjson::dom::object calls;
+    if (obj["calls"].get_object().get(calls)) return "counts record without \"calls\"";
+    f.counts.clear();
+    for (auto field : calls) {
+      int64_t n = num(field.value);
+      if (n < 0) return "counts record with a non-integer count";
+      f.counts[static_cast<uint32_t>(std::strtoul(std::string(field.key).c_str(), nullptr, 10))] =
+          static_cast<uint64_t>(n);
+    }
+    f.dropped.clear();
+    simdjson::dom::object dropped;
+    if (!obj["dropped"].get_object().get(dropped)) {
+      for (auto what : dropped) {
+        simdjson::dom::object reasons;
+        if (what.value.get_object().get(reasons)) continue;
+        for (auto r : reasons) f.dropped[std::string(what.key)][std::string(r.key)] = static_cast<uint64_t>(num(r.value));
+      }
+    }
+    bool fin = false;
+    f.final_counts = !obj["final"].get_bool().get(fin) && fin;
+    f.has_counts = true;
+  } else if (kind == "signature") {
+    int64_t id = num(obj["id"]);
+    std::string sha = str(obj["sha256"]);
+    std::string_view text;
+    if (id < 0 || sha.size() != 64 || obj["signature_json"].get_string().get(text))
+      return "signature record needs id, sha256 and signature_json";
+    f.signature_sha[static_cast<uint32_t>(id)] = sha;
+    if (!f.signature_json.count(sha)) f.signature_json.emplace(sha, std::string(text));
+  } else if (kind == "header") {
+    f.has_header = true;
+    f.format = str(obj["format"]);
+    f.run_id = str(obj["run_id"]);
+    f.role = str(obj["role"]);
+    f.rank = num(obj["rank"]);
+    f.world_size = num(obj["world_size"]);
+  } else if (kind == "snapshot" || kind == "profile") {
+    Evidence e;
+    e.id = static_cast<uint32_t>(num(obj["id"]));
+    e.seq = static_cast<uint64_t>(num(obj["seq"]));
+    e.path = str(obj["path"]);
+    e.sha256 = str(obj["sha256"]);
+    (kind == "snapshot" ? f.snapshots : f.profiles).push_back(std::move(e));
+  }
+  return "";
+}
+
+// The writer's own call-record layout, validated exactly (so it is valid
+// JSON by construction) without a general parse:
+//   {"depth":D,"id":I,"kind":"call","seq":S,"t0_ns":T,"t1_ns":T,"tid":N}
+// Returns false for anything else; the caller then parses the line in full.
+bool fast_call_line(const char* p, size_t n, uint64_t& id) {
+  const char* end = p + n;
+  auto lit = [&](const char* s, size_t len) {
+    if (static_cast<size_t>(end - p) < len || std::memcmp(p, s, len) != 0) return false;
+    p += len;
+    return true;
+  };
+  auto integer = [&](bool allow_negative, uint64_t* value) {
+    if (allow_negative && p < end && *p == '-') ++p;
+    if (p >= end || *p < '0' || *p > '9') return false;
+    if (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9') return false;  // no leading zeros
+    uint64_t v = 0;
+    const char* start = p;
+    while (p < end && *p >= '0' && *p <= '9') v = v * 10 + static_cast<uint64_t>(*p++ - '0');
+    if (p - start > 19) return false;  // leave huge numbers to the full parser
+    if (value) *value = v;
+    return true;
+  };
+#define LP_LIT(s) lit(s, sizeof(s) - 1)
+  return LP_LIT("{\"depth\":") && integer(false, nullptr) && LP_LIT(",\"id\":") && integer(false, &id) &&
+         LP_LIT(",\"kind\":\"call\",\"seq\":") && integer(false, nullptr) && LP_LIT(",\"t0_ns\":") &&
+         integer(true, nullptr) && LP_LIT(",\"t1_ns\":") && integer(true, nullptr) && LP_LIT(",\"tid\":") &&
+         integer(false, nullptr) && LP_LIT("}") && p == end;
+#undef LP_LIT
+}
+
+// Line-by-line parse of [p, p+n); returns "" or "LINE: what was wrong".
+std::string parse_lines(Ctx& c, const char* p, size_t n, uint64_t& line_no) {
+  size_t start = 0;
+  while (start < n) {
+    const char* nl = static_cast<const char*>(std::memchr(p + start, '\n', n - start));
+    const size_t len = static_cast<size_t>(nl - (p + start));
+    ++line_no;
+    uint64_t id;
+    if (len > 0 && fast_call_line(p + start, len, id)) {
+      if (id < c.call_counts.size()) ++c.call_counts[id];
+      else if (id < (1u << 20)) c.call_counts.resize(id + 1024), ++c.call_counts[id];
+      else ++c.out->call_records[static_cast<uint32_t>(id)];
+    } else if (len > 0) {
+      simdjson::dom::element doc;
+      auto err = c.parser.parse(p + start, len, false).get(doc);
+      std::string what = err ? std::string("malformed JSON (") + simdjson::error_message(err) + ")" : handle(c, doc);
+      if (!what.empty()) return std::to_string(line_no) + ": " + what;
+    }
+    start += len + 1;
+  }
+  return "";
+}
+
+}  // namespace
+
+ReadResult read_metadata_file(const std::string& path, FileSummary& out, const std::function<void(uint64_t)>& progress) {
+  ReadResult r;
+  out = FileSummary{};
+  out.path = path;
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) {
+    r.error = path + ": cannot open: " + std::strerror(errno);
+    return r;
+  }
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> sha(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  EVP_DigestInit_ex(sha.get(), EVP_sha256(), nullptr);
+  Ctx ctx;
+  ctx.out = &out;
+  // One buffer: a carried-over partial line, then the next chunk, then padding.
+  std::unique_ptr<char[]> buf(new char[2 * kChunk + simdjson::SIMDJSON_PADDING]);
+  size_t carry = 0;
+  uint64_t line_no = 0, last_report = 0;
+  for (;;) {
+    size_t n = std::fread(buf.get() + carry, 1, kChunk, file.get());
+    if (n == 0 && std::ferror(file.get())) {
+      r.error = path + ": read error: " + std::strerror(errno);
+      return r;
+    }
+    EVP_DigestUpdate(sha.get(), buf.get() + carry, n);
+    out.bytes += n;
+    const bool eof = n == 0;
+    size_t end = carry + n;
+    std::memset(buf.get() + end, 0, simdjson::SIMDJSON_PADDING);
+    const char* last_nl = end ? static_cast<const char*>(memrchr(buf.get(), '\n', end)) : nullptr;
+    const size_t whole = last_nl ? static_cast<size_t>(last_nl - buf.get()) + 1 : 0;
+    if (std::string what = parse_lines(ctx, buf.get(), whole, line_no); !what.empty()) {
+      r.error = path + ":" + what;
+      return r;
+    }
+    size_t start = whole;
+    if (eof) {
+      if (start < end) {  // a last line without its newline
+        ++line_no;
+        simdjson::dom::element doc;
+        auto err = ctx.parser.parse(buf.get() + start, end - start, false).get(doc);
+        if (err || !handle(ctx, doc).empty()) out.truncated_last_line = true;
+      }
+      break;
+    }
+    if (end - start > kChunk) {
+      r.error = path + ":" + std::to_string(line_no + 1) + ": a line longer than 16 MiB";
+      return r;
+    }
+    std::memmove(buf.get(), buf.get() + start, end - start);
+    carry = end - start;
+    if (progress && out.bytes - last_report >= (64u << 20)) {
+      last_report = out.bytes;
+      progress(out.bytes);
+    }
+  }
+  out.lines = line_no;
+  for (size_t id = 0; id < ctx.call_counts.size(); ++id)
+    if (ctx.call_counts[id]) out.call_records[static_cast<uint32_t>(id)] += ctx.call_counts[id];
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned dlen = 0;
+  EVP_DigestFinal_ex(sha.get(), digest, &dlen);
+  static const char kHex[] = "0123456789abcdef";
+  for (unsigned i = 0; i < dlen; ++i) {
+    out.sha256.push_back(kHex[digest[i] >> 4]);
+    out.sha256.push_back(kHex[digest[i] & 0xF]);
+  }
+  r.ok = true;
+  return r;
+}
+
+}  // namespace lingprobe::audit

@@ -1,0 +1,52 @@
+// Streams one metadata JSONL file (SPEC section 4) in bounded memory: 16 MiB
+// chunks, one simdjson DOM parse per line (so every line is fully validated),
+// the file's SHA-256 computed in the same pass. Keeps only what the audit
+// needs: header fields, signatures, the last counts record, call-record
+// counts (a fallback for files killed before their first counts record),
+// snapshot/profile evidence.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace lingprobe::audit {
+
+struct Evidence {
+  uint32_t id = 0;
+  uint64_t seq = 0;
+  std::string path;    // relative to the run directory
+  std::string sha256;
+};
+
+struct FileSummary {
+  std::string path;
+  std::string sha256;
+  bool has_header = false;
+  std::string format, run_id, role;
+  int64_t rank = 0, world_size = 0;
+  std::unordered_map<uint32_t, std::string> signature_sha;   // file-local id -> sha256
+  std::unordered_map<std::string, std::string> signature_json;  // sha256 -> canonical text
+  bool has_counts = false;
+  bool final_counts = false;
+  std::map<uint32_t, uint64_t> counts;        // from the last counts record
+  std::map<uint32_t, uint64_t> call_records;  // call records per id
+  std::map<std::string, std::map<std::string, uint64_t>> dropped;
+  std::vector<Evidence> snapshots, profiles;
+  uint64_t lines = 0, bytes = 0;
+  bool truncated_last_line = false;
+};
+
+struct ReadResult {
+  bool ok = false;
+  std::string error;  // "FILE:LINE: what was wrong"
+};
+
+// `progress(bytes_done)` is called every few MiB (may be empty).
+ReadResult read_metadata_file(const std::string& path, FileSummary& out,
+                              const std::function<void(uint64_t)>& progress = {});
+
+}  // namespace lingprobe::audit

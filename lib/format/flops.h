@@ -1,0 +1,28 @@
+// Analytic FLOPs of one call from its signature (SPEC section 4: 2 per
+// multiply-add, bias included; data-movement ops are 0, not null). Returns
+// nullopt where no formula is known: never a guess.
+//
+//   linear            2*M*N*K (+ M*N with bias), M = prod(input.shape[:-1])
+//   mm / matmul       2 * numel(output) * K
+//   bmm / baddbmm     2*B*M*N*K (+ B*M*N for baddbmm's add)
+//   addmm             2*M*N*K + M*N
+//   conv1d/2d/3d, convolution, _convolution
+//                     2 * numel(output) * (C_in/groups) * prod(kernel) (+ numel(output) with bias)
+//   scaled_dot_product_attention
+//                     2*B*H*L*S*E + 2*B*H*L*S*Ev (QK^T and PV; softmax not counted)
+//   add/sub/mul/div (Tensor, Scalar)  numel(output)
+//   to, _to_copy, copy_, clone, contiguous, view, reshape, permute, transpose, t, expand,
+//   cat, stack, chunk, split, slice, select, narrow, squeeze, unsqueeze, flatten,
+//   constant_pad_nd, pad, as_strided, unbind           0
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "format/json_value.h"
+
+namespace lingprobe::format {
+
+std::optional<int64_t> flops_per_call(const JsonValue& signature);
+
+}  // namespace lingprobe::format

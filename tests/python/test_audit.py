@@ -1,0 +1,182 @@
+"""`lingprobe audit` as users run it, on metadata files in lingprobe's own
+format: the seed audit reproduced from files, robustness, and a 1 GB input."""
+import json
+import os
+import pathlib
+import resource
+import subprocess
+import time
+
+import pytest
+
+
+def header(rank, pid, world_size=4, run_id="run-seed", fmt="lingprobe.metadata/1"):
+    return {"kind": "header", "format": fmt, "run_id": run_id, "role": "rank", "rank": rank,
+            "world_size": world_size, "local_rank": rank, "pid": pid, "host": "h", "torch_version": "2.11.0",
+            "lingprobe_version": "0.1.0", "start_unix_ns": 0, "start_mono_ns": 0, "config": {}}
+
+
+def canonical(sig):
+    return json.dumps(sig, sort_keys=True, separators=(",", ":"))
+
+
+def write_file(path, lines, tail=""):
+    with open(path, "w") as f:
+        for rec in lines:
+            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        f.write(tail)
+
+
+def audit(cli, *args):
+    return subprocess.run([cli, "audit", *map(str, args)], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture
+def seed_run(tmp_path, seed_audit):
+    """For every seed row, that row's calls_by_rank, each rank split over two
+    pids' files (as in the seed's own sources), file-local ids differing."""
+    meta = tmp_path / "metadata"
+    meta.mkdir()
+    for rank in range(4):
+        for part, pid in enumerate((1000 + rank, 2000 + rank)):
+            rows = [r for r in seed_audit["rows"] if str(rank) in r["calls_by_rank"]]
+            if part == 1:
+                rows = list(reversed(rows))
+            lines = [header(rank, pid)]
+            counts = {}
+            for i, row in enumerate(rows):
+                n = row["calls_by_rank"][str(rank)]
+                share = n // 2 if part == 0 else n - n // 2
+                lines.append({"kind": "signature", "id": i, "sha256": row["signature_sha256"],
+                              "signature_json": canonical(row["signature"])})
+                if share:
+                    counts[str(i)] = share
+                lines.append({"kind": "call", "id": i, "seq": i, "tid": pid, "depth": 0, "t0_ns": 1, "t1_ns": 2})
+            lines.append({"kind": "counts", "final": False, "calls": {k: 1 for k in counts}, "dropped": {}})
+            lines.append({"kind": "counts", "final": True, "calls": counts, "dropped": {}})
+            write_file(meta / f"metadata_rank{rank}_pid{pid}.jsonl", lines)
+    return tmp_path
+
+
+def test_seed_audit_reproduced_from_lingprobe_files(cli, seed_run, seed_audit):
+    p = audit(cli, seed_run)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((seed_run / "reports" / "coverage_audit.json").read_text())
+    assert list(report)[:5] == ["status", "scope", "stages", "rows", "sources"]
+    assert report["status"] == seed_audit["status"]
+    strip = lambda st: {k: st[k] for k in ("stage", "distinct_signatures", "recorded_calls")}
+    assert [strip(s) for s in report["stages"]] == [strip(s) for s in seed_audit["stages"]]
+    assert [s["recorded_calls"] for s in report["stages"]] == [163200, 20, 7984]
+    keys = ("signature", "signature_sha256", "calls", "calls_by_rank")
+    assert [{k: r[k] for k in keys} for r in report["rows"]] == [{k: r[k] for k in keys} for r in seed_audit["rows"]]
+    assert list(report["rows"][0])[:5] == list(seed_audit["rows"][0])
+    assert len(report["sources"]) == 8 and all(s["path"].startswith("metadata/") for s in report["sources"])
+    assert (seed_run / "reports" / "summary.md").read_text() in p.stdout
+    # FLOPs: every seed op has a formula; to() is data movement
+    assert all(r["flops_per_call"] is not None for r in report["rows"])
+    assert {r["flops_per_call"] for r in report["rows"] if r["signature"]["op"] == "aten.to.dtype"} == {0}
+    cov = report["coverage"]["counters"]
+    assert cov["by_calls"] == {"covered": 0, "total": 171204, "fraction": 0.0}
+    assert cov["by_measured_time_us"]["fraction"] is None  # nothing measured yet
+
+
+def test_counters_evidence_from_profiles_dir(cli, seed_run, seed_audit):
+    row = seed_audit["rows"][0]
+    prof = seed_run / "profiles" / f"dit_rank0_{row['signature_sha256'][:16]}"
+    prof.mkdir(parents=True)
+    (prof / "kernels.json").write_text(json.dumps(
+        [{"id": "0", "name": "k", "metrics": {"gpu__time_duration.sum": {"value": 292.448, "unit": "us"}}}]))
+    p = audit(cli, seed_run, "--quiet")
+    assert p.returncode == 0, p.stderr
+    report = json.loads((seed_run / "reports" / "coverage_audit.json").read_text())
+    r0 = report["rows"][0]
+    assert r0["same_structural_signature_ncu_inputs"][0]["input"] == f"profiles/{prof.name}"
+    dit = report["stages"][0]
+    assert dit["signatures_with_prior_ncu_input"] == 1 and dit["calls_with_structurally_matching_prior_input"] == 96000
+    assert dit["coverage"]["counters"]["by_calls"]["covered"] == 96000
+
+
+def test_truncated_last_line_is_a_warning(cli, seed_run):
+    f = sorted((seed_run / "metadata").glob("*.jsonl"))[0]
+    with open(f, "a") as fh:
+        fh.write('{"kind":"call","id":0,"se')
+    p = audit(cli, seed_run, "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert "truncated last line" in p.stderr and f.name in p.stderr
+
+
+def test_malformed_line_is_an_error_and_writes_nothing(cli, seed_run):
+    f = sorted((seed_run / "metadata").glob("*.jsonl"))[1]
+    lines = f.read_text().splitlines(True)
+    lines[2] = '{"kind":"call","id":\n'
+    f.write_text("".join(lines))
+    p = audit(cli, seed_run)
+    assert p.returncode == 1
+    assert f"{f.name}:3:" in p.stderr and "nothing was written" in p.stderr
+    assert not (seed_run / "reports").exists()
+
+
+def test_empty_file_is_skipped_with_a_warning(cli, seed_run):
+    (seed_run / "metadata" / "metadata_rank0_pid9.jsonl").write_text("")
+    p = audit(cli, seed_run, "--quiet")
+    assert p.returncode == 0 and "empty file" in p.stderr
+
+
+def test_mixed_runs(cli, seed_run):
+    write_file(seed_run / "metadata" / "metadata_rank0_pid7.jsonl", [header(0, 7, run_id="other")])
+    p = audit(cli, seed_run, "--quiet")
+    assert p.returncode == 0 and "run_id 'other'" in p.stderr
+    write_file(seed_run / "metadata" / "metadata_rank0_pid8.jsonl", [header(0, 8, world_size=2)])
+    p = audit(cli, seed_run, "--quiet")
+    assert p.returncode == 1 and "world_size 2 disagrees" in p.stderr
+    os.remove(seed_run / "metadata" / "metadata_rank0_pid8.jsonl")
+    write_file(seed_run / "metadata" / "metadata_rank0_pid8.jsonl", [header(0, 8, fmt="other/2")])
+    p = audit(cli, seed_run, "--quiet")
+    assert p.returncode == 1 and "not lingprobe.metadata/1" in p.stderr
+
+
+def test_one_gigabyte_in_bounded_memory(cli, tmp_path, seed_audit):
+    """4 ranks x 256 MiB of call records; prints peak RSS and MB/s (the closing note quotes them)."""
+    meta = tmp_path / "metadata"
+    meta.mkdir()
+    rows = seed_audit["rows"][:12]
+    call = b'{"depth":0,"id":%d,"kind":"call","seq":123456789,"t0_ns":1795969433127297434,"t1_ns":1795969433127299434,"tid":4242}\n'
+    block = b"".join(call % (i % len(rows)) for i in range(150000))
+    per_file = 256 << 20
+    reps = per_file // len(block) + 1
+    for rank in range(4):
+        with open(meta / f"metadata_rank{rank}_pid{rank + 1}.jsonl", "wb") as f:
+            f.write((json.dumps(header(rank, rank + 1)) + "\n").encode())
+            for i, row in enumerate(rows):
+                f.write((json.dumps({"kind": "signature", "id": i, "sha256": row["signature_sha256"],
+                                     "signature_json": canonical(row["signature"])}) + "\n").encode())
+            for _ in range(reps):
+                f.write(block)
+            counts = {str(i): reps * 150000 // len(rows) for i in range(len(rows))}
+            f.write((json.dumps({"kind": "counts", "final": True, "calls": counts, "dropped": {}}) + "\n").encode())
+    total = sum(f.stat().st_size for f in meta.iterdir())
+    assert total >= 1 << 30
+    t0 = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    p = audit(cli, tmp_path, "--quiet")
+    secs = time.monotonic() - t0
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert p.returncode == 0, p.stderr
+    print(f"\naudit of {total / 1e6:.0f} MB: {secs:.2f} s, {total / 1e6 / secs:.0f} MB/s, peak RSS {peak_kib / 1024:.0f} MiB")
+    assert peak_kib < 256 * 1024, f"peak RSS {peak_kib} KiB"
+
+
+@pytest.mark.parametrize("bad", [
+    '{"depth":01,"id":0,"kind":"call","seq":1,"t0_ns":1,"t1_ns":2,"tid":3}',   # leading zero
+    '{"depth":0,"id":0,"kind":"call","seq":1,"t0_ns":1,"t1_ns":2,"tid":3}x',   # trailing garbage
+    '{"depth":0,"id":0,"kind":"call","seq":1,"t0_ns":1,"t1_ns":2,"tid":3',     # unclosed
+    '{"depth":0,"id":-1,"kind":"call","seq":1,"t0_ns":1,"t1_ns":2,"tid":3}',  # negative id
+    '[1,2,3]',
+])
+def test_malformed_call_lines_are_caught(cli, seed_run, bad):
+    f = sorted((seed_run / "metadata").glob("*.jsonl"))[0]
+    lines = f.read_text().splitlines(True)
+    lines.insert(1, bad + "\n")
+    f.write_text("".join(lines))
+    p = audit(cli, seed_run, "--quiet")
+    assert p.returncode == 1 and f"{f.name}:2:" in p.stderr, p.stderr

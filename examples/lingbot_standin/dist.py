@@ -1,0 +1,31 @@
+"""Sequence-parallel collectives that also run on `meta` tensors (gloo refuses
+them): on meta each collective is replaced by a local op of the same output
+shape, so the run's operator signatures are the real run's."""
+import torch
+import torch.distributed as dist
+
+
+class SP:
+    def __init__(self, rank, world_size, device):
+        self.rank, self.world_size, self.device = rank, world_size, device
+        self.real = device.type != "meta" and world_size > 1 and dist.is_initialized()
+
+    def chunk(self, x, dim):
+        """This rank's shard: torch.chunk(x, world, dim)[rank] (a strided view)."""
+        return torch.chunk(x, self.world_size, dim=dim)[self.rank]
+
+    def all_gather(self, x, dim):
+        if not self.real:
+            return torch.cat([x] * self.world_size, dim=dim)
+        parts = [torch.empty_like(x) for _ in range(self.world_size)]
+        dist.all_gather(parts, x.contiguous())
+        return torch.cat(parts, dim=dim)
+
+    def all_to_all(self, x, scatter_dim, gather_dim):
+        """Ulysses: scatter `scatter_dim` across ranks, gather `gather_dim`."""
+        inputs = torch.stack(torch.chunk(x, self.world_size, dim=scatter_dim))
+        if not self.real:
+            return torch.cat([inputs[0]] * self.world_size, dim=gather_dim)
+        outputs = torch.empty_like(inputs)
+        dist.all_to_all_single(outputs, inputs)  # gloo and NCCL both implement the single-tensor form
+        return torch.cat(outputs.unbind(0), dim=gather_dim)

@@ -9,6 +9,14 @@ class SP:
     def __init__(self, rank, world_size, device):
         self.rank, self.world_size, self.device = rank, world_size, device
         self.real = device.type != "meta" and world_size > 1 and dist.is_initialized()
+        self.gloo = self.real and dist.get_backend() == "gloo"
+
+    def _wire(self, x):
+        """gloo has no bfloat16: move its bits as float16 (same width, no rounding)."""
+        return x.view(torch.float16) if self.gloo and x.dtype == torch.bfloat16 else x
+
+    def _unwire(self, x, dtype):
+        return x.view(dtype) if x.dtype != dtype else x
 
     def chunk(self, x, dim):
         """This rank's shard: torch.chunk(x, world, dim)[rank] (a strided view)."""
@@ -17,15 +25,17 @@ class SP:
     def all_gather(self, x, dim):
         if not self.real:
             return torch.cat([x] * self.world_size, dim=dim)
-        parts = [torch.empty_like(x) for _ in range(self.world_size)]
-        dist.all_gather(parts, x.contiguous())
-        return torch.cat(parts, dim=dim)
+        wire = self._wire(x.contiguous())
+        parts = [torch.empty_like(wire) for _ in range(self.world_size)]
+        dist.all_gather(parts, wire)
+        return torch.cat([self._unwire(p, x.dtype) for p in parts], dim=dim)
 
     def all_to_all(self, x, scatter_dim, gather_dim):
         """Ulysses: scatter `scatter_dim` across ranks, gather `gather_dim`."""
         inputs = torch.stack(torch.chunk(x, self.world_size, dim=scatter_dim))
         if not self.real:
             return torch.cat([inputs[0]] * self.world_size, dim=gather_dim)
-        outputs = torch.empty_like(inputs)
-        dist.all_to_all_single(outputs, inputs)  # gloo and NCCL both implement the single-tensor form
-        return torch.cat(outputs.unbind(0), dim=gather_dim)
+        wire = self._wire(inputs)
+        outputs = torch.empty_like(wire)
+        dist.all_to_all_single(outputs, wire)  # gloo and NCCL both implement the single-tensor form
+        return torch.cat(self._unwire(outputs, x.dtype).unbind(0), dim=gather_dim)

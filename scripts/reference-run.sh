@@ -37,7 +37,14 @@ case "$select" in
   all) ops='' ;;
   *) echo "reference-run: --select is seed or all" >&2; exit 2 ;;
 esac
-py=${LINGPROBE_PYTHON:-/usr/bin/python3}
+# The Python that has torch: Debian's /usr/bin/python3 here, the PATH's python3 on the GPU machine.
+py=${LINGPROBE_PYTHON:-}
+if [ -z "$py" ]; then
+  for candidate in /usr/bin/python3 python3; do
+    if "$candidate" -c 'import torch' 2>/dev/null; then py=$candidate; break; fi
+  done
+fi
+[ -n "$py" ] || { echo "reference-run: no python3 with torch found (set LINGPROBE_PYTHON)" >&2; exit 2; }
 cli=${LINGPROBE_CLI:-$root/build/lingprobe}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)

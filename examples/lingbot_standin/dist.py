@@ -12,10 +12,14 @@ class SP:
         self.gloo = self.real and dist.get_backend() == "gloo"
 
     def _wire(self, x):
-        """gloo has no bfloat16: move its bits as float16 (same width, no rounding)."""
-        return x.view(torch.float16) if self.gloo and x.dtype == torch.bfloat16 else x
+        """gloo has no bfloat16 (move its bits as float16: same width, no
+        rounding), and on a GPU shared by several ranks it stages through the CPU."""
+        if self.gloo and x.dtype == torch.bfloat16:
+            x = x.view(torch.float16)
+        return x.cpu() if self.gloo and x.is_cuda else x
 
     def _unwire(self, x, dtype):
+        x = x.to(self.device) if x.device != self.device else x
         return x.view(dtype) if x.dtype != dtype else x
 
     def chunk(self, x, dim):

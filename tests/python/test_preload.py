@@ -1,5 +1,6 @@
 """The LD_PRELOAD stub as users meet it: plain LD_PRELOAD with LINGPROBE_*
 variables, processes without torch untouched, a foreign libtorch refused."""
+import sys
 import os
 import subprocess
 
@@ -14,7 +15,7 @@ def env_for(build_dir, tmp_path, stub="liblingprobe_preload.so", **extra):
 
 
 def test_plain_ld_preload_records(build_dir, tmp_path):
-    p = subprocess.run(["/usr/bin/python3", "-c", JOB], env=env_for(build_dir, tmp_path), capture_output=True)
+    p = subprocess.run([sys.executable, "-c", JOB], env=env_for(build_dir, tmp_path), capture_output=True)
     assert p.returncode == 0, p.stderr.decode()
     (f,) = (tmp_path / "metadata").glob("*.jsonl")
     _, sigs, counts, _, last = metadata.summarize(f)
@@ -29,7 +30,7 @@ def test_processes_without_torch_are_untouched(build_dir, tmp_path):
 
 
 def test_foreign_libtorch_refused_with_one_line(build_dir, tmp_path):
-    p = subprocess.run(["/usr/bin/python3", "-c", JOB],
+    p = subprocess.run([sys.executable, "-c", JOB],
                        env=env_for(build_dir, tmp_path, stub="tests/liblingprobe_preload_mismatch.so"),
                        capture_output=True)
     assert p.returncode == 0
@@ -39,7 +40,7 @@ def test_foreign_libtorch_refused_with_one_line(build_dir, tmp_path):
 
 
 def test_bad_configuration_one_line_and_the_job_runs_on(build_dir, tmp_path):
-    p = subprocess.run(["/usr/bin/python3", "-c", JOB + "; print('done')"],
+    p = subprocess.run([sys.executable, "-c", JOB + "; print('done')"],
                        env=env_for(build_dir, tmp_path, LINGPROBE_FLUSH_INTERVAL_MS="soon"), capture_output=True)
     assert p.returncode == 0 and p.stdout == b"done\n"
     lines = [l for l in p.stderr.decode().splitlines() if "lingprobe" in l]
@@ -50,7 +51,7 @@ def test_bad_configuration_one_line_and_the_job_runs_on(build_dir, tmp_path):
 def overflow_run(build_dir, tmp_path, policy):
     code = ("import torch; x = torch.ones(2, 2)\n"
             "for _ in range(20000): torch.mm(x, x)\n")
-    p = subprocess.run(["/usr/bin/python3", "-c", code],
+    p = subprocess.run([sys.executable, "-c", code],
                        env=env_for(build_dir, tmp_path, LINGPROBE_BUFFER_RECORDS="16",
                                    LINGPROBE_FLUSH_INTERVAL_MS="1000", LINGPROBE_OVERFLOW=policy),
                        capture_output=True, timeout=300)

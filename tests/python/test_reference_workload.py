@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
@@ -13,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def reference_run(build_dir, out, *args, port):
-    env = dict(os.environ, LINGPROBE_CLI=str(build_dir / "lingprobe"), MASTER_PORT=str(port),
+    env = dict(os.environ, LINGPROBE_CLI=str(build_dir / "lingprobe"), MASTER_PORT=str(port), LINGPROBE_PYTHON=sys.executable,
                LINGPROBE_NVTX_HELPER=str(build_dir / "tests" / "libnvtx_helper.so"))
     p = subprocess.run([str(ROOT / "scripts" / "reference-run.sh"), "--out", str(out), *args], env=env,
                        capture_output=True, text=True, timeout=1200)

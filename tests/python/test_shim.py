@@ -11,7 +11,7 @@ from conftest import SHIM_DIR
 
 def run_py(code, build_dir, **env):
     e = dict(os.environ, LINGPROBE_LIBRARY=str(build_dir / "liblingprobe.so"), PYTHONPATH=str(SHIM_DIR), **env)
-    return subprocess.run(["/usr/bin/python3", "-c", textwrap.dedent(code)], env=e, capture_output=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True, timeout=120)
 
 
 def test_start_stage_stats_stop(build_dir, tmp_path):

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Run THERE (the GPU machine, through the device tool, carrying .deps from
+# scripts/fetch-gpu-deps.sh): builds lingprobe against that machine's torch,
+# runs the test suite (GPU and CPU tiers) and the GPU workloads, and writes
+# results under $OUT.
+#   scripts/gpu-check.sh build|test|reference|bench ...   (steps in order; default: build test)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$root/gpu-out}
+mkdir -p "$OUT"
+deps=$root/.deps/root
+build=$root/build-gpu
+py=python3
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # the device README requires it
+
+step_build() {
+  mkdir -p "$deps"
+  for f in "$root"/.deps/debs/*.deb; do dpkg -x "$f" "$deps"; done
+  local torch_prefix
+  torch_prefix=$($py -c 'import torch;print(torch.utils.cmake_prefix_path)')
+  { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    $py -c 'import torch,sys;print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
+    cmake --version | head -1; nvcc --version | tail -1; } 2>&1 | tee "$OUT/machine.txt"
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr/lib/x86_64-linux-gnu/cmake;$deps/usr" \
+    -DOPENSSL_ROOT_DIR="$deps/usr" -DOPENSSL_INCLUDE_DIR="$deps/usr/include" \
+    -DCMAKE_CXX_FLAGS="-isystem $deps/usr/include -isystem $deps/usr/include/x86_64-linux-gnu" \
+    -DLINGPROBE_SEEDS_DIR="$root/.deps/seeds" >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; return 1; }
+  grep -E "^-- lingprobe" "$OUT/configure.log"
+  cmake --build "$build" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -30; return 1; }
+  echo "build: ok"
+}
+
+step_test() {
+  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  (cd "$build" && ctest --output-on-failure --timeout 900) >"$OUT/ctest.log" 2>&1
+  local rc=$?
+  tail -15 "$OUT/ctest.log"
+  return $rc
+}
+
+# Full-shape stand-in on CUDA, 4 ranks sharing the one GPU over gloo; $1 chunks.
+step_reference() {
+  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local chunks=${1:-20}
+  for mode in none seed all; do
+    local out=$root/gpu-runs/$mode
+    local flags=(--select seed)
+    [ "$mode" = all ] && flags=(--select all)
+    [ "$mode" = none ] && flags+=(--no-lingprobe)
+    LINGPROBE_CLI=$build/lingprobe LINGPROBE_PYTHON=$py MASTER_PORT=$((29600 + RANDOM % 100)) \
+      "$root/scripts/reference-run.sh" --device cuda --scale full --chunks "$chunks" --out "$out" "${flags[@]}" \
+      >"$OUT/reference-$mode.log" 2>&1
+    echo "reference $mode: rc=$? $(grep -h 'reference-run:' "$OUT/reference-$mode.log" | tail -1)"
+    cat "$out"/timing.rank*.json > "$OUT/timing-$mode.jsonl" 2>/dev/null
+    [ -d "$out/reports" ] && cp "$out/reports/coverage_audit.json" "$OUT/audit-$mode.json" && cp "$out/reports/summary.md" "$OUT/summary-$mode.md"
+  done
+}
+
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(build test)
+rc=0
+while [ ${#steps[@]} -gt 0 ]; do
+  s=${steps[0]}; steps=("${steps[@]:1}")
+  case "$s" in
+    build) step_build || rc=1 ;;
+    test) step_test || rc=1 ;;
+    reference) arg=20; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
+               step_reference "$arg" || rc=1 ;;
+    *) echo "gpu-check: unknown step $s"; rc=2 ;;
+  esac
+done
+exit $rc

@@ -24,7 +24,6 @@ step_build() {
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr/lib/x86_64-linux-gnu/cmake;$deps/usr" \
     -DOPENSSL_ROOT_DIR="$deps/usr" -DOPENSSL_INCLUDE_DIR="$deps/usr/include" \
-    -DCMAKE_CXX_FLAGS="-isystem $deps/usr/include -isystem $deps/usr/include/x86_64-linux-gnu" \
     -DLINGPROBE_SEEDS_DIR="$root/.deps/seeds" >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; return 1; }
   grep -E "^-- lingprobe" "$OUT/configure.log"
   cmake --build "$build" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -30; return 1; }

@@ -158,6 +158,8 @@ int run_command(int argc, char** argv) {
     setenv("LINGPROBE_RUN_ID", id.c_str(), 1);
   }
   prepend_env("LD_PRELOAD", stub, ':');
+  const std::string real = stub.substr(0, stub.rfind('/') + 1) + "liblingprobe.so";
+  if (!std::getenv("LINGPROBE_LIBRARY") && exists(real)) setenv("LINGPROBE_LIBRARY", real.c_str(), 1);
   const std::string shim = find_python_shim();
   if (!shim.empty()) prepend_env("PYTHONPATH", shim, ':');
 

@@ -48,7 +48,20 @@ def _candidates():
     yield here.parent.parent / "build" / "liblingprobe.so"  # source checkout, default build dir
 
 
+def _already_loaded():
+    """The copy the LD_PRELOAD stub loaded, if any: by soname, without loading.
+    (The stub also sets LINGPROBE_LIBRARY, but after Python read its environment.)"""
+    try:
+        return ctypes.CDLL("liblingprobe.so.0", mode=os.RTLD_NOLOAD | ctypes.RTLD_GLOBAL)
+    except OSError:
+        return None
+
+
 def load_library():
+    lib = _already_loaded()
+    if lib is not None:
+        _declare(lib)
+        return lib
     tried = []
     for path in _candidates():
         tried.append(str(path))

@@ -178,3 +178,22 @@ def test_truncated_last_line_is_the_only_damage_after_a_kill(build_dir, tmp_path
     counts = [r for r in records if r["kind"] == "counts"]
     assert counts and not counts[-1]["final"]
     assert sum(counts[-1]["calls"].values()) >= 2000
+
+
+def test_shim_finds_the_copy_the_preload_stub_loaded(build_dir, tmp_path):
+    # Regression: the shim looked only at LINGPROBE_LIBRARY (set by the stub after Python
+    # had read its environment) and at ../build, so a build elsewhere was not found.
+    env = {k: v for k, v in os.environ.items() if k not in ("LINGPROBE_LIBRARY", "PYTHONPATH")}
+    shim_copy = tmp_path / "shim"
+    import shutil
+    shutil.copytree(SHIM_DIR / "lingprobe", shim_copy / "lingprobe")
+    env.update(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), PYTHONPATH=str(shim_copy),
+               LINGPROBE_OUT=str(tmp_path / "out"), LINGPROBE_OPS="aten::mm")
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import torch, lingprobe
+        with lingprobe.stage("dit"):
+            torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+        print(lingprobe.stats()["calls_recorded"])
+    """)], env=env, capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stdout.decode().strip() == "1"

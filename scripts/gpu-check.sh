@@ -13,9 +13,15 @@ build=$root/build-gpu
 py=python3
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # the device README requires it
 
-step_build() {
+# The carried .deps replaces the folder on every call: unpack again each time
+# (the build's RPATH points into it).
+unpack_deps() {
   mkdir -p "$deps"
   for f in "$root"/.deps/debs/*.deb; do dpkg -x "$f" "$deps"; done
+  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+step_build() {
   local torch_prefix
   torch_prefix=$($py -c 'import torch;print(torch.utils.cmake_prefix_path)')
   { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -31,7 +37,6 @@ step_build() {
 }
 
 step_test() {
-  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   (cd "$build" && ctest --output-on-failure --timeout 900) >"$OUT/ctest.log" 2>&1
   local rc=$?
   tail -15 "$OUT/ctest.log"
@@ -39,10 +44,10 @@ step_test() {
 }
 
 # Full-shape stand-in on CUDA, 4 ranks sharing the one GPU over gloo; $1 chunks.
+# REFERENCE_MODES picks among: none (no lingprobe), seed (seed selection), all.
 step_reference() {
-  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  local chunks=${1:-20}
-  for mode in none seed all; do
+  local chunks=${1:-20} modes=${REFERENCE_MODES:-none seed all}
+  for mode in $modes; do
     local out=$root/gpu-runs/$mode
     local flags=(--select seed)
     [ "$mode" = all ] && flags=(--select all)
@@ -56,14 +61,34 @@ step_reference() {
   done
 }
 
+# The DiT alone at full shapes in one process (world size 1: the whole 10,560-token
+# sequence), forward wall time without lingprobe and recording every top-level
+# call, interleaved $1 times: the overhead claim of docs/PERFORMANCE.md.
+step_bench() {
+  local reps=${1:-3} dir=$root/gpu-runs/bench
+  rm -rf "$dir"; mkdir -p "$dir"
+  for i in $(seq "$reps"); do
+    for mode in none all; do
+      local pre=()
+      [ "$mode" = all ] && pre=("$build/lingprobe" run -o "$dir/$mode-$i" --)
+      PYTHONPATH="$root/examples" "${pre[@]}" $py -m lingbot_standin.generate --device cuda --chunks 2 --steps 4 \
+        --report "$dir/$mode-$i" >"$dir/$mode-$i.log" 2>&1
+      echo "bench $mode rep $i: $(cat "$dir/$mode-$i.rank0.json")"
+    done
+  done | tee "$OUT/bench.txt"
+}
+
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(build test)
+unpack_deps
 rc=0
 while [ ${#steps[@]} -gt 0 ]; do
   s=${steps[0]}; steps=("${steps[@]:1}")
   case "$s" in
     build) step_build || rc=1 ;;
     test) step_test || rc=1 ;;
+    bench) arg=3; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
+           step_bench "$arg" || rc=1 ;;
     reference) arg=20; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
                step_reference "$arg" || rc=1 ;;
     *) echo "gpu-check: unknown step $s"; rc=2 ;;

@@ -80,7 +80,9 @@ static void try_attach(void) {
   }
   char path[PATH_MAX];
   real_library_path(path, sizeof path);
-  void* handle = real_dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+  /* RTLD_LOCAL: lingprobe's symbols must never interpose for libraries the
+   * process loads later (the Python shim finds this copy by its soname). */
+  void* handle = real_dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     fprintf(stderr, "[lingprobe] cannot load %s: %s; recording is off (set LINGPROBE_REAL_LIBRARY)\n", path,
             dlerror());

@@ -52,7 +52,7 @@ def _already_loaded():
     """The copy the LD_PRELOAD stub loaded, if any: by soname, without loading.
     (The stub also sets LINGPROBE_LIBRARY, but after Python read its environment.)"""
     try:
-        return ctypes.CDLL("liblingprobe.so.0", mode=os.RTLD_NOLOAD | ctypes.RTLD_GLOBAL)
+        return ctypes.CDLL("liblingprobe.so.0", mode=os.RTLD_NOLOAD)
     except OSError:
         return None
 

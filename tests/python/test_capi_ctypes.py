@@ -33,3 +33,14 @@ def test_hash_signature_matches_python(lib, seed_audit):
     assert lib.lingprobe_hash_signature(text, len(text), out, 65) == 0
     assert out.value.decode() == hashlib.sha256(b'{"x":NaN}').hexdigest()
     assert lib.lingprobe_hash_signature(b"[]", 2, out, 65) == 10  # LINGPROBE_ERROR_PARSE
+
+
+def test_library_exports_only_the_c_abi(build_dir):
+    # Regression (H200, torch 2.11): liblingprobe.so exported std:: template
+    # instantiations; loaded RTLD_GLOBAL by the preload stub, cuDNN's engine
+    # library bound to them and crashed in the first conv3d.
+    import subprocess
+    out = subprocess.run(["nm", "-D", "--defined-only", str(build_dir / "liblingprobe.so")],
+                         capture_output=True, text=True, check=True).stdout
+    names = [line.split()[-1] for line in out.splitlines() if line.strip()]
+    assert names and all(n.startswith("lingprobe_") for n in names), [n for n in names if not n.startswith("lingprobe_")][:10]

@@ -1,10 +1,23 @@
-/* liblingprobe_preload.so: the LD_PRELOAD and NVTX injection entry point. A small C library with
- * no torch dependency, so that children which never load torch (ffmpeg,
- * compilers, shells) are untouched. It loads the real liblingprobe.so only in
- * a process that loads libtorch itself: at start-up (a C++ program linked to
- * libtorch) or when an outermost dlopen() returns with libtorch loaded
- * (Python's `import torch`). A libtorch other than the one lingprobe was
- * built against is refused with one line; recording stays off. */
+/* liblingprobe_preload.so: the LD_PRELOAD and NVTX injection entry point, a
+ * small C library with no torch dependency, so that children which never load
+ * torch (ffmpeg, compilers, shells) are untouched.
+ *
+ * It loads the real liblingprobe.so (RTLD_LOCAL) only in a process that loads
+ * libtorch itself: at start-up (a C++ program linked to libtorch), or when
+ * the Python shim's sitecustomize sees `import torch` finish and calls
+ * lingprobe_preload_stub_attach(). It never interposes dlopen: glibc resolves
+ * a dlopen against its caller's RUNPATH, and an interposer makes itself the
+ * caller (seen on the H200: torch then loaded the system's cuDNN instead of
+ * its own). A libtorch other than the one lingprobe was built against is
+ * refused with one line; recording stays off.
+ *
+ * NVTX: NVTX delivers nvtxRangePush/Pop only to its injection library, named
+ * by NVTX_INJECTION64_PATH and read at each NVTX copy's first call. The
+ * constructor points that variable at this stub (unless a tool such as nsys
+ * already owns it), and InitializeInjectionNvtx2 patches the core push/pop
+ * slots to forward range names to the real library, which maps them to
+ * stages (LINGPROBE_NVTX_MAP). Ranges pushed before the real library is
+ * loaded are balanced here so that their pops never pop a stage. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <limits.h>
@@ -17,10 +30,7 @@
 #define LINGPROBE_BUILT_TORCH_CPU ""
 #endif
 
-typedef void* (*dlopen_fn)(const char*, int);
-static dlopen_fn real_dlopen;
 static int attach_done;
-static __thread int dlopen_depth;
 
 /* Set once the real library is loaded (NVTX forwarding). */
 static void (*forward_push)(const char* name);
@@ -62,7 +72,7 @@ static void real_library_path(char* out, size_t size) {
 }
 
 static void try_attach(void) {
-  if (attach_done || !real_dlopen) return;
+  if (attach_done) return;
   struct torch_search found;
   memset(&found, 0, sizeof found);
   if (!dl_iterate_phdr(find_torch_cpu, &found)) return; /* no libtorch (yet) */
@@ -82,7 +92,7 @@ static void try_attach(void) {
   real_library_path(path, sizeof path);
   /* RTLD_LOCAL: lingprobe's symbols must never interpose for libraries the
    * process loads later (the Python shim finds this copy by its soname). */
-  void* handle = real_dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     fprintf(stderr, "[lingprobe] cannot load %s: %s; recording is off (set LINGPROBE_REAL_LIBRARY)\n", path,
             dlerror());
@@ -163,18 +173,14 @@ static void claim_nvtx_injection(void) {
 static void claim_nvtx_injection(void) {}
 #endif
 
-/* Interposes dlopen: Python's extension-module loader calls it. */
-__attribute__((visibility("default"))) void* dlopen(const char* file, int mode) {
-  if (!real_dlopen) real_dlopen = (dlopen_fn)dlsym(RTLD_NEXT, "dlopen");
-  ++dlopen_depth;
-  void* handle = real_dlopen(file, mode);
-  --dlopen_depth;
-  if (dlopen_depth == 0 && !attach_done) try_attach();
-  return handle;
+/* Called by the Python shim once `import torch` has finished (and by anyone
+ * who loads libtorch later by hand). Idempotent; returns 1 once attached. */
+__attribute__((visibility("default"))) int lingprobe_preload_stub_attach(void) {
+  try_attach();
+  return forward_pop != NULL;
 }
 
 __attribute__((constructor)) static void lingprobe_preload_init(void) {
-  real_dlopen = (dlopen_fn)dlsym(RTLD_NEXT, "dlopen");
   const char* enable = getenv("LINGPROBE_PRELOAD");
   if (enable && strcmp(enable, "0") == 0) {
     attach_done = 1;

@@ -9,11 +9,10 @@ names a function (or "Class.method"), wrapped when its module is imported
 registered once torch is imported. Calls inside a matched module or function
 carry its stage; nested matches stack."""
 import functools
-import importlib.abc
-import sys
 import threading
 
 from . import pop_stage, push_stage
+from ._import_hooks import after_import
 
 
 class _Rules:
@@ -96,45 +95,10 @@ def _patch_functions(module, entries):
         setattr(target, attr, _wrap(getattr(target, attr), stage))
 
 
-class _ImportWatcher(importlib.abc.MetaPathFinder):
-    """Runs a callback right after a watched module executes."""
-
-    def __init__(self, callbacks):
-        self.callbacks = callbacks  # module name -> callable(module)
-
-    def find_spec(self, name, path, target=None):
-        if name not in self.callbacks:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                loader, callback = spec.loader, self.callbacks.pop(name)
-                original = loader.exec_module
-
-                def exec_module(module, original=original, callback=callback):
-                    original(module)
-                    callback(module)
-
-                loader.exec_module = exec_module
-                return spec
-        return None
-
-
 def install(spec):
     rules = _Rules(spec)
-    callbacks = {}
     for module_name, entries in rules.functions.items():
-        if module_name in sys.modules:
-            _patch_functions(sys.modules[module_name], entries)
-        else:
-            callbacks[module_name] = functools.partial(_patch_functions, entries=entries)
+        after_import(module_name, functools.partial(_patch_functions, entries=entries))
     if rules.classes:
-        if "torch" in sys.modules:
-            _install_module_hooks(rules)
-        else:
-            callbacks["torch"] = lambda module: _install_module_hooks(rules)
-    if callbacks:
-        sys.meta_path.insert(0, _ImportWatcher(callbacks))
+        after_import("torch", lambda module: _install_module_hooks(rules))
     return rules

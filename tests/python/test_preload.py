@@ -5,13 +5,15 @@ import os
 import subprocess
 
 import metadata
+from conftest import SHIM_DIR
 
 JOB = "import torch; x = torch.ones(3, 3); [torch.mm(x, x) for _ in range(4)]"
 
 
 def env_for(build_dir, tmp_path, stub="liblingprobe_preload.so", **extra):
+    # python_shim/ on PYTHONPATH: its sitecustomize attaches lingprobe once torch is imported.
     return dict(os.environ, LD_PRELOAD=str(build_dir / stub), LINGPROBE_OUT=str(tmp_path),
-                LINGPROBE_OPS="aten::mm", **extra)
+                LINGPROBE_OPS="aten::mm", PYTHONPATH=str(SHIM_DIR), **extra)
 
 
 def test_plain_ld_preload_records(build_dir, tmp_path):
@@ -70,3 +72,11 @@ def test_overflow_drop_counts_what_it_dropped(build_dir, tmp_path):
 def test_overflow_block_loses_nothing(build_dir, tmp_path):
     _, _, counts, calls, last = overflow_run(build_dir, tmp_path, "block")
     assert sum(counts.values()) == 20000 and len(calls) == 20000 and last["dropped"] == {}
+
+
+def test_runpath_relative_dlopen_still_works_under_the_stub(build_dir, tmp_path):
+    # Regression (H200): the stub once interposed dlopen, so libraries that dlopen
+    # through their own RUNPATH (libtorch_cuda -> cuDNN engines) found other copies.
+    code = f"import ctypes; print(ctypes.CDLL({str(build_dir / 'tests' / 'liborigin_a.so')!r}).origin_a_load())"
+    p = subprocess.run([sys.executable, "-c", code], env=env_for(build_dir, tmp_path), capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip() == "1", p.stderr

@@ -187,6 +187,7 @@ def test_shim_finds_the_copy_the_preload_stub_loaded(build_dir, tmp_path):
     shim_copy = tmp_path / "shim"
     import shutil
     shutil.copytree(SHIM_DIR / "lingprobe", shim_copy / "lingprobe")
+    shutil.copy(SHIM_DIR / "sitecustomize.py", shim_copy / "sitecustomize.py")
     env.update(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), PYTHONPATH=str(shim_copy),
                LINGPROBE_OUT=str(tmp_path / "out"), LINGPROBE_OPS="aten::mm")
     p = subprocess.run([sys.executable, "-c", textwrap.dedent("""

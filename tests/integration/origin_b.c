@@ -1,0 +1,1 @@
+__attribute__((visibility("default"))) int origin_b_value(void) { return 42; }

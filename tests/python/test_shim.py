@@ -198,3 +198,36 @@ def test_shim_finds_the_copy_the_preload_stub_loaded(build_dir, tmp_path):
     """)], env=env, capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr.decode()
     assert p.stdout.decode().strip() == "1"
+
+
+def test_nested_calls_on_request_with_their_depth(build_dir, tmp_path):
+    p = run_py(f"""
+        import torch, lingprobe
+        lingprobe.start(out_dir={str(tmp_path)!r}, nested=True)
+        torch.nn.functional.linear(torch.ones(2, 3), torch.ones(4, 3), torch.ones(4))
+        lingprobe.finalize()
+        print(lingprobe.metadata_path())
+    """, build_dir)
+    assert p.returncode == 0, p.stderr.decode()
+    _, sigs, counts, calls, _ = metadata.summarize(p.stdout.decode().strip())
+    by_op = {sigs[c["id"]]["op"]: c["depth"] for c in calls}
+    assert by_op["aten.linear.default"] == 0
+    assert by_op["aten.addmm.default"] >= 1  # linear decomposes into t + addmm on CPU
+    assert all(d >= 0 for d in by_op.values())
+
+
+def test_set_rank_names_the_file_and_header(build_dir, tmp_path):
+    p = run_py(f"""
+        import torch, lingprobe
+        lingprobe.start(out_dir={str(tmp_path)!r}, ops=["aten::mm"])
+        lingprobe.set_rank(3, 1, 8)
+        torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+        lingprobe.finalize()
+        print(lingprobe.metadata_path())
+    """, build_dir)
+    assert p.returncode == 0, p.stderr.decode()
+    path = p.stdout.decode().strip()
+    assert "metadata_rank3_pid" in path
+    header, _, counts, _, _ = metadata.summarize(path)
+    assert (header["rank"], header["local_rank"], header["world_size"], header["role"]) == (3, 1, 8, "rank")
+    assert sum(counts.values()) == 1

@@ -141,8 +141,8 @@ LINGPROBE_API lingprobe_status lingprobe_preload_attach(void) {
     return fail(LINGPROBE_ERROR_INTERNAL, "unknown exception");  \
   }
 
-LINGPROBE_API lingprobe_status lingprobe_start(void) { LINGPROBE_GUARDED(lingprobe::api::session_start(err)) }
-LINGPROBE_API lingprobe_status lingprobe_stop(void) { LINGPROBE_GUARDED(lingprobe::api::session_stop(err)) }
+LINGPROBE_API lingprobe_status lingprobe_start(void) { LINGPROBE_GUARDED(lingprobe::api::session_set_recording(true, err)) }
+LINGPROBE_API lingprobe_status lingprobe_stop(void) { LINGPROBE_GUARDED(lingprobe::api::session_set_recording(false, err)) }
 LINGPROBE_API lingprobe_status lingprobe_flush(void) { LINGPROBE_GUARDED(lingprobe::api::session_flush(err)) }
 LINGPROBE_API lingprobe_status lingprobe_finalize(void) { LINGPROBE_GUARDED(lingprobe::api::session_finalize()) }
 LINGPROBE_API lingprobe_status lingprobe_set_rank(int64_t rank, int64_t local_rank, int64_t world_size) {

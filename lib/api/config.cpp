@@ -6,8 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "format/canonical_json.h"
-#include "format/json_value.h"
 
 namespace lingprobe::api {
 namespace {
@@ -172,7 +170,7 @@ std::string describe_config_table() {
   return out;
 }
 
-std::string config_to_json(const Config& c) {
+format::JsonValue config_json(const Config& c) {
   using format::JsonValue;
   static const char* const kRoles[] = {"auto", "rank", "single", "launcher"};
   JsonValue o = JsonValue::object();
@@ -192,7 +190,7 @@ std::string config_to_json(const Config& c) {
   o.set("skip_seconds", JsonValue::floating(c.skip_seconds));
   o.set("role", JsonValue::string(kRoles[static_cast<int>(c.role)]));
   o.set("log_level", JsonValue::string(c.log_level));
-  return format::canonical_json(o);
+  return o;
 }
 
 }  // namespace lingprobe::api

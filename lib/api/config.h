@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "format/json_value.h"
+
 namespace lingprobe::api {
 
 enum class OverflowPolicy { Drop, Block };
@@ -60,7 +62,7 @@ std::string apply_environment(Config& config, char** environ_ptr, std::vector<st
 // The table as text (name, type, default, description).
 std::string describe_config_table();
 
-// The effective values as canonical JSON (the header's "config").
-std::string config_to_json(const Config& config);
+// The effective values as a JSON object (the header's "config").
+format::JsonValue config_json(const Config& config);
 
 }  // namespace lingprobe::api

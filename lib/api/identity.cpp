@@ -56,10 +56,6 @@ Identity resolve_identity(const Config& c, const char* (*getenv_fn)(const char*)
   } else {
     id.role = Role::Single;
   }
-  if (id.role == Role::Single) {
-    if (id.rank < 0) id.rank = 0;
-    if (id.world_size < 0) id.world_size = 1;
-  }
   if (id.rank < 0) id.rank = 0;
   if (id.local_rank < 0) id.local_rank = id.rank;
   if (id.world_size < 0) id.world_size = id.rank + 1;

@@ -16,7 +16,6 @@
 #include "capture/nvtx_stages.h"
 #include "capture/recorder.h"
 #include "format/canonical_json.h"
-#include "format/json_parse.h"
 #include "format/json_value.h"
 #include "sink/metadata_writer.h"
 
@@ -87,8 +86,7 @@ std::string header_json(const Session& s) {
   h.set("lingprobe_version", JsonValue::string(LINGPROBE_VERSION_STRING));
   h.set("start_unix_ns", JsonValue::integer(clock_ns(CLOCK_REALTIME)));
   h.set("start_mono_ns", JsonValue::integer(clock_ns(CLOCK_MONOTONIC)));
-  std::string config_text = config_to_json(s.config);
-  h.set("config", format::parse_json(config_text).value);
+  h.set("config", config_json(s.config));
   return format::canonical_json(h);
 }
 
@@ -106,8 +104,7 @@ void poll_control_file() {
   if (word == s.control_seen) return;
   s.control_seen = word;
   std::string err;
-  if (word == "start") session_start(err);
-  else if (word == "stop") session_stop(err);
+  if (word == "start" || word == "stop") session_set_recording(word == "start", err);
   else log_warn("control file '" + path + "' says '" + word + "'; expected 'start' or 'stop'");
 }
 
@@ -242,19 +239,11 @@ void session_init_invalid() {
   s.state.store(LINGPROBE_STATE_RUNNING);
 }
 
-lingprobe_status session_start(std::string& error) {
+lingprobe_status session_set_recording(bool on, std::string& error) {
   Session& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   if (auto st = check_running(s, error); st != LINGPROBE_OK) return st;
-  capture::set_recording(true);
-  return LINGPROBE_OK;
-}
-
-lingprobe_status session_stop(std::string& error) {
-  Session& s = S();
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (auto st = check_running(s, error); st != LINGPROBE_OK) return st;
-  capture::set_recording(false);
+  capture::set_recording(on);
   return LINGPROBE_OK;
 }
 

@@ -16,8 +16,8 @@ lingprobe_status session_init(const Config& config, std::string& error);
 // Enters the running state with recording off, after a configuration error:
 // later calls return LINGPROBE_ERROR_INVALID_CONFIG and finalize is a no-op.
 void session_init_invalid();
-lingprobe_status session_start(std::string& error);
-lingprobe_status session_stop(std::string& error);
+// Starts (on) or stops recording: the hook is enabled or disabled.
+lingprobe_status session_set_recording(bool on, std::string& error);
 lingprobe_status session_flush(std::string& error);
 lingprobe_status session_finalize();
 lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t world_size, std::string& error);

@@ -1,141 +1,223 @@
 """CPU overhead of lingprobe against what users would use instead, side by
-side in one run (issue 6, SPEC section 7). Each configuration runs in its own
-process (an observer cannot be unloaded); configurations are interleaved and
-repeated; per-call time is the best-of-blocks median of each process, reported
-as median and spread over the repetitions, and as the cost added on top of
-no instrumentation, relative to the floor's added cost.
+side in one run (issue 6, SPEC section 7). One command, one table:
 
-    /usr/bin/python3 bench/cpu_bench.py [--quick] [--build build] [--reps N]
+    /usr/bin/python3 bench/cpu_bench.py            # every configuration and workload, wall clock + instructions
+    /usr/bin/python3 bench/cpu_bench.py --quick    # torch.add, floor/lingprobe/profiler: under a minute
+
+Method (bench/cpu_bench_child.py does the measuring). The configurations that
+can be switched on and off inside a process (the floor, lingprobe, torch.profiler,
+the execution-trace observer, the TorchDispatchMode logger, the stage map's
+module hooks) live in one process and are each measured against the
+switched-off state right next to them, so that the machine's drift and the
+process's memory layout cancel:
+- wall clock: pairs of blocks (off, on), configurations rotating; a process
+  reports the median of the paired differences; the table gives the median
+  and min-max over --reps processes, interleaved with the other groups;
+- instructions: one process under valgrind's callgrind, instrumentation on
+  after the warm-up; per configuration and state the count per call is the
+  difference between a loop of 2n calls and one of n (fixed costs cancel);
+  all threads count, lingprobe's writer thread included (each measured loop
+  ends with a flush).
+'none' switches nothing: its added cost is the method's noise. The cost of
+lingprobe loaded with recording off is measured in a process before and after
+loading. "added / floor's" divides a configuration's added cost by the floor's
+(SPEC section 7: lingprobe's gate is 1.25 on instructions).
 
 Workloads: 'add' (torch.add on 4-element tensors: the dispatcher-bound worst
-case) and 'dit' (a DiT block at reduced width, F.linear and friends)."""
+case), 'dit' (a DiT block at width 128, 64 tokens: 19 top-level calls of
+layer_norm, linear, attention by matmul/softmax, MLP, residual adds) and
+'module' (an nn.Module whose forward does no ATen work: the stage map's
+global module hooks, per module call)."""
 import argparse
+import glob
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CONFIGS = ["none", "floor", "lingprobe-off", "lingprobe", "lingprobe-nested", "profiler", "execution-trace",
-           "dispatch-mode"]
-
-CHILD = r'''
-import json, os, sys, time, tempfile
-import torch
-import torch.nn.functional as F
-config, workload, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
-out = tempfile.mkdtemp(prefix="lpbench-")
-cleanup = lambda: None
-if config == "floor":
-    import ctypes
-    ctypes.CDLL(os.environ["LPBENCH_FLOOR"]).floor_install()
-elif config.startswith("lingprobe"):
-    import lingprobe
-    lingprobe.start(out_dir=out, nested=(config == "lingprobe-nested"), call_records=True)
-    if config == "lingprobe-off":
-        lingprobe.stop()
-    cleanup = lingprobe.finalize
-elif config == "profiler":
-    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True)
-    prof.__enter__()
-    cleanup = lambda: prof.__exit__(None, None, None)
-elif config == "execution-trace":
-    Obs = getattr(torch.profiler, "ExecutionTraceObserver", None) or torch.profiler.ExecutionGraphObserver
-    obs = Obs()
-    obs.register_callback(os.path.join(out, "et.json"))
-    obs.start()
-    cleanup = lambda: (obs.stop(), obs.unregister_callback())
-elif config == "dispatch-mode":
-    from torch.utils._python_dispatch import TorchDispatchMode
-    class Logger(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.records = []
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            meta = lambda a: (str(a.dtype), tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else a
-            self.records.append((str(func), [meta(a) for a in args], {k: meta(v) for k, v in kwargs.items()}))
-            return func(*args, **kwargs)
-    mode = Logger()
-    mode.__enter__()
-    cleanup = lambda: mode.__exit__(None, None, None)
-
-if workload == "add":
-    x = torch.ones(4)
-    def step():
-        torch.add(x, x)
-    per_step = 1
-else:
-    d = 64
-    x, w1, w2 = torch.randn(1, 32, d), torch.randn(4 * d, d), torch.randn(d, 4 * d)
-    def step():
-        h = F.layer_norm(x, (d,))
-        h = F.linear(F.gelu(F.linear(h, w1)), w2)
-        return x + h
-    per_step = 6  # top-level ATen calls per step (layer_norm, linear, gelu, linear, add, + the add's alias)
-for _ in range(max(100, calls // 20)):
-    step()
-blocks = []
-n = max(1, calls // per_step // 5)
-for _ in range(5):
-    t0 = time.perf_counter_ns()
-    for _ in range(n):
-        step()
-    blocks.append((time.perf_counter_ns() - t0) / (n * per_step))
-cleanup()
-print(json.dumps({"config": config, "workload": workload, "ns_per_call": sorted(blocks)[len(blocks) // 2]}))
-'''
+CHILD = str(ROOT / "bench" / "cpu_bench_child.py")
+ALL_CONFIGS = ["none", "floor", "lingprobe-off", "lingprobe", "lingprobe-nested", "profiler", "execution-trace",
+               "dispatch-mode", "stage-map-unmatched", "stage-map-matched"]
+QUICK_CONFIGS = ["none", "floor", "lingprobe", "profiler"]
+GROUP_OF = {"lingprobe-off": "loaded", "lingprobe-nested": "nested"}  # everything else: "main"
+DESCRIPTIONS = {
+    "none": "nothing switched (the method's noise)",
+    "floor": "empty global RecordFunction callback asking for inputs and outputs",
+    "lingprobe-off": "lingprobe loaded and initialised, recording off (vs. not loaded)",
+    "lingprobe": "lingprobe recording every top-level call, call records on",
+    "lingprobe-nested": "lingprobe recording nested calls too, call records on",
+    "profiler": "torch.profiler, CPU activity, record_shapes=True",
+    "execution-trace": "PyTorch execution-trace observer",
+    "dispatch-mode": "Python TorchDispatchMode logging shapes, strides, dtypes",
+    "stage-map-unmatched": "stage-map module hooks, rule naming another class (every module pays this)",
+    "stage-map-matched": "stage-map module hooks, rule matching the module (stage push and pop)",
+}
 
 
-def run_one(python, config, workload, calls, env):
-    p = subprocess.run([python, "-c", CHILD, config, workload, str(calls)], env=env, capture_output=True, text=True,
-                       timeout=900)
+def child_env(build):
+    return dict(os.environ, PYTHONPATH=str(ROOT / "python_shim"), LINGPROBE_LIBRARY=str(build / "liblingprobe.so"),
+                LPBENCH_FLOOR=str(build / "bench" / "libfloor_callback.so"),
+                LPBENCH_CALLGRIND=str(build / "bench" / "libcallgrind_control.so"),
+                OMP_NUM_THREADS="1", LINGPROBE_LOG_LEVEL="warn")
+
+
+def run_child(prefix, group, mode, workloads, configs, calls, pairs, env):
+    argv = prefix + [sys.executable, CHILD, group, mode, ",".join(workloads), ",".join(configs), str(calls),
+                     str(pairs)]
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=3600)
     if p.returncode != 0:
-        raise SystemExit(f"{config}/{workload} failed:\n{p.stderr[-2000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])["ns_per_call"]
+        raise SystemExit(f"{mode} {group} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+    reply = json.loads(p.stdout.strip().splitlines()[-1])
+    if reply["dropped"]:
+        raise SystemExit(f"{mode} {group}: lingprobe dropped {reply['dropped']} calls; the measurement is void")
+    return reply["results"]
+
+
+def callgrind_totals(directory):
+    """{label: instructions} from the dumps of one callgrind run."""
+    totals = {}
+    for path in glob.glob(os.path.join(directory, "cg.out*")):
+        label, total = None, None
+        with open(path) as f:
+            for line in f:
+                if line.startswith("desc: Trigger: Client Request: "):
+                    label = line.split("Client Request: ", 1)[1].strip()
+                elif line.startswith(("totals:", "summary:")):
+                    total = int(line.split()[1])
+                    break
+        if label is not None and total is not None:
+            totals[label] = total
+    return totals
+
+
+def instructions(group, workloads, configs, env, keep):
+    """{(workload, config): {"off": per call, "on": per call, "added": per call}}"""
+    directory = tempfile.mkdtemp(prefix=f"lpbench-cg-{group}-")
+    prefix = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no",
+              f"--callgrind-out-file={directory}/cg.out"]
+    results = run_child(prefix, group, "callgrind", workloads, configs, 3000, 0, env)
+    totals = callgrind_totals(directory)
+    out = {}
+    for w, per_config in results.items():
+        for c, r in per_config.items():
+            per_call = {}
+            for state in ("off", "on"):
+                a, b = totals.get(f"{w}/{c}/{state}/1"), totals.get(f"{w}/{c}/{state}/2")
+                if a is None or b is None:
+                    raise SystemExit(f"callgrind {group}: no dumps for {w}/{c}/{state} in {directory}")
+                per_call[state] = (b - a) / r["calls"]
+            per_call["added"] = per_call["on"] - per_call["off"]
+            out[(w, c)] = per_call
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        for path in glob.glob(os.path.join(directory, "cg.out*")):
+            shutil.copy(path, os.path.join(keep, f"{group}.{os.path.basename(path)}"))
+    shutil.rmtree(directory, ignore_errors=True)
+    return out
+
+
+def groups_for(configs):
+    groups = {}
+    for c in configs:
+        groups.setdefault(GROUP_OF.get(c, "main"), []).append(c)
+    return groups
+
+
+def ratio(x, floor):
+    return x / floor if floor and floor > 0 else float("nan")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer calls and repetitions: under a minute")
-    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--quick", action="store_true", help="torch.add; none, floor, lingprobe, profiler; 3 processes")
+    ap.add_argument("--reps", type=int, default=None, help="wall-clock processes per group (default 5; --quick 3)")
     ap.add_argument("--build", default=str(ROOT / "build"))
-    ap.add_argument("--workloads", default=None, help="comma-separated: add,dit (default both; --quick: add)")
+    ap.add_argument("--workloads", default=None, help="comma-separated: add,dit,module (default all; --quick add)")
+    ap.add_argument("--configs", default=None, help="comma-separated subset of: " + ",".join(ALL_CONFIGS))
+    ap.add_argument("--no-callgrind", action="store_true", help="wall clock only")
+    ap.add_argument("--no-wall", action="store_true", help="instructions only")
+    ap.add_argument("--keep-dumps", default=None, help="copy the callgrind dumps here (for callgrind_annotate)")
+    ap.add_argument("--json", default=None, help="also write the raw numbers here")
     args = ap.parse_args()
-    args.workloads = args.workloads or ("add" if args.quick else "add,dit")
+    workloads = (args.workloads or ("add" if args.quick else "add,dit,module")).split(",")
+    configs = (args.configs.split(",") if args.configs else QUICK_CONFIGS if args.quick else ALL_CONFIGS)
+    if "none" not in configs:
+        configs = ["none"] + configs
     build = pathlib.Path(args.build)
-    reps = args.reps or (3 if args.quick else 7)
-    calls = 20000 if args.quick else 200000
-    configs = CONFIGS if not args.quick else ["none", "floor", "lingprobe", "profiler"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "python_shim"), LINGPROBE_LIBRARY=str(build / "liblingprobe.so"),
-               LPBENCH_FLOOR=str(build / "bench" / "libfloor_callback.so"), OMP_NUM_THREADS="1",
-               LINGPROBE_LOG_LEVEL="warn")
-    results = {}
-    start = time.time()
-    for workload in args.workloads.split(","):
-        for rep in range(reps):
-            for config in (configs if rep % 2 == 0 else list(reversed(configs))):  # interleaved
-                results.setdefault((workload, config), []).append(run_one(sys.executable, config, workload, calls, env))
-    print(f"# {time.strftime('%Y-%m-%d')} torch {__import__('torch').__version__}, {reps} interleaved repetitions, "
-          f"{calls} calls each, {time.time() - start:.0f} s")
-    print("| workload | configuration | ns/call (median) | spread (min-max) | added ns/call | added / floor's added |")
-    print("|---|---|---|---|---|---|")
+    env = child_env(build)
+    reps = args.reps or (3 if args.quick else 5)
+    do_wall, do_cg = not args.no_wall, not args.no_callgrind
+    if do_cg and not (shutil.which("valgrind") and (build / "bench" / "libcallgrind_control.so").exists()):
+        raise SystemExit("instruction counts need valgrind and build/bench/libcallgrind_control.so "
+                         "(scripts/install-deps.sh, scripts/build.sh); or pass --no-callgrind")
+    groups = groups_for(configs)
+    calls, pairs = (2000, 10) if args.quick else (2000, 20)
+    started = time.time()
+    wall = {}
+    for rep in range(reps if do_wall else 0):
+        order = list(groups) if rep % 2 == 0 else list(groups)[::-1]
+        for g in order:
+            for w, per_config in run_child([], g, "wall", workloads, groups[g], calls, pairs, env).items():
+                for c, r in per_config.items():
+                    wall.setdefault((w, c), []).append(r)
+    instr = {}
+    for g in (groups if do_cg else []):
+        instr.update(instructions(g, workloads, groups[g], env, args.keep_dumps))
+    elapsed = time.time() - started
+
+    import torch
+    print(f"# {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, {os.cpu_count()} CPUs; "
+          f"wall clock: {reps if do_wall else 0} processes per group x {pairs} block pairs of {calls} calls; "
+          f"{'callgrind instructions; ' if do_cg else ''}{elapsed:.0f} s")
+    summary = {}
+    for w in workloads:
+        unit = "module call" if w == "module" else "ATen call"
+        rows = [c for c in configs if (w, c) in wall or (w, c) in instr]
+        if not rows:
+            continue
+        floor_wall = statistics.median(r["added"] for r in wall[(w, "floor")]) if (w, "floor") in wall else None
+        floor_instr = instr[(w, "floor")]["added"] if (w, "floor") in instr else None
+        print(f"\n## '{w}', per {unit}\n")
+        print("| configuration | ns on | added ns (median) | added ns (min-max) | added / floor's | "
+              "instructions on | added instructions | added / floor's |")
+        print("|---|---|---|---|---|---|---|---|")
+        for c in rows:
+            cells = [c]
+            if (w, c) in wall:
+                runs = wall[(w, c)]
+                added = [r["added"] for r in runs]
+                med = statistics.median(added)
+                cells += [f"{statistics.median(r['on'] for r in runs):.0f}", f"{med:+.0f}",
+                          f"{min(added):+.0f} to {max(added):+.0f}",
+                          f"{ratio(med, floor_wall):.2f}" if c not in ("none", "floor") else "-"]
+                summary[(w, c, "wall")] = ratio(med, floor_wall)
+            else:
+                cells += ["-"] * 4
+            if (w, c) in instr:
+                i = instr[(w, c)]
+                cells += [f"{i['on']:.0f}", f"{i['added']:+.0f}",
+                          f"{ratio(i['added'], floor_instr):.2f}" if c not in ("none", "floor") else "-"]
+                summary[(w, c, "instr")] = ratio(i["added"], floor_instr)
+            else:
+                cells += ["-"] * 3
+            print("| " + " | ".join(cells) + " |")
+    print("\n" + "\n".join(f"- {c}: {DESCRIPTIONS[c]}" for c in configs))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"wall": {f"{w}/{c}": v for (w, c), v in wall.items()},
+                       "instructions": {f"{w}/{c}": v for (w, c), v in instr.items()}}, f, indent=1)
     last = []
-    for workload in args.workloads.split(","):
-        base = statistics.median(results[(workload, "none")])
-        floor = statistics.median(results[(workload, "floor")]) - base
-        for config in configs:
-            v = results[(workload, config)]
-            med, added = statistics.median(v), statistics.median(v) - base
-            ratio = added / floor if floor > 0 else float("nan")
-            print(f"| {workload} | {config} | {med:.0f} | {min(v):.0f}-{max(v):.0f} | {added:+.0f} | "
-                  f"{ratio:.2f} |" if config != "none" else f"| {workload} | none | {med:.0f} | {min(v):.0f}-{max(v):.0f} | - | - |")
-            if config in ("lingprobe", "profiler") and workload == "add":
-                last.append(f"{config}/floor={ratio:.2f}")
-    print("ratios (add, added cost over the floor's): " + " ".join(last))
+    for c in configs:
+        for kind, label in (("instr", "instructions"), ("wall", "wall")):
+            if ("add", c, kind) in summary and c not in ("none", "floor"):
+                last.append(f"{c}/floor {label} {summary[('add', c, kind)]:.2f}")
+    print("add, added cost over the floor's: " + "; ".join(last))
 
 
 if __name__ == "__main__":

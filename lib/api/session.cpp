@@ -62,6 +62,7 @@ class WriterSink : public capture::RecorderSink {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
     return true;
   }
+  void on_buffer_half_full() override { writer_->wake(); }
 
  private:
   sink::MetadataWriter* writer_;

@@ -8,11 +8,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "capture/key_table.h"
 #include "capture/signature_builder.h"
 #include "capture/signature_key.h"
 #include "capture/stages.h"
@@ -25,6 +27,7 @@ namespace {
 constexpr size_t kMaxDepth = 128;
 constexpr size_t kChunk = 4096;
 constexpr size_t kMaxChunks = 256;  // up to 1,048,576 signatures per process
+constexpr size_t kOpCacheSlots = 256;
 
 int64_t now_ns() {
   timespec ts;
@@ -53,30 +56,42 @@ struct Frame {
   const at::RecordFunction* fn;
   OpInfo* op;
   int64_t t0;
-  uint32_t key_begin;
+  uint32_t key_begin;  // words of the thread's KeyBuffer
   uint32_t input_end;
+  uint32_t entry;      // the InputEntry of the input key
   StageId stage;
   bool recorded;
 };
 
-struct KeyedArgs {
-  std::string key;
+// One per distinct input key (op, stage, inputs) seen by a thread: the JSON
+// of the arguments (built in the start callback: the boxed inputs are gone by
+// the end callback) and the output keys seen after it, each with its
+// signature id.
+struct InputEntry {
   format::JsonValue arguments;
+  std::vector<std::pair<std::vector<uint64_t>, uint32_t>> outputs;
 };
-struct KeyedId {
-  std::string key;
-  uint32_t id;
-};
+
+using Counter = std::atomic<uint64_t>;  // written by one thread (load, add, store), read by the writer
+
+inline void bump(Counter& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
 
 struct ThreadState {
   uint64_t epoch = 0;
   uint32_t depth = 0;
   uint32_t tid = 0;
   Frame frames[kMaxDepth];
-  std::string arena;  // binary keys of open recorded frames, back to back
-  std::unordered_map<const char*, OpInfo*> ops;
-  std::unordered_multimap<uint64_t, KeyedArgs> arguments;  // input key -> args JSON (first sighting)
-  std::unordered_multimap<uint64_t, KeyedId> ids;          // full key -> signature id
+  KeyBuffer key;  // keys of open recorded frames, back to back
+  struct OpSlot {
+    const char* name;
+    OpInfo* op;
+  } op_cache[kOpCacheSlots] = {};
+  std::unordered_map<const char*, OpInfo*> ops;  // behind the cache
+  KeyTable inputs;                               // input key -> index in entries
+  std::vector<InputEntry> entries;
+  Counter calls_seen{0};
+  Counter calls_recorded{0};
+  std::atomic<Counter*> counts[kMaxChunks] = {};  // per-signature calls of this thread
   format::RecordBuffer* buffer = nullptr;
   bool buffer_requested = false;
 };
@@ -87,15 +102,12 @@ struct Global {
   RecorderSink* sink = nullptr;
   at::CallbackHandle handle = 0;
   bool installed = false;
-  std::unordered_map<const char*, OpInfo*> ops;           // under mu; never freed
-  std::unordered_map<std::string, uint32_t> signatures;   // full key -> id, under mu
-  std::atomic<uint64_t>* counts[kMaxChunks] = {};
+  std::unordered_map<const char*, OpInfo*> ops;          // under mu; never freed
+  std::unordered_map<std::string, uint32_t> signatures;  // full key bytes -> id, under mu
   std::atomic<uint32_t> next_id{0};
   std::atomic<bool> active{false};
   std::atomic<uint64_t> epoch{1};
   std::atomic<uint64_t> seq{0};
-  std::atomic<uint64_t> calls_seen{0};
-  std::atomic<uint64_t> calls_recorded{0};
   std::atomic<int64_t> started_ns{0};
   std::atomic<uint64_t> warmup_seen{0};
   std::atomic<uint64_t> drop_depth{0};
@@ -103,6 +115,12 @@ struct Global {
   std::atomic<uint64_t> drop_table_full{0};
   std::atomic<uint64_t> drop_error{0};
   std::atomic<uint64_t> drop_buffer_full{0};
+  // Live threads' states, and the totals of threads that have exited.
+  std::mutex threads_mu;
+  std::vector<ThreadState*> threads;
+  std::vector<uint64_t> retired_counts;
+  uint64_t retired_seen = 0;
+  uint64_t retired_recorded = 0;
 };
 
 Global& g() {
@@ -112,10 +130,29 @@ Global& g() {
 
 thread_local ThreadState* t_state = nullptr;
 
+void retire(ThreadState* ts) {
+  Global& G = g();
+  std::lock_guard<std::mutex> lock(G.threads_mu);
+  G.retired_seen += ts->calls_seen.load(std::memory_order_relaxed);
+  G.retired_recorded += ts->calls_recorded.load(std::memory_order_relaxed);
+  const uint32_t n = G.next_id.load(std::memory_order_acquire);
+  if (G.retired_counts.size() < n) G.retired_counts.resize(n, 0);
+  for (uint32_t id = 0; id < n; ++id)
+    if (Counter* chunk = ts->counts[id / kChunk].load(std::memory_order_acquire))
+      G.retired_counts[id] += chunk[id % kChunk].load(std::memory_order_relaxed);
+  for (auto it = G.threads.begin(); it != G.threads.end(); ++it)
+    if (*it == ts) {
+      G.threads.erase(it);
+      break;
+    }
+}
+
 struct ThreadStateOwner {
   ~ThreadStateOwner() {
     if (t_state) {
       if (t_state->buffer) t_state->buffer->close();
+      retire(t_state);
+      for (auto& chunk : t_state->counts) delete[] chunk.load(std::memory_order_relaxed);
       delete t_state;
       t_state = nullptr;
     }
@@ -128,32 +165,47 @@ ThreadState* thread_state() {
   if (ts) return ts;
   ts = new ThreadState;
   ts->tid = static_cast<uint32_t>(::syscall(SYS_gettid));
-  ts->arena.reserve(4096);
-  (void)&t_owner;  // instantiate the owner so the state is freed at thread exit
+  (void)&t_owner;  // instantiate the owner so the state is retired at thread exit
+  {
+    Global& G = g();
+    std::lock_guard<std::mutex> lock(G.threads_mu);
+    G.threads.push_back(ts);
+  }
   t_state = ts;
   return ts;
 }
 
-OpInfo* find_op(ThreadState* ts, const at::RecordFunction& fn) {
+OpInfo* find_op_slow(ThreadState* ts, const at::RecordFunction& fn, ThreadState::OpSlot& slot) {
   const char* name = fn.name();
+  OpInfo* op = nullptr;
   auto it = ts->ops.find(name);
-  if (it != ts->ops.end()) return it->second;
-  auto schema = fn.operator_schema();
-  if (!schema) return nullptr;  // a named scope, not an operator: ignored
-  Global& G = g();
-  OpInfo* op;
-  {
-    std::lock_guard<std::mutex> lock(G.mu);
-    auto git = G.ops.find(name);
-    if (git != G.ops.end()) {
-      op = git->second;
-    } else {
-      op = new OpInfo(std::move(*schema));
-      G.ops.emplace(name, op);
+  if (it != ts->ops.end()) {
+    op = it->second;
+  } else {
+    auto schema = fn.operator_schema();
+    if (!schema) return nullptr;  // a named scope, not an operator: ignored (never cached)
+    Global& G = g();
+    {
+      std::lock_guard<std::mutex> lock(G.mu);
+      auto git = G.ops.find(name);
+      if (git != G.ops.end()) {
+        op = git->second;
+      } else {
+        op = new OpInfo(std::move(*schema));
+        G.ops.emplace(name, op);
+      }
     }
+    ts->ops.emplace(name, op);
   }
-  ts->ops.emplace(name, op);
+  slot = ThreadState::OpSlot{name, op};
   return op;
+}
+
+inline OpInfo* find_op(ThreadState* ts, const at::RecordFunction& fn) {
+  const char* name = fn.name();
+  ThreadState::OpSlot& slot = ts->op_cache[(reinterpret_cast<uintptr_t>(name) >> 4) % kOpCacheSlots];
+  if (slot.name == name) return slot.op;
+  return find_op_slow(ts, fn, slot);
 }
 
 bool is_selected(OpInfo* op, StageId stage) {
@@ -165,51 +217,47 @@ bool is_selected(OpInfo* op, StageId stage) {
   return yes;
 }
 
-std::atomic<uint64_t>* counter(uint32_t id) {
-  Global& G = g();
-  const size_t chunk = id / kChunk;
-  if (chunk >= kMaxChunks) return nullptr;
-  std::atomic<uint64_t>* c = G.counts[chunk];
-  return c ? &c[id % kChunk] : nullptr;
+Counter* allocate_counts(ThreadState* ts, size_t chunk) {
+  auto* c = new Counter[kChunk];
+  for (size_t i = 0; i < kChunk; ++i) c[i].store(0, std::memory_order_relaxed);
+  ts->counts[chunk].store(c, std::memory_order_release);
+  return c;
 }
 
-// First sighting of a full key in this thread: find or assign the id.
-bool resolve_signature(ThreadState* ts, const Frame& f, uint64_t input_hash, const char* key, size_t key_size,
-                       uint64_t full_hash, const at::RecordFunction& fn, uint32_t& id_out) {
+inline void count_call(ThreadState* ts, uint32_t id) {
+  Counter* chunk = ts->counts[id / kChunk].load(std::memory_order_relaxed);
+  if (!chunk) chunk = allocate_counts(ts, id / kChunk);
+  bump(chunk[id % kChunk]);
+  bump(ts->calls_recorded);
+}
+
+// First sighting of this output key after this input key in this thread:
+// find or assign the signature id.
+bool resolve_signature(ThreadState* ts, const Frame& f, const uint64_t* key, size_t words,
+                       const at::RecordFunction& fn, uint32_t& id_out) {
   Global& G = g();
-  std::string full(key, key_size);
+  InputEntry& entry = ts->entries[f.entry];
+  std::string full(reinterpret_cast<const char*>(key), words * sizeof(uint64_t));
   std::lock_guard<std::mutex> lock(G.mu);
   auto it = G.signatures.find(full);
   if (it == G.signatures.end()) {
     const uint32_t id = G.next_id.load(std::memory_order_relaxed);
-    const size_t chunk = id / kChunk;
-    if (chunk >= kMaxChunks) {
+    if (id / kChunk >= kMaxChunks) {
       G.drop_table_full.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
-    if (!G.counts[chunk]) {
-      auto* c = new std::atomic<uint64_t>[kChunk];
-      for (size_t i = 0; i < kChunk; ++i) c[i].store(0, std::memory_order_relaxed);
-      G.counts[chunk] = c;
-    }
-    const format::JsonValue* arguments = nullptr;
-    auto range = ts->arguments.equal_range(input_hash);
-    for (auto a = range.first; a != range.second; ++a)
-      if (a->second.key.size() == f.input_end - f.key_begin &&
-          std::memcmp(a->second.key.data(), key, a->second.key.size()) == 0)
-        arguments = &a->second.arguments;
-    if (!arguments) return false;
     const auto& outs = fn.outputs();
     format::JsonValue sig =
-        assemble_signature(f.op->dotted, *arguments,
+        assemble_signature(f.op->dotted, entry.arguments,
                            build_output(f.op->schema, c10::ArrayRef<const c10::IValue>(outs.data(), outs.size())),
                            stage_name(f.stage));
     const std::string text = format::canonical_json(sig);
-    G.next_id.store(id + 1, std::memory_order_relaxed);
+    G.next_id.store(id + 1, std::memory_order_release);
     it = G.signatures.emplace(std::move(full), id).first;
     G.sink->on_new_signature(id, format::sha256_hex(text), text);
   }
-  ts->ids.emplace(full_hash, KeyedId{it->first, it->second});
+  const uint64_t* out = key + (f.input_end - f.key_begin);
+  entry.outputs.emplace_back(std::vector<uint64_t>(out, key + words), it->second);
   id_out = it->second;
   return true;
 }
@@ -223,7 +271,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     if (ts->epoch != epoch) {  // recording restarted: frames of the last window are stale
       ts->epoch = epoch;
       ts->depth = 0;
-      ts->arena.clear();
+      ts->key.truncate(0);
     }
     OpInfo* op = find_op(ts, fn);
     if (!op) return nullptr;
@@ -236,7 +284,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     f.fn = &fn;
     f.recorded = false;
     if (depth > 0 && !G.options.nested) return nullptr;
-    G.calls_seen.fetch_add(1, std::memory_order_relaxed);
+    bump(ts->calls_seen);
     const StageId stage = current_stage();
     if (!is_selected(op, stage)) return nullptr;
     if (G.options.skip_calls && G.warmup_seen.fetch_add(1, std::memory_order_relaxed) < G.options.skip_calls)
@@ -246,21 +294,24 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       return nullptr;
     f.op = op;
     f.stage = stage;
-    f.key_begin = static_cast<uint32_t>(ts->arena.size());
-    append_key_u64(reinterpret_cast<uintptr_t>(op), ts->arena);
-    append_key_u64(stage, ts->arena);
+    f.key_begin = static_cast<uint32_t>(ts->key.size());
     const auto inputs = fn.inputs();
-    append_key_u64(inputs.size(), ts->arena);
-    for (const auto& v : inputs) append_key(v, ts->arena);
-    f.input_end = static_cast<uint32_t>(ts->arena.size());
-    const char* key = ts->arena.data() + f.key_begin;
-    const size_t key_size = f.input_end - f.key_begin;
-    const uint64_t h = hash_key(key, key_size);
-    bool known = false;
-    auto range = ts->arguments.equal_range(h);
-    for (auto a = range.first; a != range.second && !known; ++a)
-      known = a->second.key.size() == key_size && std::memcmp(a->second.key.data(), key, key_size) == 0;
-    if (!known) ts->arguments.emplace(h, KeyedArgs{std::string(key, key_size), build_arguments(op->schema, inputs)});
+    uint64_t* head = ts->key.reserve(2);
+    head[0] = reinterpret_cast<uintptr_t>(op);
+    head[1] = stage | static_cast<uint64_t>(inputs.size()) << 16;
+    ts->key.commit(2);
+    for (const auto& v : inputs) append_key(v, ts->key);
+    f.input_end = static_cast<uint32_t>(ts->key.size());
+    const uint64_t* key = ts->key.data() + f.key_begin;
+    const size_t words = f.input_end - f.key_begin;
+    const uint64_t h = hash_words(key, words);
+    if (const uint32_t* entry = ts->inputs.find(h, key, words)) {
+      f.entry = *entry;
+    } else {  // first sighting of these inputs: their JSON now, while the boxed inputs exist
+      f.entry = static_cast<uint32_t>(ts->entries.size());
+      ts->entries.push_back(InputEntry{build_arguments(op->schema, inputs), {}});
+      ts->inputs.insert(h, key, words, f.entry);
+    }
     f.recorded = true;
     if (G.options.call_records) f.t0 = now_ns();
   } catch (...) {
@@ -284,28 +335,25 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   try {
     const int64_t t1 = G.options.call_records ? now_ns() : 0;
     const auto& outs = fn.outputs();
-    append_key_u64(outs.size(), ts->arena);
-    for (const auto& v : outs) append_key(v, ts->arena);
-    const char* key = ts->arena.data() + f.key_begin;
-    const size_t key_size = ts->arena.size() - f.key_begin;
-    const uint64_t h = hash_key(key, key_size);
+    ts->key.push(outs.size());
+    for (const auto& v : outs) append_key(v, ts->key);
+    const uint64_t* key = ts->key.data() + f.key_begin;
+    const size_t words = ts->key.size() - f.key_begin;
+    const uint64_t* out = key + (f.input_end - f.key_begin);
+    const size_t out_words = ts->key.size() - f.input_end;
     uint32_t id = 0;
     bool found = false;
-    auto range = ts->ids.equal_range(h);
-    for (auto it = range.first; it != range.second && !found; ++it) {
-      if (it->second.key.size() == key_size && std::memcmp(it->second.key.data(), key, key_size) == 0) {
-        id = it->second.id;
+    for (const auto& [seen, seen_id] : ts->entries[f.entry].outputs) {
+      if (seen.size() == out_words && std::equal(seen.begin(), seen.end(), out)) {
+        id = seen_id;
         found = true;
+        break;
       }
     }
-    if (!found) {
-      const uint64_t ih = hash_key(key, f.input_end - f.key_begin);
-      found = resolve_signature(ts, f, ih, key, key_size, h, fn, id);
-    }
-    ts->arena.resize(f.key_begin);
+    if (!found) found = resolve_signature(ts, f, key, words, fn, id);
+    ts->key.truncate(f.key_begin);
     if (!found) return;
-    if (auto* c = counter(id)) c->fetch_add(1, std::memory_order_relaxed);
-    G.calls_recorded.fetch_add(1, std::memory_order_relaxed);
+    count_call(ts, id);
     if (!G.options.call_records) return;
     if (!ts->buffer && !ts->buffer_requested) {
       ts->buffer_requested = true;
@@ -317,14 +365,20 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     }
     const format::CallRecord rec{G.seq.fetch_add(1, std::memory_order_relaxed), f.t0, t1, id, ts->tid,
                                  ts->depth};
-    while (!ts->buffer->push(rec)) {
+    for (;;) {
+      const auto pushed = ts->buffer->push(rec);
+      if (pushed == format::RecordBuffer::Push::kPushed) break;
+      if (pushed == format::RecordBuffer::Push::kReachedHalf) {
+        G.sink->on_buffer_half_full();
+        break;
+      }
       if (!G.sink->on_buffer_full()) {
         G.drop_buffer_full.fetch_add(1, std::memory_order_relaxed);
         break;
       }
     }
   } catch (...) {
-    ts->arena.resize(f.key_begin);
+    ts->key.truncate(f.key_begin);
     G.drop_error.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -376,8 +430,15 @@ void uninstall_recorder() {
 RecorderStats recorder_stats() {
   Global& G = g();
   RecorderStats s;
-  s.calls_seen = G.calls_seen.load(std::memory_order_relaxed);
-  s.calls_recorded = G.calls_recorded.load(std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(G.threads_mu);
+    s.calls_seen = G.retired_seen;
+    s.calls_recorded = G.retired_recorded;
+    for (ThreadState* ts : G.threads) {
+      s.calls_seen += ts->calls_seen.load(std::memory_order_relaxed);
+      s.calls_recorded += ts->calls_recorded.load(std::memory_order_relaxed);
+    }
+  }
   s.signatures = G.next_id.load(std::memory_order_relaxed);
   s.dropped = G.drop_depth.load() + G.drop_no_buffer.load() + G.drop_table_full.load() + G.drop_error.load() +
               G.drop_buffer_full.load();
@@ -387,11 +448,18 @@ RecorderStats recorder_stats() {
 format::CountsSnapshot recorder_counts() {
   Global& G = g();
   format::CountsSnapshot snap;
-  const uint32_t n = G.next_id.load(std::memory_order_relaxed);
-  for (uint32_t id = 0; id < n; ++id) {
-    auto* c = counter(id);
-    if (c) snap.calls.emplace_back(id, c->load(std::memory_order_relaxed));
+  const uint32_t n = G.next_id.load(std::memory_order_acquire);
+  std::vector<uint64_t> totals(n, 0);
+  {
+    std::lock_guard<std::mutex> lock(G.threads_mu);
+    for (uint32_t id = 0; id < n && id < G.retired_counts.size(); ++id) totals[id] = G.retired_counts[id];
+    for (ThreadState* ts : G.threads)
+      for (size_t chunk = 0; chunk * kChunk < n; ++chunk)
+        if (Counter* c = ts->counts[chunk].load(std::memory_order_acquire))
+          for (uint32_t id = static_cast<uint32_t>(chunk * kChunk); id < n && id < (chunk + 1) * kChunk; ++id)
+            totals[id] += c[id % kChunk].load(std::memory_order_relaxed);
   }
+  for (uint32_t id = 0; id < n; ++id) snap.calls.emplace_back(id, totals[id]);
   auto add = [&](const char* what, const char* reason, const std::atomic<uint64_t>& v) {
     const uint64_t x = v.load(std::memory_order_relaxed);
     if (x) snap.dropped[what][reason] = x;

@@ -28,6 +28,8 @@ class RecorderSink {
   // A push found the buffer full. Return true to retry (block policy: the
   // sink woke the writer and waited a little), false to drop the record.
   virtual bool on_buffer_full() = 0;
+  // A push made the calling thread's buffer half full: drain it soon.
+  virtual void on_buffer_half_full() = 0;
 };
 
 struct RecorderOptions {

@@ -1,83 +1,88 @@
 #include "capture/signature_key.h"
 
 #include <cstring>
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include <string>
 
 namespace lingprobe::capture {
 namespace {
 
-inline void put(std::string& key, const void* p, size_t n) { key.append(static_cast<const char*>(p), n); }
-inline void put_byte(std::string& key, uint8_t b) { key.push_back(static_cast<char>(b)); }
+// The first word of every value: tag in the low byte, small fields above it.
+enum : uint64_t { kNone = 1, kTensor, kUndefined, kInt, kDouble, kBool, kString, kList, kTuple, kDevice, kOther };
+constexpr uint64_t kNoSizes = 0xFF;  // nested or symbolic sizes: the JSON form writes null
 
-enum : uint8_t { kNone = 1, kTensor, kUndefined, kInt, kDouble, kBool, kString, kList, kTuple, kDevice, kOther };
+void append_bytes(const std::string& s, KeyBuffer& key) {
+  const size_t n = (s.size() + 7) / 8;
+  uint64_t* w = key.reserve(n);
+  if (n) w[n - 1] = 0;
+  std::memcpy(w, s.data(), s.size());
+  key.commit(n);
+}
+
+void append_tensor(const at::Tensor& t, KeyBuffer& key) {
+  if (!t.defined()) {
+    key.push(kUndefined);
+    return;
+  }
+  const uint64_t head = kTensor | static_cast<uint64_t>(t.scalar_type()) << 8 |
+                        static_cast<uint64_t>(t.layout()) << 16;
+  c10::IntArrayRef sizes, strides;
+  try {
+    sizes = t.sizes();
+    if (t.layout() == c10::kStrided) strides = t.strides();
+  } catch (const std::exception&) {
+    key.push(head | kNoSizes << 24);
+    return;
+  }
+  const size_t dim = sizes.size();
+  uint64_t* w = key.reserve(1 + dim + strides.size());
+  w[0] = head | static_cast<uint64_t>(dim) << 24 | static_cast<uint64_t>(!strides.empty()) << 56;
+  for (size_t i = 0; i < dim; ++i) w[1 + i] = static_cast<uint64_t>(sizes[i]);
+  for (size_t i = 0; i < strides.size(); ++i) w[1 + dim + i] = static_cast<uint64_t>(strides[i]);
+  key.commit(1 + dim + strides.size());
+}
 
 }  // namespace
 
-void append_key_u64(uint64_t value, std::string& key) { put(key, &value, sizeof value); }
-
-void append_key(const c10::IValue& v, std::string& key) {
+void append_key(const c10::IValue& v, KeyBuffer& key) {
   if (v.isTensor()) {
-    const at::Tensor& t = v.toTensor();
-    if (!t.defined()) {
-      put_byte(key, kUndefined);
-      return;
-    }
-    put_byte(key, kTensor);
-    put_byte(key, static_cast<uint8_t>(t.scalar_type()));
-    put_byte(key, static_cast<uint8_t>(t.layout()));
-    try {
-      const auto sizes = t.sizes();
-      put_byte(key, static_cast<uint8_t>(sizes.size()));
-      put(key, sizes.data(), sizes.size() * sizeof(int64_t));
-      if (t.layout() == c10::kStrided) put(key, t.strides().data(), sizes.size() * sizeof(int64_t));
-    } catch (const std::exception&) {
-      put_byte(key, 0xFF);  // nested or symbolic sizes: the JSON form writes null
-    }
-    return;
-  }
-  if (v.isNone()) {
-    put_byte(key, kNone);
+    append_tensor(v.toTensor(), key);
+  } else if (v.isNone()) {
+    key.push(kNone);
   } else if (v.isInt()) {
-    put_byte(key, kInt);
-    append_key_u64(static_cast<uint64_t>(v.toInt()), key);
+    uint64_t* w = key.reserve(2);
+    w[0] = kInt;
+    w[1] = static_cast<uint64_t>(v.toInt());
+    key.commit(2);
   } else if (v.isDouble()) {
-    put_byte(key, kDouble);
-    double d = v.toDouble();
-    put(key, &d, sizeof d);
+    const double d = v.toDouble();
+    uint64_t* w = key.reserve(2);
+    w[0] = kDouble;
+    std::memcpy(&w[1], &d, sizeof d);
+    key.commit(2);
   } else if (v.isBool()) {
-    put_byte(key, kBool);
-    put_byte(key, v.toBool() ? 1 : 0);
+    key.push(kBool | static_cast<uint64_t>(v.toBool()) << 8);
   } else if (v.isString()) {
-    put_byte(key, kString);
     const std::string& s = v.toStringRef();
-    append_key_u64(s.size(), key);
-    key.append(s);
+    key.push(kString | static_cast<uint64_t>(s.size()) << 8);
+    append_bytes(s, key);
   } else if (v.isList()) {
-    put_byte(key, kList);
     const auto items = v.toListRef();
-    append_key_u64(items.size(), key);
+    key.push(kList | static_cast<uint64_t>(items.size()) << 8);
     for (const auto& item : items) append_key(item, key);
   } else if (v.isTuple()) {
-    put_byte(key, kTuple);
     const auto& items = v.toTupleRef().elements();
-    append_key_u64(items.size(), key);
+    key.push(kTuple | static_cast<uint64_t>(items.size()) << 8);
     for (const auto& item : items) append_key(item, key);
   } else if (v.isDevice()) {
-    put_byte(key, kDevice);
-    put_byte(key, static_cast<uint8_t>(v.toDevice().type()));
+    key.push(kDevice | static_cast<uint64_t>(v.toDevice().type()) << 8);
   } else {
     // Written as the fallback string "<Kind>" (or a dict): key on the tag
     // name; dicts are rare enough to key by their kind and size.
-    put_byte(key, kOther);
     const std::string kind = v.tagKind();
-    append_key_u64(kind.size(), key);
-    key.append(kind);
-    if (v.isGenericDict()) append_key_u64(v.toGenericDict().size(), key);
+    key.push(kOther | static_cast<uint64_t>(kind.size()) << 8 |
+             static_cast<uint64_t>(v.isGenericDict() ? v.toGenericDict().size() : 0) << 32);
+    append_bytes(kind, key);
   }
 }
-
-uint64_t hash_key(const char* data, size_t size) { return XXH3_64bits(data, size); }
 
 }  // namespace lingprobe::capture

@@ -1,6 +1,9 @@
 // A per-thread, single-producer single-consumer ring of fixed-size call
 // records: the calling thread pushes (no locks, no allocation), the writer
-// thread drains. Capacity is fixed at creation (a power of two).
+// thread drains. Capacity is fixed at creation (a power of two). A push that
+// fills the ring to half says so, once per crossing, so that the producer can
+// wake the writer long before the ring is full (the writer otherwise drains
+// only every flush interval).
 #pragma once
 
 #include <atomic>
@@ -15,13 +18,17 @@ class RecordBuffer {
  public:
   explicit RecordBuffer(size_t min_capacity);
 
-  // Producer side. Returns false when full (nothing written).
-  bool push(const CallRecord& r) {
+  enum class Push { kFull, kPushed, kReachedHalf };
+
+  // Producer side. kFull: nothing written. kReachedHalf: written, and this
+  // record made the ring exactly half full (wake the consumer).
+  Push push(const CallRecord& r) {
     const uint64_t head = head_.load(std::memory_order_relaxed);
-    if (head - tail_.load(std::memory_order_acquire) >= capacity_) return false;
+    const uint64_t used = head - tail_.load(std::memory_order_acquire);
+    if (used >= capacity_) return Push::kFull;
     slots_[head & mask_] = r;
     head_.store(head + 1, std::memory_order_release);
-    return true;
+    return used + 1 == capacity_ / 2 ? Push::kReachedHalf : Push::kPushed;
   }
 
   // Consumer side: calls fn(record) for every record available now.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 
@@ -26,6 +27,31 @@ std::string make_directories(const std::string& dir) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "'" + dir + "' is not a directory";
   return "";
+}
+
+// {"depth":..,"id":..,"kind":"call","seq":..,"t0_ns":..,"t1_ns":..,"tid":..}\n
+// (canonical key order) into `out` (at least 192 bytes); returns the length.
+size_t format_call_record(const CallRecord& r, char* out) {
+  char* p = out;
+  auto literal = [&p](const char* text, size_t n) {
+    std::memcpy(p, text, n);
+    p += n;
+  };
+  auto number = [&p](auto v) { p = std::to_chars(p, p + 24, v).ptr; };
+  literal("{\"depth\":", 9);
+  number(r.depth);
+  literal(",\"id\":", 6);
+  number(r.signature_id);
+  literal(",\"kind\":\"call\",\"seq\":", 21);
+  number(r.seq);
+  literal(",\"t0_ns\":", 9);
+  number(r.t0_ns);
+  literal(",\"t1_ns\":", 9);
+  number(r.t1_ns);
+  literal(",\"tid\":", 7);
+  number(r.tid);
+  literal("}\n", 2);
+  return static_cast<size_t>(p - out);
 }
 
 MetadataWriter::MetadataWriter(WriterOptions options, CountsProvider counts, CycleHook on_cycle)
@@ -155,15 +181,8 @@ void MetadataWriter::cycle(bool final) {
     for (auto& b : buffers_) buffers.push_back(b.get());
   }
   char line[192];
-  for (RecordBuffer* b : buffers) {
-    n_calls += b->drain([&](const CallRecord& r) {
-      int len = std::snprintf(line, sizeof line,
-                              "{\"depth\":%u,\"id\":%u,\"kind\":\"call\",\"seq\":%llu,\"t0_ns\":%lld,\"t1_ns\":%lld,\"tid\":%u}\n",
-                              r.depth, r.signature_id, static_cast<unsigned long long>(r.seq),
-                              static_cast<long long>(r.t0_ns), static_cast<long long>(r.t1_ns), r.tid);
-      calls.append(line, static_cast<size_t>(len));
-    });
-  }
+  for (RecordBuffer* b : buffers)
+    n_calls += b->drain([&](const CallRecord& r) { calls.append(line, format_call_record(r, line)); });
   {
     std::lock_guard<std::mutex> lock(mu_);
     signatures.swap(pending_signatures_);

@@ -104,4 +104,8 @@ class MetadataWriter {
 // Creates `dir` and its parents; returns "" or an error message.
 std::string make_directories(const std::string& dir);
 
+// One call record as its canonical JSON line, newline included, written to
+// `out` (at least 192 bytes); returns the length. No allocation.
+size_t format_call_record(const format::CallRecord& record, char* out);
+
 }  // namespace lingprobe::sink

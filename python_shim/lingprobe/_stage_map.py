@@ -63,11 +63,12 @@ def _install_module_hooks(rules):
             stack.pop()
             pop_stage()
 
-    m.register_module_forward_pre_hook(pre)
+    handles = [m.register_module_forward_pre_hook(pre)]
     try:
-        m.register_module_forward_hook(post, always_call=True)  # torch >= 2.0: also after an exception
+        handles.append(m.register_module_forward_hook(post, always_call=True))  # torch >= 2.0: also on exceptions
     except TypeError:
-        m.register_module_forward_hook(post)
+        handles.append(m.register_module_forward_hook(post))
+    return handles  # removable (the benchmark measures with and without)
 
 
 def _wrap(func, stage):

@@ -231,3 +231,27 @@ def test_set_rank_names_the_file_and_header(build_dir, tmp_path):
     header, _, counts, _, _ = metadata.summarize(path)
     assert (header["rank"], header["local_rank"], header["world_size"], header["role"]) == (3, 1, 8, "rank")
     assert sum(counts.values()) == 1
+
+
+def test_sustained_fast_calls_drop_no_records_with_default_buffers(build_dir, tmp_path):
+    # 300,000 tiny calls in a tight loop (about 3 us each) with the default
+    # 65,536-record buffer and 500 ms flush interval: before the half-full
+    # wake-up the writer drained only every interval and about a third of
+    # the records were dropped.
+    code = f"""
+        import torch, lingprobe
+        x = torch.ones(4)
+        lingprobe.start(out_dir={str(tmp_path)!r}, call_records=True)
+        for _ in range(300000):
+            torch.add(x, x)
+        s = lingprobe.stats()
+        lingprobe.finalize()
+        print(s["dropped"], s["calls_recorded"])
+        print(lingprobe.metadata_path())
+    """
+    p = run_py(code, build_dir)
+    assert p.returncode == 0, p.stderr.decode()
+    dropped, recorded, path = p.stdout.decode().split()
+    assert (int(dropped), int(recorded)) == (0, 300000)
+    header, sigs, counts, calls, last = metadata.summarize(path)
+    assert len(calls) == 300000 and not last.get("dropped")

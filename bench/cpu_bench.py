@@ -33,6 +33,7 @@ import glob
 import json
 import os
 import pathlib
+import re
 import shutil
 import statistics
 import subprocess
@@ -80,9 +81,11 @@ def run_child(prefix, group, mode, workloads, configs, calls, pairs, env):
 
 
 def callgrind_totals(directory):
-    """{label: instructions} from the dumps of one callgrind run."""
+    """{label: instructions} from the dumps of one callgrind run. With
+    --separate-threads=yes a client request dumps the requesting thread only
+    (files cg.out.N-01): the calling thread's count."""
     totals = {}
-    for path in glob.glob(os.path.join(directory, "cg.out*")):
+    for path in glob.glob(os.path.join(directory, "cg.out.*")):
         label, total = None, None
         with open(path) as f:
             for line in f:
@@ -96,29 +99,40 @@ def callgrind_totals(directory):
     return totals
 
 
-def instructions(group, workloads, configs, env, keep):
-    """{(workload, config): {"off": per call, "on": per call, "added": per call}}"""
+def callgrind_run(group, workloads, configs, env, separate, keep):
     directory = tempfile.mkdtemp(prefix=f"lpbench-cg-{group}-")
     prefix = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no",
-              f"--callgrind-out-file={directory}/cg.out"]
+              f"--separate-threads={'yes' if separate else 'no'}", f"--callgrind-out-file={directory}/cg.out"]
     results = run_child(prefix, group, "callgrind", workloads, configs, 3000, 0, env)
     totals = callgrind_totals(directory)
-    out = {}
+    per_call = {}
     for w, per_config in results.items():
         for c, r in per_config.items():
-            per_call = {}
             for state in ("off", "on"):
                 a, b = totals.get(f"{w}/{c}/{state}/1"), totals.get(f"{w}/{c}/{state}/2")
                 if a is None or b is None:
                     raise SystemExit(f"callgrind {group}: no dumps for {w}/{c}/{state} in {directory}")
-                per_call[state] = (b - a) / r["calls"]
-            per_call["added"] = per_call["on"] - per_call["off"]
-            out[(w, c)] = per_call
+                per_call[(w, c, state)] = (b - a) / r["calls"]
     if keep:
         os.makedirs(keep, exist_ok=True)
         for path in glob.glob(os.path.join(directory, "cg.out*")):
-            shutil.copy(path, os.path.join(keep, f"{group}.{os.path.basename(path)}"))
+            shutil.copy(path, os.path.join(keep, f"{group}.{'thread' if separate else 'all'}.{os.path.basename(path)}"))
     shutil.rmtree(directory, ignore_errors=True)
+    return per_call
+
+
+def instructions(group, workloads, configs, env, keep):
+    """{(workload, config): {"off", "on", "added": the calling thread's instructions per call;
+    "other": other threads' (lingprobe's writer) added instructions per call}}. Two runs: one counting
+    the calling thread alone, one counting every thread."""
+    thread = callgrind_run(group, workloads, configs, env, True, keep)
+    every = callgrind_run(group, workloads, configs, env, False, keep)
+    out = {}
+    for (w, c, state) in thread:
+        if state == "on":
+            on, off = thread[(w, c, "on")], thread[(w, c, "off")]
+            all_added = every[(w, c, "on")] - every[(w, c, "off")]
+            out[(w, c)] = {"on": on, "off": off, "added": on - off, "other": all_added - (on - off)}
     return out
 
 
@@ -185,8 +199,8 @@ def main():
         floor_instr = instr[(w, "floor")]["added"] if (w, "floor") in instr else None
         print(f"\n## '{w}', per {unit}\n")
         print("| configuration | ns on | added ns (median) | added ns (min-max) | added / floor's | "
-              "instructions on | added instructions | added / floor's |")
-        print("|---|---|---|---|---|---|---|---|")
+              "instructions on | added instructions | added / floor's | other threads' added instructions |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for c in rows:
             cells = [c]
             if (w, c) in wall:
@@ -202,10 +216,11 @@ def main():
             if (w, c) in instr:
                 i = instr[(w, c)]
                 cells += [f"{i['on']:.0f}", f"{i['added']:+.0f}",
-                          f"{ratio(i['added'], floor_instr):.2f}" if c not in ("none", "floor") else "-"]
+                          f"{ratio(i['added'], floor_instr):.2f}" if c not in ("none", "floor") else "-",
+                          f"{i['other']:+.0f}"]
                 summary[(w, c, "instr")] = ratio(i["added"], floor_instr)
             else:
-                cells += ["-"] * 3
+                cells += ["-"] * 4
             print("| " + " | ".join(cells) + " |")
     print("\n" + "\n".join(f"- {c}: {DESCRIPTIONS[c]}" for c in configs))
     if args.json:

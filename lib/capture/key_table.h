@@ -7,16 +7,22 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace lingprobe::capture {
 
+// Not cryptographic: the table compares whole keys. Two words per step.
 inline uint64_t hash_words(const uint64_t* words, size_t n) {
-  uint64_t h = 0x243F6A8885A308D3ULL ^ n;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= words[i];
-    h = ((h << 27) | (h >> 37)) * 0x9E3779B97F4A7C15ULL;
+  constexpr uint64_t kMul = 0x9E3779B97F4A7C15ULL;
+  uint64_t a = 0x243F6A8885A308D3ULL ^ n, b = 0x13198A2E03707344ULL;
+  size_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    a = (a ^ words[i]) * kMul;
+    b = (b ^ words[i + 1]) * kMul;
   }
+  if (i < n) a = (a ^ words[i]) * kMul;
+  uint64_t h = a ^ ((b << 31) | (b >> 33));
   h ^= h >> 32;
   h *= 0xD6E8FEB86659FD93ULL;
   return h ^ (h >> 29);
@@ -48,9 +54,7 @@ class KeyTable {
     uint32_t value;
   };
   static bool same(const uint64_t* a, const uint64_t* b, size_t n) {
-    for (size_t i = 0; i < n; ++i)
-      if (a[i] != b[i]) return false;
-    return true;
+    return std::memcmp(a, b, n * sizeof(uint64_t)) == 0;
   }
   void grow();
 

@@ -74,12 +74,19 @@ struct InputEntry {
 
 using Counter = std::atomic<uint64_t>;  // written by one thread (load, add, store), read by the writer
 
+inline bool same_words(const uint64_t* a, const uint64_t* b, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 inline void bump(Counter& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
 
 struct ThreadState {
   uint64_t epoch = 0;
   uint32_t depth = 0;
   uint32_t tid = 0;
+  const StageStack* stages = nullptr;  // this thread's stage stack
   Frame frames[kMaxDepth];
   KeyBuffer key;  // keys of open recorded frames, back to back
   struct OpSlot {
@@ -99,6 +106,7 @@ struct ThreadState {
 struct Global {
   std::mutex mu;
   RecorderOptions options;
+  bool skips_warm_up = false;  // options.skip_calls or skip_seconds
   RecorderSink* sink = nullptr;
   at::CallbackHandle handle = 0;
   bool installed = false;
@@ -127,6 +135,10 @@ Global& g() {
   static Global* instance = new Global;  // never destroyed: callbacks may run during exit
   return *instance;
 }
+
+// The same object, for the callbacks: set before the callback is installed,
+// so they skip the function-local static's guard.
+Global* g_installed = nullptr;
 
 thread_local ThreadState* t_state = nullptr;
 
@@ -165,6 +177,7 @@ ThreadState* thread_state() {
   if (ts) return ts;
   ts = new ThreadState;
   ts->tid = static_cast<uint32_t>(::syscall(SYS_gettid));
+  ts->stages = this_thread_stage_stack();
   (void)&t_owner;  // instantiate the owner so the state is retired at thread exit
   {
     Global& G = g();
@@ -208,13 +221,16 @@ inline OpInfo* find_op(ThreadState* ts, const at::RecordFunction& fn) {
   return find_op_slow(ts, fn, slot);
 }
 
-bool is_selected(OpInfo* op, StageId stage) {
-  int8_t s = op->selected[stage].load(std::memory_order_relaxed);
-  if (s >= 0) return s == 1;
+bool decide_selected(OpInfo* op, StageId stage) {
   Global& G = g();
   const bool yes = G.options.selection.selected(op->name, op->with_overload, stage_name(stage));
   op->selected[stage].store(yes ? 1 : 0, std::memory_order_relaxed);
   return yes;
+}
+
+inline bool is_selected(OpInfo* op, StageId stage) {
+  const int8_t s = op->selected[stage].load(std::memory_order_relaxed);
+  return s >= 0 ? s == 1 : decide_selected(op, stage);
 }
 
 Counter* allocate_counts(ThreadState* ts, size_t chunk) {
@@ -262,8 +278,15 @@ bool resolve_signature(ThreadState* ts, const Frame& f, const uint64_t* key, siz
   return true;
 }
 
+bool in_warm_up(Global& G) {
+  if (G.options.skip_calls && G.warmup_seen.fetch_add(1, std::memory_order_relaxed) < G.options.skip_calls)
+    return true;
+  return G.options.skip_seconds > 0 &&
+         now_ns() - G.started_ns.load(std::memory_order_relaxed) < static_cast<int64_t>(G.options.skip_seconds * 1e9);
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-  Global& G = g();
+  Global& G = *g_installed;
   if (!G.active.load(std::memory_order_relaxed)) return nullptr;
   try {
     ThreadState* ts = thread_state();
@@ -285,13 +308,9 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     f.recorded = false;
     if (depth > 0 && !G.options.nested) return nullptr;
     bump(ts->calls_seen);
-    const StageId stage = current_stage();
+    const StageId stage = top_stage(*ts->stages);
     if (!is_selected(op, stage)) return nullptr;
-    if (G.options.skip_calls && G.warmup_seen.fetch_add(1, std::memory_order_relaxed) < G.options.skip_calls)
-      return nullptr;
-    if (G.options.skip_seconds > 0 &&
-        now_ns() - G.started_ns.load(std::memory_order_relaxed) < static_cast<int64_t>(G.options.skip_seconds * 1e9))
-      return nullptr;
+    if (C10_UNLIKELY(G.skips_warm_up) && in_warm_up(G)) return nullptr;
     f.op = op;
     f.stage = stage;
     f.key_begin = static_cast<uint32_t>(ts->key.size());
@@ -300,7 +319,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     head[0] = reinterpret_cast<uintptr_t>(op);
     head[1] = stage | static_cast<uint64_t>(inputs.size()) << 16;
     ts->key.commit(2);
-    for (const auto& v : inputs) append_key(v, ts->key);
+    append_keys(inputs.data(), inputs.size(), ts->key);
     f.input_end = static_cast<uint32_t>(ts->key.size());
     const uint64_t* key = ts->key.data() + f.key_begin;
     const size_t words = f.input_end - f.key_begin;
@@ -323,7 +342,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   ThreadState* ts = t_state;
   if (!ts || ts->depth == 0) return;
-  Global& G = g();
+  Global& G = *g_installed;
   if (ts->depth > kMaxDepth) {
     --ts->depth;
     return;
@@ -336,7 +355,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     const int64_t t1 = G.options.call_records ? now_ns() : 0;
     const auto& outs = fn.outputs();
     ts->key.push(outs.size());
-    for (const auto& v : outs) append_key(v, ts->key);
+    append_keys(outs.data(), outs.size(), ts->key);
     const uint64_t* key = ts->key.data() + f.key_begin;
     const size_t words = ts->key.size() - f.key_begin;
     const uint64_t* out = key + (f.input_end - f.key_begin);
@@ -344,7 +363,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     uint32_t id = 0;
     bool found = false;
     for (const auto& [seen, seen_id] : ts->entries[f.entry].outputs) {
-      if (seen.size() == out_words && std::equal(seen.begin(), seen.end(), out)) {
+      if (seen.size() == out_words && same_words(seen.data(), out, out_words)) {
         id = seen_id;
         found = true;
         break;
@@ -389,7 +408,9 @@ std::string install_recorder(const RecorderOptions& options, RecorderSink* sink)
   Global& G = g();
   std::lock_guard<std::mutex> lock(G.mu);
   if (G.installed) return "";
+  g_installed = &G;
   G.options = options;
+  G.skips_warm_up = options.skip_calls > 0 || options.skip_seconds > 0;
   G.sink = sink;
   G.handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
                                        .needsInputs(true)

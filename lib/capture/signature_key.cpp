@@ -6,8 +6,9 @@
 namespace lingprobe::capture {
 namespace {
 
-// The first word of every value: tag in the low byte, small fields above it.
-enum : uint64_t { kNone = 1, kTensor, kUndefined, kInt, kDouble, kBool, kString, kList, kTuple, kDevice, kOther };
+constexpr uint64_t kNone = kKeyNone, kTensor = kKeyTensor, kUndefined = kKeyUndefined, kInt = kKeyInt,
+                   kDouble = kKeyDouble, kBool = kKeyBool, kString = kKeyString, kList = kKeyList, kTuple = kKeyTuple,
+                   kDevice = kKeyDevice, kOther = kKeyOther;
 constexpr uint64_t kNoSizes = 0xFF;  // nested or symbolic sizes: the JSON form writes null
 
 void append_bytes(const std::string& s, KeyBuffer& key) {
@@ -43,7 +44,7 @@ void append_tensor(const at::Tensor& t, KeyBuffer& key) {
 
 }  // namespace
 
-void append_key(const c10::IValue& v, KeyBuffer& key) {
+void append_other_key(const c10::IValue& v, KeyBuffer& key) {
   if (v.isTensor()) {
     append_tensor(v.toTensor(), key);
   } else if (v.isNone()) {
@@ -68,11 +69,11 @@ void append_key(const c10::IValue& v, KeyBuffer& key) {
   } else if (v.isList()) {
     const auto items = v.toListRef();
     key.push(kList | static_cast<uint64_t>(items.size()) << 8);
-    for (const auto& item : items) append_key(item, key);
+    for (const auto& item : items) append_keys(&item, 1, key);
   } else if (v.isTuple()) {
     const auto& items = v.toTupleRef().elements();
     key.push(kTuple | static_cast<uint64_t>(items.size()) << 8);
-    for (const auto& item : items) append_key(item, key);
+    for (const auto& item : items) append_keys(&item, 1, key);
   } else if (v.isDevice()) {
     key.push(kDevice | static_cast<uint64_t>(v.toDevice().type()) << 8);
   } else {

@@ -36,6 +36,53 @@ class KeyBuffer {
   size_t size_ = 0;
 };
 
-void append_key(const c10::IValue& value, KeyBuffer& key);
+// Tags: the low byte of the first word of every value.
+enum KeyTag : uint64_t { kKeyNone = 1, kKeyTensor, kKeyUndefined, kKeyInt, kKeyDouble, kKeyBool, kKeyString,
+                         kKeyList, kKeyTuple, kKeyDevice, kKeyOther };
+
+// Everything but defined strided tensors (the hot case, inline below).
+void append_other_key(const c10::IValue& value, KeyBuffer& key);
+
+// Appends the key of every value (strided tensors and ints inline, the rest
+// through append_other_key). Tensor: tag | dtype << 8 | layout << 16 |
+// dim << 24 | has strides << 56, then the sizes, then the strides.
+inline void append_keys(const c10::IValue* values, size_t count, KeyBuffer& key) {
+  for (const c10::IValue* end = values + count; values != end; ++values) {
+    const c10::IValue& value = *values;
+    if (value.isInt()) {
+      uint64_t* w = key.reserve(2);
+      w[0] = kKeyInt;
+      w[1] = static_cast<uint64_t>(value.toInt());
+      key.commit(2);
+      continue;
+    }
+    if (!value.isTensor()) {
+      append_other_key(value, key);
+      continue;
+    }
+    const at::Tensor& t = value.toTensor();
+    if (!t.defined() || t.layout() != c10::kStrided) {
+      append_other_key(value, key);
+      continue;
+    }
+    c10::IntArrayRef sizes, strides;
+    try {
+      sizes = t.sizes();
+      strides = t.strides();
+    } catch (const std::exception&) {  // nested or symbolic sizes
+      append_other_key(value, key);
+      continue;
+    }
+    const size_t dim = sizes.size();
+    uint64_t* w = key.reserve(1 + 2 * dim);
+    w[0] = kKeyTensor | static_cast<uint64_t>(t.scalar_type()) << 8 |
+           static_cast<uint64_t>(c10::kStrided) << 16 | static_cast<uint64_t>(dim) << 24 | uint64_t{1} << 56;
+    for (size_t i = 0; i < dim; ++i) {
+      w[1 + i] = static_cast<uint64_t>(sizes[i]);
+      w[1 + dim + i] = static_cast<uint64_t>(strides[i]);
+    }
+    key.commit(1 + 2 * dim);
+  }
+}
 
 }  // namespace lingprobe::capture

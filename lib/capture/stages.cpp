@@ -20,12 +20,7 @@ Registry& registry() {
   return *r;
 }
 
-struct Stack {
-  StageId ids[kMaxStageDepth];
-  uint32_t size = 0;
-  uint32_t ignored = 0;  // pushes past the limit, popped silently
-};
-thread_local Stack t_stack;
+thread_local StageStack t_stack;
 
 }  // namespace
 
@@ -54,7 +49,7 @@ std::string stage_name(StageId id) {
 uint64_t stages_overflowed() { return registry().overflowed.load(std::memory_order_relaxed); }
 
 bool push_stage(StageId id) {
-  Stack& s = t_stack;
+  StageStack& s = t_stack;
   if (s.size >= kMaxStageDepth) {
     ++s.ignored;
     return false;
@@ -64,7 +59,7 @@ bool push_stage(StageId id) {
 }
 
 bool pop_stage() {
-  Stack& s = t_stack;
+  StageStack& s = t_stack;
   if (s.ignored) {
     --s.ignored;
     return true;
@@ -74,9 +69,8 @@ bool pop_stage() {
   return true;
 }
 
-StageId current_stage() {
-  const Stack& s = t_stack;
-  return s.size ? s.ids[s.size - 1] : kUnstaged;
-}
+StageId current_stage() { return top_stage(t_stack); }
+
+StageStack* this_thread_stage_stack() { return &t_stack; }
 
 }  // namespace lingprobe::capture

@@ -26,4 +26,15 @@ bool push_stage(StageId id);
 bool pop_stage();
 StageId current_stage();
 
+// The calling thread's stack itself, for the recorder, which keeps the
+// pointer (stable for the thread's life) and reads the top without another
+// thread-local lookup.
+struct StageStack {
+  StageId ids[kMaxStageDepth];
+  uint32_t size = 0;
+  uint32_t ignored = 0;  // pushes past the limit, popped silently
+};
+StageStack* this_thread_stage_stack();
+inline StageId top_stage(const StageStack& s) { return s.size ? s.ids[s.size - 1] : kUnstaged; }
+
 }  // namespace lingprobe::capture

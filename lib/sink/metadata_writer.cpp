@@ -172,7 +172,10 @@ void MetadataWriter::cycle(bool final) {
   std::lock_guard<std::mutex> io(io_mu_);
   // Calls first (into memory), then the signatures queued before them: a
   // call's signature was queued before the call was pushed.
-  std::string calls;
+  std::string& calls = calls_text_;  // members: their capacity is kept from cycle to cycle
+  std::string& text = out_text_;
+  calls.clear();
+  text.clear();
   uint64_t n_calls = 0;
   std::vector<RecordBuffer*> buffers;
   std::vector<std::string> signatures;
@@ -198,7 +201,6 @@ void MetadataWriter::cycle(bool final) {
     lines_lost_ += n_calls + signatures.size();
     return;
   }
-  std::string text;
   for (auto& s : signatures) text += s;
   text += calls;
 

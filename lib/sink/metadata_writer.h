@@ -99,6 +99,8 @@ class MetadataWriter {
   std::atomic<uint64_t> call_records_written_{0};
   std::atomic<uint64_t> write_errors_{0};
   uint64_t lines_lost_ = 0;
+  std::string calls_text_;  // cycle()'s buffers, under io_mu_
+  std::string out_text_;
 };
 
 // Creates `dir` and its parents; returns "" or an error message.

@@ -24,7 +24,7 @@ loading. "added / floor's" divides a configuration's added cost by the floor's
 (SPEC section 7: lingprobe's gate is 1.25 on instructions).
 
 Workloads: 'add' (torch.add on 4-element tensors: the dispatcher-bound worst
-case), 'dit' (a DiT block at width 128, 64 tokens: 19 top-level calls of
+case), 'dit' (a DiT block at width 64, 32 tokens: 19 top-level calls of
 layer_norm, linear, attention by matmul/softmax, MLP, residual adds) and
 'module' (an nn.Module whose forward does no ATen work: the stage map's
 global module hooks, per module call)."""
@@ -65,12 +65,18 @@ def child_env(build):
     return dict(os.environ, PYTHONPATH=str(ROOT / "python_shim"), LINGPROBE_LIBRARY=str(build / "liblingprobe.so"),
                 LPBENCH_FLOOR=str(build / "bench" / "libfloor_callback.so"),
                 LPBENCH_CALLGRIND=str(build / "bench" / "libcallgrind_control.so"),
-                OMP_NUM_THREADS="1", LINGPROBE_LOG_LEVEL="warn")
+                OMP_NUM_THREADS="1", LINGPROBE_LOG_LEVEL="warn", PYTHONHASHSEED="0")
+
+
+# ATen (or module) calls per measured block (wall clock) and per n (callgrind), by
+# workload: the DiT block is ~100x the cost of torch.add per call on this CPU.
+WALL_CALLS = {"add": 2000, "dit": 190, "module": 2000}
+CALLGRIND_CALLS = {"add": 3000, "dit": 190, "module": 3000}
 
 
 def run_child(prefix, group, mode, workloads, configs, calls, pairs, env):
-    argv = prefix + [sys.executable, CHILD, group, mode, ",".join(workloads), ",".join(configs), str(calls),
-                     str(pairs)]
+    argv = prefix + [sys.executable, CHILD, group, mode, ",".join(f"{w}={calls[w]}" for w in workloads),
+                     ",".join(configs), str(pairs)]
     p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=3600)
     if p.returncode != 0:
         raise SystemExit(f"{mode} {group} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
@@ -103,7 +109,7 @@ def callgrind_run(group, workloads, configs, env, separate, keep):
     directory = tempfile.mkdtemp(prefix=f"lpbench-cg-{group}-")
     prefix = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no",
               f"--separate-threads={'yes' if separate else 'no'}", f"--callgrind-out-file={directory}/cg.out"]
-    results = run_child(prefix, group, "callgrind", workloads, configs, 3000, 0, env)
+    results = run_child(prefix, group, "callgrind", workloads, configs, CALLGRIND_CALLS, 0, env)
     totals = callgrind_totals(directory)
     per_call = {}
     for w, per_config in results.items():
@@ -171,13 +177,13 @@ def main():
         raise SystemExit("instruction counts need valgrind and build/bench/libcallgrind_control.so "
                          "(scripts/install-deps.sh, scripts/build.sh); or pass --no-callgrind")
     groups = groups_for(configs)
-    calls, pairs = (2000, 10) if args.quick else (2000, 20)
+    pairs = 10 if args.quick else 20
     started = time.time()
     wall = {}
     for rep in range(reps if do_wall else 0):
         order = list(groups) if rep % 2 == 0 else list(groups)[::-1]
         for g in order:
-            for w, per_config in run_child([], g, "wall", workloads, groups[g], calls, pairs, env).items():
+            for w, per_config in run_child([], g, "wall", workloads, groups[g], WALL_CALLS, pairs, env).items():
                 for c, r in per_config.items():
                     wall.setdefault((w, c), []).append(r)
     instr = {}
@@ -187,7 +193,8 @@ def main():
 
     import torch
     print(f"# {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, {os.cpu_count()} CPUs; "
-          f"wall clock: {reps if do_wall else 0} processes per group x {pairs} block pairs of {calls} calls; "
+          f"wall clock: {reps if do_wall else 0} processes per group x {pairs} block pairs "
+          f"({', '.join(f'{w} {WALL_CALLS[w]}' for w in workloads)} calls per block); "
           f"{'callgrind instructions; ' if do_cg else ''}{elapsed:.0f} s")
     summary = {}
     for w in workloads:

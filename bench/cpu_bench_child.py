@@ -1,6 +1,6 @@
 """One measuring process of bench/cpu_bench.py (run by it, not by hand):
 
-    cpu_bench_child.py GROUP MODE WORKLOADS CONFIGS CALLS PAIRS
+    cpu_bench_child.py GROUP MODE WORKLOAD=CALLS,... CONFIGS PAIRS
 
 GROUP 'main' builds every configuration that can be switched on and off inside
 one process (the floor, lingprobe, torch.profiler, the execution-trace
@@ -11,7 +11,7 @@ process before and after lingprobe is loaded and initialised with recording
 off (this one cannot be switched back, so its blocks are sequential).
 
 MODE 'wall': per configuration, PAIRS pairs of blocks (off, then on) of CALLS
-calls each, configurations rotating; reports the median of the off blocks, of
+calls each (per workload), configurations rotating; reports the median of the off blocks, of
 the on blocks and of the paired differences. MODE 'callgrind' (run under
 valgrind --instr-atstart=no): per configuration and state, a loop of n and one
 of 2n calls between ZERO and DUMP client requests, labelled
@@ -21,6 +21,7 @@ Prints one JSON line: {"results": {workload: {config: {...}}}, "dropped": n}."""
 import ctypes
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -29,8 +30,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-group, mode, workloads, wanted, calls, pairs = (sys.argv[1], sys.argv[2], sys.argv[3].split(","),
-                                                 sys.argv[4].split(","), int(sys.argv[5]), int(sys.argv[6]))
+group, mode = sys.argv[1], sys.argv[2]
+calls_of = {w: int(n) for w, n in (item.split("=") for item in sys.argv[3].split(","))}
+workloads = list(calls_of)
+wanted, pairs = sys.argv[4].split(","), int(sys.argv[5])
 torch.set_num_threads(1)
 out = tempfile.mkdtemp(prefix="lpbench-")
 lingprobe = None
@@ -152,7 +155,7 @@ def workload_step(name):
         x = torch.ones(4)
         return (lambda: torch.add(x, x)), 1
     if name == "dit":
-        d, n, heads = 128, 64, 4
+        d, n, heads = 64, 32, 4
         x = torch.randn(1, n, d)
         wqkv, wo, w1, w2 = torch.randn(3 * d, d), torch.randn(d, d), torch.randn(4 * d, d), torch.randn(d, 4 * d)
 
@@ -254,7 +257,7 @@ def main():
         if not active:
             continue
         step, per_step = workload_step(name)
-        steps = max(1, calls // per_step)
+        steps = max(1, calls_of[name] // per_step)
         if group == "main" and lingprobe and name != "module":
             check_call_count(step, per_step)
         for t in active:  # warm-up of every state: first sightings, allocator, profiler set-up
@@ -274,6 +277,7 @@ def main():
     dropped = lingprobe.stats()["dropped"] if lingprobe else 0
     if lingprobe:
         lingprobe.finalize()
+    shutil.rmtree(out, ignore_errors=True)
     print(json.dumps({"results": results, "dropped": dropped}))
 
 

@@ -3,7 +3,7 @@
 # scripts/fetch-gpu-deps.sh): builds lingprobe against that machine's torch,
 # runs the test suite (GPU and CPU tiers) and the GPU workloads, and writes
 # results under $OUT.
-#   scripts/gpu-check.sh build|test|reference|bench ...   (steps in order; default: build test)
+#   scripts/gpu-check.sh build|test|reference N|bench N|cpubench N ...   (steps in order; default: build test)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
@@ -62,20 +62,40 @@ step_reference() {
 }
 
 # The DiT alone at full shapes in one process (world size 1: the whole 10,560-token
-# sequence), forward wall time without lingprobe and recording every top-level
-# call, interleaved $1 times: the overhead claim of docs/PERFORMANCE.md.
+# sequence), forward wall time per configuration, interleaved $1 times: the overhead
+# claim of docs/PERFORMANCE.md. BENCH_MODES picks among: none (no lingprobe), off
+# (loaded, LINGPROBE_ENABLE=0), all (every top-level call, call records), nested
+# (nested calls too), nvtx (every top-level call, stages from NVTX ranges through the
+# injection library instead of the stage map; the summary lines show the stages).
 step_bench() {
-  local reps=${1:-3} dir=$root/gpu-runs/bench
+  local reps=${1:-3} dir=$root/gpu-runs/bench modes=${BENCH_MODES:-none off all nested nvtx}
   rm -rf "$dir"; mkdir -p "$dir"
   for i in $(seq "$reps"); do
-    for mode in none all; do
-      local pre=()
-      [ "$mode" = all ] && pre=("$build/lingprobe" run -o "$dir/$mode-$i" --)
-      PYTHONPATH="$root/examples" "${pre[@]}" $py -m lingbot_standin.generate --device cuda --chunks 2 --steps 4 \
-        --report "$dir/$mode-$i" >"$dir/$mode-$i.log" 2>&1
-      echo "bench $mode rep $i: $(cat "$dir/$mode-$i.rank0.json")"
+    for mode in $modes; do
+      local run=("$build/lingprobe" run -o "$dir/$mode-$i") env=() mark=stage-map pre=()
+      local stage_map=(--stage-map 'dit=WanModel;vae=WanVAE|Decoder3d;output=lingbot_standin.utils:save_video')
+      case "$mode" in
+        off) env=(LINGPROBE_ENABLE=0); pre=("${run[@]}" "${stage_map[@]}" --) ;;
+        all) pre=("${run[@]}" "${stage_map[@]}" --) ;;
+        nested) env=(LINGPROBE_NESTED=1); pre=("${run[@]}" "${stage_map[@]}" --) ;;
+        nvtx) mark=nvtx; pre=("${run[@]}" --nvtx-map 'dit=^dit;vae=^vae;output=^output' --) ;;
+      esac
+      env "${env[@]}" PYTHONPATH="$root/examples" "${pre[@]}" $py -m lingbot_standin.generate --device cuda \
+        --chunks 2 --steps 4 --mark "$mark" --report "$dir/$mode-$i" >"$dir/$mode-$i.log" 2>&1
+      echo "bench $mode rep $i: $(cat "$dir/$mode-$i.rank0.json" 2>/dev/null || tail -3 "$dir/$mode-$i.log")"
     done
   done | tee "$OUT/bench.txt"
+  # Each lingprobe run's own account: calls, signatures, stages, drops.
+  for run in "$dir"/*-1; do
+    [ -d "$run" ] || continue
+    $py "$root/scripts/metadata-summary.py" "$run" 2>&1 | sed "s|^|$(basename "$run"): |"
+  done | tee -a "$OUT/bench.txt"
+}
+
+# The CPU overhead benchmark on this machine's torch (wall clock only: no valgrind here).
+step_cpubench() {
+  $py "$root/bench/cpu_bench.py" --no-callgrind --reps "${1:-3}" --build "$build" --json "$OUT/cpu-bench.json" \
+    2>&1 | tee "$OUT/cpu-bench.txt"
 }
 
 steps=("$@")
@@ -89,6 +109,8 @@ while [ ${#steps[@]} -gt 0 ]; do
     test) step_test || rc=1 ;;
     bench) arg=3; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
            step_bench "$arg" || rc=1 ;;
+    cpubench) arg=3; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
+              step_cpubench "$arg" || rc=1 ;;
     reference) arg=20; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
                step_reference "$arg" || rc=1 ;;
     *) echo "gpu-check: unknown step $s"; rc=2 ;;

@@ -11,6 +11,7 @@ PACKAGES=(
   libsimdjson-dev libxxhash-dev       # streaming JSON reader, XXH3 hot-path keys
   catch2 libssl-dev                   # Catch2 v2 unit tests, libcrypto SHA-256
   python3-pytest                      # ctypes, CLI and integration tests
+  valgrind                            # callgrind instruction counts (bench/cpu_bench.py, its CI test)
 )
 
 missing=()

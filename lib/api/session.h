@@ -16,7 +16,7 @@ lingprobe_status session_init(const Config& config, std::string& error);
 // Enters the running state with recording off, after a configuration error:
 // later calls return LINGPROBE_ERROR_INVALID_CONFIG and finalize is a no-op.
 void session_init_invalid();
-// Starts (on) or stops recording: the hook is enabled or disabled.
+// Starts (on) or stops recording: the hook is registered or removed.
 lingprobe_status session_set_recording(bool on, std::string& error);
 lingprobe_status session_flush(std::string& error);
 lingprobe_status session_finalize();

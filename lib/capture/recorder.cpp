@@ -412,15 +412,12 @@ std::string install_recorder(const RecorderOptions& options, RecorderSink* sink)
   G.options = options;
   G.skips_warm_up = options.skip_calls > 0 || options.skip_seconds > 0;
   G.sink = sink;
-  G.handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
-                                       .needsInputs(true)
-                                       .needsOutputs(true)
-                                       .scopes({at::RecordScope::FUNCTION}));
-  at::disableCallback(G.handle);
   G.installed = true;
   return "";
 }
 
+// The callback is registered only while recording: with recording off the
+// dispatcher sees exactly the callbacks it would see without lingprobe.
 void set_recording(bool on) {
   Global& G = g();
   std::lock_guard<std::mutex> lock(G.mu);
@@ -430,9 +427,13 @@ void set_recording(bool on) {
     G.started_ns.store(now_ns(), std::memory_order_relaxed);
     G.warmup_seen.store(0, std::memory_order_relaxed);
     G.active.store(true, std::memory_order_relaxed);
-    at::reenableCallback(G.handle);
+    G.handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
+                                         .needsInputs(true)
+                                         .needsOutputs(true)
+                                         .scopes({at::RecordScope::FUNCTION}));
   } else {
-    at::disableCallback(G.handle);
+    at::removeCallback(G.handle);
+    G.handle = 0;
     G.active.store(false, std::memory_order_relaxed);
   }
 }
@@ -444,7 +445,8 @@ void uninstall_recorder() {
   std::lock_guard<std::mutex> lock(G.mu);
   if (!G.installed) return;
   G.active.store(false, std::memory_order_relaxed);
-  at::removeCallback(G.handle);
+  if (G.handle) at::removeCallback(G.handle);
+  G.handle = 0;
   G.installed = false;
 }
 

@@ -4,9 +4,10 @@
 // after a signature's first sighting. Performs no file I/O: records go to a
 // RecorderSink that the api layer wires to the writer.
 //
-// "Off" means the callback is disabled (at::disableCallback), so the
-// dispatcher stops boxing arguments; on top of that one relaxed atomic load
-// guards against races with stop.
+// "Off" means the callback is not registered at all (it is added at start
+// and removed at stop), so the dispatcher neither boxes arguments nor runs
+// anything of ours; one relaxed atomic load in the callback guards against
+// calls already in flight when recording stops.
 #pragma once
 
 #include <cstdint>
@@ -48,9 +49,9 @@ struct RecorderStats {
   uint64_t dropped = 0;         // all drop reasons together
 };
 
-// Installs the callback, disabled. Returns "" or an error. Idempotent.
+// Prepares the recorder (recording off). Returns "" or an error. Idempotent.
 std::string install_recorder(const RecorderOptions& options, RecorderSink* sink);
-// Enables or disables recording (and the callback). Thread-safe.
+// Starts or stops recording (registers or removes the callback). Thread-safe.
 void set_recording(bool on);
 bool recording();
 // Removes the callback; afterwards the hook never touches the sink again.

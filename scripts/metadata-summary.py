@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""One line per lingprobe metadata file of a run directory: calls counted,
+call records written, signatures, signatures per stage, drops.
+
+    scripts/metadata-summary.py RUN_DIR"""
+import collections
+import glob
+import json
+import os
+import sys
+
+
+def summarize(path):
+    signatures, stages, records, last = 0, collections.Counter(), 0, None
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a truncated last line
+            kind = r.get("kind")
+            if kind == "signature":
+                signatures += 1
+                stages[json.loads(r["signature_json"]).get("stage", "?")] += 1
+            elif kind == "call":
+                records += 1
+            elif kind == "counts":
+                last = r
+    calls = sum(last["calls"].values()) if last else 0
+    dropped = last.get("dropped", {}) if last else {}
+    return (f"{os.path.basename(path)}: {calls} calls, {records} call records, {signatures} signatures "
+            f"({', '.join(f'{s} {n}' for s, n in sorted(stages.items()))}), dropped {json.dumps(dropped)}, "
+            f"final {bool(last and last.get('final'))}")
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    files = sorted(glob.glob(os.path.join(sys.argv[1], "**", "*.jsonl"), recursive=True))
+    if not files:
+        sys.exit(f"no lingprobe metadata (*.jsonl) under {sys.argv[1]}")
+    for path in files:
+        print(summarize(path))
+
+
+if __name__ == "__main__":
+    main()

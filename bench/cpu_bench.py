@@ -15,7 +15,8 @@ process's memory layout cancel:
   and min-max over --reps processes, interleaved with the other groups;
 - instructions: one process under valgrind's callgrind, instrumentation on
   after the warm-up; per configuration and state the count per call is the
-  difference between a loop of 2n calls and one of n (fixed costs cancel);
+  difference between a loop of 2n calls and one of n (fixed costs cancel),
+  states measured off, on, on, off and averaged (a drift cancels);
   all threads count, lingprobe's writer thread included (each measured loop
   ends with a flush).
 'none' switches nothing: its added cost is the method's noise. The cost of
@@ -115,10 +116,13 @@ def callgrind_run(group, workloads, configs, env, separate, keep):
     for w, per_config in results.items():
         for c, r in per_config.items():
             for state in ("off", "on"):
-                a, b = totals.get(f"{w}/{c}/{state}/1"), totals.get(f"{w}/{c}/{state}/2")
-                if a is None or b is None:
-                    raise SystemExit(f"callgrind {group}: no dumps for {w}/{c}/{state} in {directory}")
-                per_call[(w, c, state)] = (b - a) / r["calls"]
+                passes = []
+                for label in ("a", "b"):
+                    a, b = totals.get(f"{w}/{c}/{state}/{label}/1"), totals.get(f"{w}/{c}/{state}/{label}/2")
+                    if a is None or b is None:
+                        raise SystemExit(f"callgrind {group}: no dumps for {w}/{c}/{state}/{label} in {directory}")
+                    passes.append((b - a) / r["calls"])
+                per_call[(w, c, state)] = sum(passes) / 2
     if keep:
         os.makedirs(keep, exist_ok=True)
         for path in glob.glob(os.path.join(directory, "cg.out*")):

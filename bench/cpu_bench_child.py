@@ -13,9 +13,9 @@ off (this one cannot be switched back, so its blocks are sequential).
 MODE 'wall': per configuration, PAIRS pairs of blocks (off, then on) of CALLS
 calls each (per workload), configurations rotating; reports the median of the off blocks, of
 the on blocks and of the paired differences. MODE 'callgrind' (run under
-valgrind --instr-atstart=no): per configuration and state, a loop of n and one
-of 2n calls between ZERO and DUMP client requests, labelled
-'workload/config/state/1|2'; the parent reads the dumps.
+valgrind --instr-atstart=no): per configuration, states off, on, on, off; in
+each a loop of n and one of 2n calls between ZERO and DUMP client requests,
+labelled 'workload/config/state/a|b/1|2'; the parent reads the dumps.
 
 Prints one JSON line: {"results": {workload: {config: {...}}}, "dropped": n}."""
 import ctypes
@@ -227,18 +227,20 @@ def measure_wall(step, steps, toggles, per_step):
 
 
 def measure_instructions(name, step, steps, toggles, per_step, cg):
-    """Dumps labelled per state; the parent turns them into instructions per call."""
+    """Dumps labelled workload/config/state/pass/1|2 in the order off, on, on,
+    off (pass a, b), so that a drift of the process's own cost over time
+    cancels in the average; the parent turns them into instructions per call."""
     for t in toggles:
-        for state in ("off", "on"):
-            if state == "on":
+        for state, label in (("off", "a"), ("on", "a"), ("on", "b"), ("off", "b")):
+            if state == "on" and label == "a":
                 t.on()
             loop(step, 2)
             for k, n in (("1", steps), ("2", 2 * steps)):
                 cg.lpbench_zero()
                 loop(step, n)
                 t.settle()
-                cg.lpbench_dump(f"{name}/{t.name}/{state}/{k}".encode())
-            if state == "on" and group != "loaded":
+                cg.lpbench_dump(f"{name}/{t.name}/{state}/{label}/{k}".encode())
+            if state == "on" and label == "b" and group != "loaded":
                 t.off()
     return {t.name: {"calls": steps * per_step} for t in toggles}
 

@@ -29,7 +29,7 @@ def test_quick_mode_prints_ratios_on_its_last_line(build_dir):
     elapsed = time.time() - t0
     assert p.returncode == 0, p.stderr[-3000:]
     last = p.stdout.strip().splitlines()[-1]
-    ratios = dict(re.findall(r"(\S+)/floor wall (\S+)", last))
+    ratios = dict(re.findall(r"([\w-]+)/floor wall (-?[\d.]+|nan)", last))
     assert set(ratios) == {"lingprobe", "profiler"}, last
     assert all(float(v) == float(v) for v in ratios.values()), last  # not NaN: the floor's added cost was positive
     assert elapsed < 90, f"--quick took {elapsed:.0f} s"  # a minute on an idle machine; CI shares its 2 cores

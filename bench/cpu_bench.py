@@ -159,7 +159,8 @@ def ratio(x, floor):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="torch.add; none, floor, lingprobe, profiler; 3 processes")
+    ap.add_argument("--quick", action="store_true",
+                    help="wall clock only: torch.add; none, floor, lingprobe, profiler; 3 processes")
     ap.add_argument("--reps", type=int, default=None, help="wall-clock processes per group (default 5; --quick 3)")
     ap.add_argument("--build", default=str(ROOT / "build"))
     ap.add_argument("--workloads", default=None, help="comma-separated: add,dit,module (default all; --quick add)")
@@ -176,7 +177,7 @@ def main():
     build = pathlib.Path(args.build)
     env = child_env(build)
     reps = args.reps or (3 if args.quick else 5)
-    do_wall, do_cg = not args.no_wall, not args.no_callgrind
+    do_wall, do_cg = not args.no_wall, not (args.quick or args.no_callgrind)
     if do_cg and not (shutil.which("valgrind") and (build / "bench" / "libcallgrind_control.so").exists()):
         raise SystemExit("instruction counts need valgrind and build/bench/libcallgrind_control.so "
                          "(scripts/install-deps.sh, scripts/build.sh); or pass --no-callgrind")

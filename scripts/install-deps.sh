@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake pkg-config ccache
   libtorch-dev python3-torch          # LibTorch 1.13 (CPU) and the torch of /usr/bin/python3
   libspdlog-dev libfmt-dev            # logging
-  libsimdjson-dev libxxhash-dev       # streaming JSON reader, XXH3 hot-path keys
+  libsimdjson-dev                     # streaming JSON reader (the audit)
   catch2 libssl-dev                   # Catch2 v2 unit tests, libcrypto SHA-256
   python3-pytest                      # ctypes, CLI and integration tests
   valgrind                            # callgrind instruction counts (bench/cpu_bench.py, its CI test)

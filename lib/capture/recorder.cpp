@@ -296,8 +296,18 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       ts->depth = 0;
       ts->key.truncate(0);
     }
+    if (ts->depth > 0 && !G.options.nested) {  // inside a top-level call: only pair start and end
+      const uint32_t depth = ts->depth++;
+      if (depth >= kMaxDepth) {
+        G.drop_depth.fetch_add(1, std::memory_order_relaxed);
+        return nullptr;
+      }
+      ts->frames[depth].fn = &fn;
+      ts->frames[depth].recorded = false;
+      return nullptr;
+    }
     OpInfo* op = find_op(ts, fn);
-    if (!op) return nullptr;
+    if (!op) return nullptr;  // a named scope, not an operator: calls inside it stay top-level
     const uint32_t depth = ts->depth++;
     if (depth >= kMaxDepth) {
       G.drop_depth.fetch_add(1, std::memory_order_relaxed);
@@ -306,7 +316,6 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     Frame& f = ts->frames[depth];
     f.fn = &fn;
     f.recorded = false;
-    if (depth > 0 && !G.options.nested) return nullptr;
     bump(ts->calls_seen);
     const StageId stage = top_stage(*ts->stages);
     if (!is_selected(op, stage)) return nullptr;

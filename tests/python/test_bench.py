@@ -25,7 +25,7 @@ def run_bench(build_dir, *args, timeout=600):
 
 def test_quick_mode_prints_ratios_on_its_last_line(build_dir):
     t0 = time.time()
-    p = run_bench(build_dir, "--quick", "--no-callgrind")
+    p = run_bench(build_dir, "--quick")
     elapsed = time.time() - t0
     assert p.returncode == 0, p.stderr[-3000:]
     last = p.stdout.strip().splitlines()[-1]

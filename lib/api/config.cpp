@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 
-
 namespace lingprobe::api {
 namespace {
 

@@ -219,13 +219,7 @@ lingprobe_status session_init(const Config& config, std::string& error) {
     return LINGPROBE_OK;
   }
   ensure_writer_locked(s);
-  err = capture::install_recorder(ro, s.sink.get());
-  if (!err.empty()) {
-    error = err;
-    log_error(err);
-    s.config_ok = false;
-    return LINGPROBE_ERROR_INTERNAL;
-  }
+  capture::install_recorder(ro, s.sink.get());
   if (!config.control_file.empty()) s.writer->start();
   if (config.enable) capture::set_recording(true);
   log_debug("initialised: " + s.metadata_path + (config.enable ? " (recording)" : " (waiting for start)"));

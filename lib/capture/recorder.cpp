@@ -8,7 +8,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -97,7 +96,6 @@ struct ThreadState {
   KeyTable inputs;                               // input key -> index in entries
   std::vector<InputEntry> entries;
   Counter calls_seen{0};
-  Counter calls_recorded{0};
   std::atomic<Counter*> counts[kMaxChunks] = {};  // per-signature calls of this thread
   format::RecordBuffer* buffer = nullptr;
   bool buffer_requested = false;
@@ -128,7 +126,6 @@ struct Global {
   std::vector<ThreadState*> threads;
   std::vector<uint64_t> retired_counts;
   uint64_t retired_seen = 0;
-  uint64_t retired_recorded = 0;
 };
 
 Global& g() {
@@ -142,16 +139,32 @@ Global* g_installed = nullptr;
 
 thread_local ThreadState* t_state = nullptr;
 
+// Adds a thread's per-signature counts to totals[id] for every id < totals.size().
+// Under threads_mu.
+void add_thread_counts(const ThreadState* ts, std::vector<uint64_t>& totals) {
+  const size_t n = totals.size();
+  for (size_t chunk = 0; chunk * kChunk < n; ++chunk)
+    if (const Counter* c = ts->counts[chunk].load(std::memory_order_acquire))
+      for (size_t id = chunk * kChunk; id < n && id < (chunk + 1) * kChunk; ++id)
+        totals[id] += c[id % kChunk].load(std::memory_order_relaxed);
+}
+
+// Per-signature calls of every thread, live and exited.
+std::vector<uint64_t> signature_totals(Global& G) {
+  std::vector<uint64_t> totals(G.next_id.load(std::memory_order_acquire), 0);
+  std::lock_guard<std::mutex> lock(G.threads_mu);
+  for (size_t id = 0; id < totals.size() && id < G.retired_counts.size(); ++id) totals[id] = G.retired_counts[id];
+  for (const ThreadState* ts : G.threads) add_thread_counts(ts, totals);
+  return totals;
+}
+
 void retire(ThreadState* ts) {
   Global& G = g();
   std::lock_guard<std::mutex> lock(G.threads_mu);
   G.retired_seen += ts->calls_seen.load(std::memory_order_relaxed);
-  G.retired_recorded += ts->calls_recorded.load(std::memory_order_relaxed);
   const uint32_t n = G.next_id.load(std::memory_order_acquire);
   if (G.retired_counts.size() < n) G.retired_counts.resize(n, 0);
-  for (uint32_t id = 0; id < n; ++id)
-    if (Counter* chunk = ts->counts[id / kChunk].load(std::memory_order_acquire))
-      G.retired_counts[id] += chunk[id % kChunk].load(std::memory_order_relaxed);
+  add_thread_counts(ts, G.retired_counts);
   for (auto it = G.threads.begin(); it != G.threads.end(); ++it)
     if (*it == ts) {
       G.threads.erase(it);
@@ -244,7 +257,6 @@ inline void count_call(ThreadState* ts, uint32_t id) {
   Counter* chunk = ts->counts[id / kChunk].load(std::memory_order_relaxed);
   if (!chunk) chunk = allocate_counts(ts, id / kChunk);
   bump(chunk[id % kChunk]);
-  bump(ts->calls_recorded);
 }
 
 // First sighting of this output key after this input key in this thread:
@@ -413,16 +425,15 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
 
 }  // namespace
 
-std::string install_recorder(const RecorderOptions& options, RecorderSink* sink) {
+void install_recorder(const RecorderOptions& options, RecorderSink* sink) {
   Global& G = g();
   std::lock_guard<std::mutex> lock(G.mu);
-  if (G.installed) return "";
+  if (G.installed) return;
   g_installed = &G;
   G.options = options;
   G.skips_warm_up = options.skip_calls > 0 || options.skip_seconds > 0;
   G.sink = sink;
   G.installed = true;
-  return "";
 }
 
 // The callback is registered only while recording: with recording off the
@@ -465,12 +476,9 @@ RecorderStats recorder_stats() {
   {
     std::lock_guard<std::mutex> lock(G.threads_mu);
     s.calls_seen = G.retired_seen;
-    s.calls_recorded = G.retired_recorded;
-    for (ThreadState* ts : G.threads) {
-      s.calls_seen += ts->calls_seen.load(std::memory_order_relaxed);
-      s.calls_recorded += ts->calls_recorded.load(std::memory_order_relaxed);
-    }
+    for (const ThreadState* ts : G.threads) s.calls_seen += ts->calls_seen.load(std::memory_order_relaxed);
   }
+  for (uint64_t n : signature_totals(G)) s.calls_recorded += n;  // every recorded call is counted once
   s.signatures = G.next_id.load(std::memory_order_relaxed);
   s.dropped = G.drop_depth.load() + G.drop_no_buffer.load() + G.drop_table_full.load() + G.drop_error.load() +
               G.drop_buffer_full.load();
@@ -480,18 +488,8 @@ RecorderStats recorder_stats() {
 format::CountsSnapshot recorder_counts() {
   Global& G = g();
   format::CountsSnapshot snap;
-  const uint32_t n = G.next_id.load(std::memory_order_acquire);
-  std::vector<uint64_t> totals(n, 0);
-  {
-    std::lock_guard<std::mutex> lock(G.threads_mu);
-    for (uint32_t id = 0; id < n && id < G.retired_counts.size(); ++id) totals[id] = G.retired_counts[id];
-    for (ThreadState* ts : G.threads)
-      for (size_t chunk = 0; chunk * kChunk < n; ++chunk)
-        if (Counter* c = ts->counts[chunk].load(std::memory_order_acquire))
-          for (uint32_t id = static_cast<uint32_t>(chunk * kChunk); id < n && id < (chunk + 1) * kChunk; ++id)
-            totals[id] += c[id % kChunk].load(std::memory_order_relaxed);
-  }
-  for (uint32_t id = 0; id < n; ++id) snap.calls.emplace_back(id, totals[id]);
+  const std::vector<uint64_t> totals = signature_totals(G);
+  for (uint32_t id = 0; id < totals.size(); ++id) snap.calls.emplace_back(id, totals[id]);
   auto add = [&](const char* what, const char* reason, const std::atomic<uint64_t>& v) {
     const uint64_t x = v.load(std::memory_order_relaxed);
     if (x) snap.dropped[what][reason] = x;

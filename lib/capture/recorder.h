@@ -49,8 +49,8 @@ struct RecorderStats {
   uint64_t dropped = 0;         // all drop reasons together
 };
 
-// Prepares the recorder (recording off). Returns "" or an error. Idempotent.
-std::string install_recorder(const RecorderOptions& options, RecorderSink* sink);
+// Prepares the recorder (recording off). Idempotent.
+void install_recorder(const RecorderOptions& options, RecorderSink* sink);
 // Starts or stops recording (registers or removes the callback). Thread-safe.
 void set_recording(bool on);
 bool recording();

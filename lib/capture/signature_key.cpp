@@ -6,9 +6,6 @@
 namespace lingprobe::capture {
 namespace {
 
-constexpr uint64_t kNone = kKeyNone, kTensor = kKeyTensor, kUndefined = kKeyUndefined, kInt = kKeyInt,
-                   kDouble = kKeyDouble, kBool = kKeyBool, kString = kKeyString, kList = kKeyList, kTuple = kKeyTuple,
-                   kDevice = kKeyDevice, kOther = kKeyOther;
 constexpr uint64_t kNoSizes = 0xFF;  // nested or symbolic sizes: the JSON form writes null
 
 void append_bytes(const std::string& s, KeyBuffer& key) {
@@ -21,10 +18,10 @@ void append_bytes(const std::string& s, KeyBuffer& key) {
 
 void append_tensor(const at::Tensor& t, KeyBuffer& key) {
   if (!t.defined()) {
-    key.push(kUndefined);
+    key.push(kKeyUndefined);
     return;
   }
-  const uint64_t head = kTensor | static_cast<uint64_t>(t.scalar_type()) << 8 |
+  const uint64_t head = kKeyTensor | static_cast<uint64_t>(t.scalar_type()) << 8 |
                         static_cast<uint64_t>(t.layout()) << 16;
   c10::IntArrayRef sizes, strides;
   try {
@@ -48,39 +45,34 @@ void append_other_key(const c10::IValue& v, KeyBuffer& key) {
   if (v.isTensor()) {
     append_tensor(v.toTensor(), key);
   } else if (v.isNone()) {
-    key.push(kNone);
-  } else if (v.isInt()) {
-    uint64_t* w = key.reserve(2);
-    w[0] = kInt;
-    w[1] = static_cast<uint64_t>(v.toInt());
-    key.commit(2);
+    key.push(kKeyNone);
   } else if (v.isDouble()) {
     const double d = v.toDouble();
     uint64_t* w = key.reserve(2);
-    w[0] = kDouble;
+    w[0] = kKeyDouble;
     std::memcpy(&w[1], &d, sizeof d);
     key.commit(2);
   } else if (v.isBool()) {
-    key.push(kBool | static_cast<uint64_t>(v.toBool()) << 8);
+    key.push(kKeyBool | static_cast<uint64_t>(v.toBool()) << 8);
   } else if (v.isString()) {
     const std::string& s = v.toStringRef();
-    key.push(kString | static_cast<uint64_t>(s.size()) << 8);
+    key.push(kKeyString | static_cast<uint64_t>(s.size()) << 8);
     append_bytes(s, key);
   } else if (v.isList()) {
     const auto items = v.toListRef();
-    key.push(kList | static_cast<uint64_t>(items.size()) << 8);
+    key.push(kKeyList | static_cast<uint64_t>(items.size()) << 8);
     for (const auto& item : items) append_keys(&item, 1, key);
   } else if (v.isTuple()) {
     const auto& items = v.toTupleRef().elements();
-    key.push(kTuple | static_cast<uint64_t>(items.size()) << 8);
+    key.push(kKeyTuple | static_cast<uint64_t>(items.size()) << 8);
     for (const auto& item : items) append_keys(&item, 1, key);
   } else if (v.isDevice()) {
-    key.push(kDevice | static_cast<uint64_t>(v.toDevice().type()) << 8);
+    key.push(kKeyDevice | static_cast<uint64_t>(v.toDevice().type()) << 8);
   } else {
     // Written as the fallback string "<Kind>" (or a dict): key on the tag
     // name; dicts are rare enough to key by their kind and size.
     const std::string kind = v.tagKind();
-    key.push(kOther | static_cast<uint64_t>(kind.size()) << 8 |
+    key.push(kKeyOther | static_cast<uint64_t>(kind.size()) << 8 |
              static_cast<uint64_t>(v.isGenericDict() ? v.toGenericDict().size() : 0) << 32);
     append_bytes(kind, key);
   }

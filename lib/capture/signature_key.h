@@ -40,7 +40,7 @@ class KeyBuffer {
 enum KeyTag : uint64_t { kKeyNone = 1, kKeyTensor, kKeyUndefined, kKeyInt, kKeyDouble, kKeyBool, kKeyString,
                          kKeyList, kKeyTuple, kKeyDevice, kKeyOther };
 
-// Everything but defined strided tensors (the hot case, inline below).
+// Everything but ints and defined strided tensors (the hot cases, inline below).
 void append_other_key(const c10::IValue& value, KeyBuffer& key);
 
 // Appends the key of every value (strided tensors and ints inline, the rest

@@ -69,8 +69,6 @@ bool pop_stage() {
   return true;
 }
 
-StageId current_stage() { return top_stage(t_stack); }
-
 StageStack* this_thread_stage_stack() { return &t_stack; }
 
 }  // namespace lingprobe::capture

@@ -24,11 +24,10 @@ uint64_t stages_overflowed();
 // kMaxStageDepth; pop returns false when the stack is empty.
 bool push_stage(StageId id);
 bool pop_stage();
-StageId current_stage();
 
 // The calling thread's stack itself, for the recorder, which keeps the
-// pointer (stable for the thread's life) and reads the top without another
-// thread-local lookup.
+// pointer (stable for the thread's life) and reads the top (the current
+// stage) without another thread-local lookup.
 struct StageStack {
   StageId ids[kMaxStageDepth];
   uint32_t size = 0;

@@ -57,8 +57,8 @@ class MetadataWriter {
   // Final drain, final counts ("final":true), fsync, close. Idempotent;
   // later calls of the other methods do nothing.
   void finalize();
-  // Asks for a drain now, without waiting for it (a producer found its
-  // buffer full under the block policy).
+  // Asks for a drain now, without waiting for it (a producer's buffer is
+  // half full, or full under the block policy).
   void wake();
 
   bool finalized() const { return finalized_.load(std::memory_order_acquire); }

@@ -34,6 +34,20 @@ lingprobe_status done(lingprobe_status st, const std::string& message) {
 
 extern "C" char** environ;
 
+lingprobe_status copy_path(lingprobe_status (*get)(std::string&), char* buf, size_t size) {
+  if (!buf) return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "buf is NULL");
+  try {
+    std::string path;
+    lingprobe_status st = get(path);
+    if (st != LINGPROBE_OK) return fail(st, lingprobe_status_string(st));
+    if (path.size() + 1 > size) return fail(LINGPROBE_ERROR_BUFFER_TOO_SMALL, "need " + std::to_string(path.size() + 1) + " bytes");
+    std::memcpy(buf, path.c_str(), path.size() + 1);
+    return LINGPROBE_OK;
+  } catch (...) {
+    return fail(LINGPROBE_ERROR_INTERNAL, "path query failed");
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -177,18 +191,13 @@ LINGPROBE_API lingprobe_status lingprobe_get_stats(lingprobe_stats* out) {
   }
 }
 
+
 LINGPROBE_API lingprobe_status lingprobe_get_metadata_path(char* buf, size_t size) {
-  if (!buf) return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "buf is NULL");
-  try {
-    std::string path;
-    lingprobe_status st = lingprobe::api::session_metadata_path(path);
-    if (st != LINGPROBE_OK) return fail(st, lingprobe_status_string(st));
-    if (path.size() + 1 > size) return fail(LINGPROBE_ERROR_BUFFER_TOO_SMALL, "need " + std::to_string(path.size() + 1) + " bytes");
-    std::memcpy(buf, path.c_str(), path.size() + 1);
-    return LINGPROBE_OK;
-  } catch (...) {
-    return fail(LINGPROBE_ERROR_INTERNAL, "metadata path failed");
-  }
+  return copy_path(lingprobe::api::session_metadata_path, buf, size);
+}
+
+LINGPROBE_API lingprobe_status lingprobe_get_run_dir(char* buf, size_t size) {
+  return copy_path(lingprobe::api::session_run_dir, buf, size);
 }
 
 LINGPROBE_API void lingprobe_nvtx_range_push(const char* name) {

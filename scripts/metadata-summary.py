@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""One line per lingprobe metadata file of a run directory: calls counted,
-call records written, signatures, signatures per stage, drops.
+"""One line per lingprobe metadata file of a run directory (or of the
+launches under an output root): calls counted, call records written,
+signatures, signatures per stage, drops.
 
-    scripts/metadata-summary.py RUN_DIR"""
+    scripts/metadata-summary.py RUN_DIR|OUT"""
 import collections
 import glob
 import json
@@ -36,7 +37,10 @@ def summarize(path):
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    files = sorted(glob.glob(os.path.join(sys.argv[1], "**", "*.jsonl"), recursive=True))
+    root = sys.argv[1]
+    files = sorted(glob.glob(os.path.join(root, "metadata", "*.jsonl")) +
+                   [f for f in glob.glob(os.path.join(root, "*", "metadata", "*.jsonl"))
+                    if not os.path.islink(os.path.dirname(os.path.dirname(f)))])
     if not files:
         sys.exit(f"no lingprobe metadata (*.jsonl) under {sys.argv[1]}")
     for path in files:

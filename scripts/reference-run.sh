@@ -5,6 +5,9 @@
 #   scripts/reference-run.sh --device {meta,cpu,cuda} --out DIR [--scale small|full] [--chunks N]
 #                            [--world-size N] [--select seed|all] [--mark stage-map|nvtx|api] [--no-lingprobe]
 #
+# DIR is the run directory itself: lingprobe writes under its parent with the
+# launch id basename(DIR) (its layout OUT/{run_id}), replacing an earlier run there.
+#
 # --select seed records the seed's per-stage selection (dit: aten::linear, vae: aten::conv3d,
 # output: aten::to); all records every top-level call. --scale small is a reduced width and
 # resolution for real-tensor CPU runs; full is 704x1280 with the real model widths.
@@ -56,7 +59,7 @@ job=("$py" -m torch.distributed.run --nproc_per_node="$world" --master_port="${M
      -m lingbot_standin.generate --device "$device" --mark "$mark" --report "$out/timing" "${args[@]}")
 start=$(date +%s.%N)
 if [ "$with_lingprobe" = 1 ]; then
-  "$cli" run -o "$out" --ops "$ops" \
+  LINGPROBE_RUN_ID=$(basename "$out") "$cli" run -o "$(dirname "$out")" --ops "$ops" \
     --stage-map 'dit=WanModel;vae=WanVAE|Decoder3d;output=lingbot_standin.utils:save_video' \
     --nvtx-map 'dit=^dit;vae=^vae;output=^output' -- "${job[@]}"
 else

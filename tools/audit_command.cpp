@@ -12,8 +12,9 @@ namespace lingprobe::tools {
 namespace {
 
 int usage() {
-  std::cerr << "usage: lingprobe audit [-o FILE] [--snapshots DIR] [--profiles DIR] [--quiet] PATH...\n"
-               "  PATH: a run directory (its metadata/*.jsonl) or metadata JSONL files.\n"
+  std::cerr << "usage: lingprobe audit [-o FILE] [--snapshots DIR] [--profiles DIR] [--allow-mixed-runs] [--quiet] PATH...\n"
+               "  PATH: a run directory OUT/{run_id} (its metadata/*.jsonl), an OUT holding one launch, or metadata\n"
+               "  JSONL files. Files of several launches are refused unless --allow-mixed-runs.\n"
                "  Writes RUN/reports/coverage_audit.json and RUN/reports/summary.md (or -o FILE and summary.md beside it)\n"
                "  and prints the summary.\n";
   return 2;
@@ -34,6 +35,8 @@ int audit_command(int argc, char** argv) {
         return usage();
       }
       (a == "--snapshots" ? options.snapshots_dir : a == "--profiles" ? options.profiles_dir : options.output) = v;
+    } else if (a == "--allow-mixed-runs") {
+      options.allow_mixed_runs = true;
     } else if (a == "--quiet" || a == "-q") {
       quiet = true;
     } else if (a == "-h" || a == "--help") {

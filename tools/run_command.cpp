@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "api/config.h"
+#include "api/identity.h"
 
 extern "C" char** environ;
 
@@ -35,12 +36,6 @@ std::string find_preload_stub() {
   for (const std::string& c : {dir + "/liblingprobe_preload.so", dir + "/../lib/liblingprobe_preload.so",
                                dir + "/../lib64/liblingprobe_preload.so"})
     if (exists(c)) return c;
-  return "";
-}
-
-std::string find_python_shim() {
-  for (const char* c : {LINGPROBE_INSTALL_PYTHON_SHIM, LINGPROBE_SOURCE_PYTHON_SHIM})
-    if (exists(std::string(c) + "/lingprobe/__init__.py")) return c;
   return "";
 }
 
@@ -153,15 +148,15 @@ int run_command(int argc, char** argv) {
   }
   const std::string out = absolute(config.out_dir);
   setenv("LINGPROBE_OUT", out.c_str(), 1);
-  if (!std::getenv("LINGPROBE_RUN_ID")) {
-    std::string id = "run-" + std::to_string(static_cast<long long>(std::time(nullptr))) + "-" + std::to_string(getpid());
-    setenv("LINGPROBE_RUN_ID", id.c_str(), 1);
-  }
+  // One launch id for every process of the command: its run directory is OUT/{run_id}.
+  const std::string run_id = api::resolve_run_id(config, [](const char* n) -> const char* { return std::getenv(n); },
+                                                 getpid(), getppid(), static_cast<int64_t>(std::time(nullptr)));
+  setenv("LINGPROBE_RUN_ID", run_id.c_str(), 1);
+  const std::string run_dir = out + "/" + run_id;
+  // The stub puts the Python shim on PYTHONPATH in Python processes by itself.
   prepend_env("LD_PRELOAD", stub, ':');
   const std::string real = stub.substr(0, stub.rfind('/') + 1) + "liblingprobe.so";
   if (!std::getenv("LINGPROBE_LIBRARY") && exists(real)) setenv("LINGPROBE_LIBRARY", real.c_str(), 1);
-  const std::string shim = find_python_shim();
-  if (!shim.empty()) prepend_env("PYTHONPATH", shim, ':');
 
   pid_t pid = fork();
   if (pid < 0) {
@@ -178,14 +173,13 @@ int run_command(int argc, char** argv) {
   }
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 
-  std::vector<std::string> files;
-  if (DIR* d = opendir((out + "/metadata").c_str())) {
-    while (dirent* e = readdir(d))
-      if (std::strstr(e->d_name, ".jsonl")) files.push_back(e->d_name);
+  size_t files = 0;
+  if (DIR* d = opendir((run_dir + "/metadata").c_str())) {
+    while (dirent* e = readdir(d)) files += std::strstr(e->d_name, ".jsonl") != nullptr;
     closedir(d);
   }
-  std::cerr << "lingprobe run: command exited with status " << code << "; " << files.size()
-            << " metadata file(s) in " << out << "/metadata\n";
+  std::cerr << "lingprobe run: command exited with status " << code << "; " << files << " metadata file(s) in "
+            << run_dir << "/metadata (audit it: lingprobe audit " << run_dir << ")\n";
   return code;
 }
 

@@ -99,9 +99,14 @@ LINGPROBE_API lingprobe_state lingprobe_get_state(void);
 LINGPROBE_API lingprobe_status lingprobe_stage_push(const char* name);
 LINGPROBE_API lingprobe_status lingprobe_stage_pop(void);
 
-/* Overrides the rank identity (-1 keeps a value). Only before the metadata
- * file is opened (first recorded call); afterwards returns
- * LINGPROBE_ERROR_INVALID_ARGUMENT. Also NOT_INITIALIZED, FINALIZED. */
+/* Assigns this process's rank (-1 keeps a value; a rank given makes the role
+ * "rank", e.g. an mp.spawn child once init_process_group ran: the Python shim
+ * calls this). Only until the metadata file is created (the writer's first
+ * flush with data, LINGPROBE_FLUSH_INTERVAL_MS after the first recorded call),
+ * since the rank names the file; afterwards returns
+ * LINGPROBE_ERROR_INVALID_ARGUMENT and changes nothing. Any thread.
+ * Also NOT_INITIALIZED, FINALIZED, INVALID_CONFIG, UNAVAILABLE (launcher,
+ * forked child, or liblingprobe.so preloaded itself). */
 LINGPROBE_API lingprobe_status lingprobe_set_rank(int64_t rank, int64_t local_rank, int64_t world_size);
 
 /* Fills `out` (struct_size set by the caller). Any thread. Returns
@@ -112,6 +117,13 @@ LINGPROBE_API lingprobe_status lingprobe_get_stats(lingprobe_stats* out);
  * into `buf`. Returns LINGPROBE_OK, LINGPROBE_ERROR_NOT_INITIALIZED,
  * LINGPROBE_ERROR_BUFFER_TOO_SMALL, LINGPROBE_ERROR_INVALID_ARGUMENT. */
 LINGPROBE_API lingprobe_status lingprobe_get_metadata_path(char* buf, size_t size);
+
+/* This launch's run directory, OUT/{run_id} (SPEC section 4's layout lives
+ * there; OUT/latest points at the newest), NUL-terminated, into `buf`. Known
+ * from init on, created when something is first written. Any thread.
+ * Returns LINGPROBE_OK, LINGPROBE_ERROR_NOT_INITIALIZED,
+ * LINGPROBE_ERROR_BUFFER_TOO_SMALL, LINGPROBE_ERROR_INVALID_ARGUMENT. */
+LINGPROBE_API lingprobe_status lingprobe_get_run_dir(char* buf, size_t size);
 
 /* The message of the calling thread's last failed call ("" if none). The
  * pointer stays valid until the thread's next lingprobe call. */

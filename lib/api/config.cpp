@@ -11,7 +11,11 @@ namespace {
 
 // LINGPROBE_* variables that are not options: read by the shim, the preload
 // stub and the build scripts.
-const char* const kNonOptionVariables[] = {"LIBRARY", "REAL_LIBRARY", "PRELOAD", "BUILD_DIR"};
+const char* const kNonOptionVariables[] = {
+    "LIBRARY", "REAL_LIBRARY", "PRELOAD", "BUILD_DIR", "PYTHON_SHIM",  // where things are; the stub's switch
+    "PARENT_PID", "PARENT_RANK",                 // set by a recording process for the processes it starts
+    "SHIM_PATH", "PYTHONPATH_BEFORE",            // the stub's PYTHONPATH entry, undone by the shim
+    "PRELOAD_WARNED"};                           // one warning per process tree
 
 std::string upper(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -54,7 +58,8 @@ std::string parse_double(const std::string& v, double& out) {
 const std::vector<ConfigEntry>& config_table() {
   static const std::vector<ConfigEntry> table = {
       {"ENABLE", "bool", "1", "Record from initialisation on. 0: load and wait for start (API, shim or control file)."},
-      {"OUT", "path", "lingprobe-out", "Run directory; metadata goes to OUT/metadata/metadata_rank{R}_pid{P}.jsonl."},
+      {"OUT", "path", "lingprobe-out", "Output root; each launch writes its own run directory OUT/{run_id}/ "
+                                        "(metadata/metadata_rank{R}_pid{P}.jsonl, ...); OUT/latest points at the newest."},
       {"OPS", "string", "", "Ops to record: comma-separated names or globs (aten::linear,aten::*conv*); "
                             "per stage with 'stage:glob,...;stage:glob' (dit:aten::linear;vae:aten::conv3d). Empty: all."},
       {"OPS_DENY", "string", "", "Comma-separated ops or globs never recorded (applied after OPS)."},
@@ -74,9 +79,13 @@ const std::vector<ConfigEntry>& config_table() {
       {"RANK", "int", "-1", "This process's rank; -1 takes RANK from the environment (torchrun)."},
       {"LOCAL_RANK", "int", "-1", "Local rank; -1 takes LOCAL_RANK from the environment."},
       {"WORLD_SIZE", "int", "-1", "World size; -1 takes WORLD_SIZE from the environment."},
-      {"ROLE", "auto|rank|single|launcher", "auto", "auto: 'rank' when RANK is known, 'launcher' for torchrun's agent "
-                                                    "(writes nothing), else 'single' (rank 0 of 1)."},
-      {"RUN_ID", "string", "", "Identifies the run in every file; default TORCHELASTIC_RUN_ID, else generated."},
+      {"ROLE", "auto|rank|single|launcher|child", "auto",
+       "auto: 'launcher' for torchrun's agent (writes nothing); 'child' for a process started by a recording "
+       "process (its own file, never a rank's); 'rank' when the rank is known (RANK, SLURM_PROCID, "
+       "OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, later init_process_group or set_rank); else 'single' (rank 0 of 1)."},
+      {"RUN_ID", "string", "", "The launch id all processes of a launch share; names the run directory OUT/{run_id}. "
+                               "Default: TORCHELASTIC_RUN_ID, SLURM_JOB_ID.STEP, PMIX_NAMESPACE, the one torchrun's agent "
+                               "or a recording parent exports, else generated (UTC time and pid). 'none' counts as unset."},
       {"LOG_LEVEL", "trace|debug|info|warn|error|off", "info", "Log level of lingprobe's stderr messages."},
   };
   return table;
@@ -115,7 +124,8 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
     else if (u == "RANK") c.role = Role::Rank;
     else if (u == "SINGLE") c.role = Role::Single;
     else if (u == "LAUNCHER") c.role = Role::Launcher;
-    else err = "expected auto, rank, single or launcher, got '" + v + "'";
+    else if (u == "CHILD") c.role = Role::Child;
+    else err = "expected auto, rank, single, launcher or child, got '" + v + "'";
   } else if (name == "RUN_ID") c.run_id = v;
   else if (name == "LOG_LEVEL") {
     static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
@@ -171,7 +181,7 @@ std::string describe_config_table() {
 
 format::JsonValue config_json(const Config& c) {
   using format::JsonValue;
-  static const char* const kRoles[] = {"auto", "rank", "single", "launcher"};
+  static const char* const kRoles[] = {"auto", "rank", "single", "launcher", "child"};
   JsonValue o = JsonValue::object();
   o.set("enable", JsonValue::boolean(c.enable));
   o.set("out", JsonValue::string(c.out_dir));

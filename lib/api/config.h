@@ -13,7 +13,7 @@
 namespace lingprobe::api {
 
 enum class OverflowPolicy { Drop, Block };
-enum class Role { Auto, Rank, Single, Launcher };
+enum class Role { Auto, Rank, Single, Launcher, Child };
 
 struct Config {
   bool enable = true;
@@ -34,7 +34,7 @@ struct Config {
   int64_t local_rank = -1;  // -1: from LOCAL_RANK
   int64_t world_size = -1;  // -1: from WORLD_SIZE
   Role role = Role::Auto;
-  std::string run_id;       // "": TORCHELASTIC_RUN_ID, else generated
+  std::string run_id;       // "" or "none": TORCHELASTIC_RUN_ID, a scheduler's job id, else generated
   std::string log_level = "info";
 };
 

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "api/load_check.h"
 #include "api/log.h"
 #include "capture/nvtx_stages.h"
 #include "capture/recorder.h"
@@ -37,7 +38,9 @@ struct Session {
   Config config;
   Identity identity;
   std::string run_id;
+  std::string run_dir;        // OUT/{run_id}
   std::string metadata_path;
+  int64_t start_unix_ns = 0, start_mono_ns = 0;
   std::unique_ptr<WriterSink> sink;
   std::unique_ptr<sink::MetadataWriter> writer;
   std::string control_seen;  // last control-file content acted upon
@@ -81,12 +84,17 @@ std::string header_json(const Session& s) {
   h.set("rank", JsonValue::integer(s.identity.rank));
   h.set("world_size", JsonValue::integer(s.identity.world_size));
   h.set("local_rank", JsonValue::integer(s.identity.local_rank));
+  h.set("rank_source", JsonValue::string(s.identity.rank_source));
+  if (s.identity.role == Role::Child) {
+    h.set("parent_pid", JsonValue::integer(s.identity.parent_pid));
+    h.set("parent_rank", JsonValue::integer(s.identity.parent_rank));
+  }
   h.set("pid", JsonValue::integer(getpid()));
   h.set("host", JsonValue::string(host));
   h.set("torch_version", JsonValue::string(capture::torch_version()));
   h.set("lingprobe_version", JsonValue::string(LINGPROBE_VERSION_STRING));
-  h.set("start_unix_ns", JsonValue::integer(clock_ns(CLOCK_REALTIME)));
-  h.set("start_mono_ns", JsonValue::integer(clock_ns(CLOCK_MONOTONIC)));
+  h.set("start_unix_ns", JsonValue::integer(s.start_unix_ns));
+  h.set("start_mono_ns", JsonValue::integer(s.start_mono_ns));
   h.set("config", config_json(s.config));
   return format::canonical_json(h);
 }
@@ -117,6 +125,7 @@ void ensure_writer_locked(Session& s) {
   wo.path = s.metadata_path;
   wo.flush_interval_ms = s.config.flush_interval_ms;
   wo.header_json = header_json(s);
+  wo.on_open = [out = s.config.out_dir, id = s.run_id] { sink::link_latest(out, id); };
   s.writer = std::make_unique<sink::MetadataWriter>(wo, [] { return capture::recorder_counts(); },
                                                     [] { poll_control_file(); });
   s.sink = std::make_unique<WriterSink>(s.writer.get(), s.config.overflow == OverflowPolicy::Block);
@@ -133,8 +142,27 @@ capture::RecorderOptions recorder_options(const Config& c, std::string& error) {
   return ro;
 }
 
-std::string metadata_path_for(const Config& c, const Identity& id) {
-  return c.out_dir + "/metadata/metadata_rank" + std::to_string(id.rank) + "_pid" + std::to_string(getpid()) + ".jsonl";
+// A child's file is named apart, so that nothing sums it into a rank.
+std::string metadata_path_for(const std::string& run_dir, const Identity& id) {
+  const std::string pid = std::to_string(getpid());
+  if (id.role == Role::Child) return run_dir + "/metadata/metadata_child_pid" + pid + ".jsonl";
+  return run_dir + "/metadata/metadata_rank" + std::to_string(id.rank) + "_pid" + pid + ".jsonl";
+}
+
+// What the processes this one starts inherit: the launch id (so that they
+// write into the same run directory) and, unless this is torchrun's agent
+// (whose workers are ranks), this process as their parent. The Python shim
+// mirrors these into os.environ, which Python copied at start-up.
+void export_for_children(const Session& s) {
+  ::setenv("LINGPROBE_RUN_ID", s.run_id.c_str(), 1);
+  if (s.identity.role == Role::Launcher) {
+    ::unsetenv("LINGPROBE_PARENT_PID");
+    ::unsetenv("LINGPROBE_PARENT_RANK");
+    return;
+  }
+  ::setenv("LINGPROBE_PARENT_PID", std::to_string(getpid()).c_str(), 1);
+  const int64_t rank = s.identity.role == Role::Rank ? s.identity.rank : -1;
+  ::setenv("LINGPROBE_PARENT_RANK", std::to_string(rank).c_str(), 1);
 }
 
 void at_exit_finalize() { session_finalize(); }
@@ -146,14 +174,6 @@ void fork_child() {
   new (&s.mu) std::mutex();
   s.forked_child = true;
   capture::set_recording(false);
-}
-
-std::string generate_run_id() {
-  if (const char* e = std::getenv("TORCHELASTIC_RUN_ID"); e && *e) return e;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "run-%lld-%d", static_cast<long long>(clock_ns(CLOCK_REALTIME) / 1000000000),
-                static_cast<int>(getpid()));
-  return buf;
 }
 
 const char* plain_getenv(const char* name) { return std::getenv(name); }
@@ -168,6 +188,7 @@ lingprobe_status check_running(Session& s, std::string& error) {
     error = "lingprobe was finalized";
     return LINGPROBE_ERROR_FINALIZED;
   }
+  if (loaded_by_ld_preload(&error)) return LINGPROBE_ERROR_UNAVAILABLE;
   if (!s.config_ok) {
     error = "lingprobe's configuration was invalid at init; recording is off";
     return LINGPROBE_ERROR_INVALID_CONFIG;
@@ -192,6 +213,7 @@ lingprobe_status session_init(const Config& config, std::string& error) {
   s.config = config;
   set_log_level(config.log_level);
   s.state.store(LINGPROBE_STATE_RUNNING);
+  if (loaded_by_ld_preload(&error)) return LINGPROBE_ERROR_UNAVAILABLE;  // said once at load
   std::atexit(at_exit_finalize);
   pthread_atfork(nullptr, nullptr, fork_child);
 
@@ -208,13 +230,17 @@ lingprobe_status session_init(const Config& config, std::string& error) {
     log_error(err + "; recording is off");
     return LINGPROBE_ERROR_INVALID_CONFIG;
   }
-  s.identity = resolve_identity(config, plain_getenv, read_own_cmdline());
-  set_log_rank(s.identity.role == Role::Launcher ? -1 : s.identity.rank);
-  s.run_id = config.run_id.empty() ? generate_run_id() : config.run_id;
-  s.metadata_path = metadata_path_for(config, s.identity);
+  s.identity = resolve_identity(config, plain_getenv, read_own_cmdline(), getpid());
+  set_log_rank(s.identity.role == Role::Rank ? s.identity.rank : -1);
+  s.start_unix_ns = clock_ns(CLOCK_REALTIME);
+  s.start_mono_ns = clock_ns(CLOCK_MONOTONIC);
+  s.run_id = resolve_run_id(config, plain_getenv, getpid(), getppid(), s.start_unix_ns / 1000000000);
+  s.run_dir = sink::run_directory(config.out_dir, s.run_id);
+  s.metadata_path = metadata_path_for(s.run_dir, s.identity);
+  export_for_children(s);
   s.config_ok = true;
   if (s.identity.role == Role::Launcher) {
-    log_info("torchrun launcher process: recording nothing here (the ranks record)");
+    log_info("torchrun launcher process: recording nothing here (the ranks record into " + s.run_dir + ")");
     s.config_ok = false;  // start/stop refuse; no hook, no file
     return LINGPROBE_OK;
   }
@@ -273,28 +299,29 @@ lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t worl
   Session& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   if (auto st = check_running(s, error); st != LINGPROBE_OK) return st;
-  if (capture::recorder_stats().signatures > 0) {
-    error = "the rank must be set before the first recorded call (the metadata file is named by it)";
+  Identity id = s.identity;
+  if (rank >= 0) id.rank = rank, id.rank_source = "api";
+  if (local_rank >= 0) id.local_rank = local_rank;
+  else if (rank >= 0 && s.identity.role != Role::Rank) id.local_rank = id.rank;
+  if (world_size >= 0) id.world_size = world_size;
+  else if (id.world_size <= id.rank) id.world_size = id.rank + 1;
+  id.role = Role::Rank;
+  id.parent_pid = id.parent_rank = -1;
+  const Identity& cur = s.identity;
+  if (cur.role == Role::Rank && cur.rank == id.rank && cur.local_rank == id.local_rank && cur.world_size == id.world_size)
+    return LINGPROBE_OK;  // nothing changes (torchrun's RANK agrees with init_process_group)
+  Identity previous = s.identity;
+  s.identity = id;
+  const std::string path = metadata_path_for(s.run_dir, id);
+  if (!s.writer->retarget(path, header_json(s))) {
+    s.identity = previous;
+    error = "the rank must be set before lingprobe's first flush (it names the metadata file, which '" +
+            s.metadata_path + "' already is); set LINGPROBE_RANK, or call set_rank before the first recorded op";
     return LINGPROBE_ERROR_INVALID_ARGUMENT;
   }
-  if (rank >= 0) s.config.rank = rank;
-  if (local_rank >= 0) s.config.local_rank = local_rank;
-  if (world_size >= 0) s.config.world_size = world_size;
-  if (s.config.role == Role::Auto) s.config.role = Role::Rank;
-  s.identity = resolve_identity(s.config, plain_getenv, read_own_cmdline());
-  set_log_rank(s.identity.rank);
-  s.metadata_path = metadata_path_for(s.config, s.identity);
-  // Not yet written to: rebuild the writer with the new name and header.
-  const bool was_recording = capture::recording();
-  capture::set_recording(false);
-  capture::uninstall_recorder();
-  s.writer->finalize();
-  s.writer.reset();
-  s.sink.reset();
-  ensure_writer_locked(s);
-  std::string ignored;  // validated at init
-  capture::install_recorder(recorder_options(s.config, ignored), s.sink.get());
-  if (was_recording) capture::set_recording(true);
+  s.metadata_path = path;
+  set_log_rank(id.rank);
+  export_for_children(s);
   return LINGPROBE_OK;
 }
 
@@ -320,6 +347,14 @@ lingprobe_status session_metadata_path(std::string& path) {
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.state.load() == LINGPROBE_STATE_FRESH) return LINGPROBE_ERROR_NOT_INITIALIZED;
   path = s.metadata_path;
+  return LINGPROBE_OK;
+}
+
+lingprobe_status session_run_dir(std::string& path) {
+  Session& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.state.load() == LINGPROBE_STATE_FRESH) return LINGPROBE_ERROR_NOT_INITIALIZED;
+  path = s.run_dir;
   return LINGPROBE_OK;
 }
 

@@ -24,5 +24,7 @@ lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t worl
 lingprobe_state session_state();
 void session_stats(lingprobe_stats& out);
 lingprobe_status session_metadata_path(std::string& path);
+// OUT/{run_id}: this launch's run directory (known from init on; created lazily).
+lingprobe_status session_run_dir(std::string& path);
 
 }  // namespace lingprobe::api

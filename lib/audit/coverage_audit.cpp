@@ -29,6 +29,11 @@ bool is_dir(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+bool is_symlink(const std::string& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+}
+
 std::vector<std::string> list_dir(const std::string& dir) {
   std::vector<std::string> names;
   if (DIR* d = opendir(dir.c_str())) {
@@ -261,16 +266,38 @@ AuditOutcome run_audit(const AuditOptions& options) {
     outcome.error = "no input: give a run directory or metadata JSONL files";
     return outcome;
   }
-  // 1. Files and the run directory.
+  // 1. Files and the run directory (a launch's OUT/{run_id}; an OUT holding one launch).
   std::vector<std::string> files;
   std::string run_dir;
+  auto add_run = [&](const std::string& dir) {
+    if (run_dir.empty()) run_dir = dir;
+    for (const auto& name : list_dir(dir + "/metadata"))
+      if (name.size() > 6 && name.compare(name.size() - 6, 6, ".jsonl") == 0) files.push_back(dir + "/metadata/" + name);
+  };
   for (const auto& raw : options.inputs) {
     const std::string in = strip_slash(raw);
-    if (is_dir(in)) {
-      const std::string meta = is_dir(in + "/metadata") ? in + "/metadata" : in;
-      if (run_dir.empty()) run_dir = meta == in ? parent(in) : in;
-      for (const auto& name : list_dir(meta))
-        if (name.size() > 6 && name.compare(name.size() - 6, 6, ".jsonl") == 0) files.push_back(meta + "/" + name);
+    if (is_dir(in + "/metadata")) {
+      add_run(in);
+    } else if (is_dir(in) && basename(in) == "metadata") {
+      add_run(parent(in));
+    } else if (is_dir(in)) {
+      std::vector<std::string> launches;
+      for (const auto& name : list_dir(in))
+        if (!is_symlink(in + "/" + name) && is_dir(in + "/" + name + "/metadata")) launches.push_back(name);
+      if (launches.size() > 1 && !options.allow_mixed_runs) {
+        std::string names;
+        for (size_t i = 0; i < launches.size(); ++i) names += (i ? ", " : "") + launches[i];
+        outcome.error = in + " holds " + std::to_string(launches.size()) + " launches (" + names +
+                        "): audit one run directory (" + in + "/" + launches.back() + ", or " + in +
+                        "/latest for the newest), or pass --allow-mixed-runs";
+        return outcome;
+      }
+      for (const auto& name : launches) add_run(in + "/" + name);
+      if (launches.empty()) {
+        outcome.error = "no metadata files (*.jsonl) found in " + in + " (neither " + in + "/metadata nor " + in +
+                        "/{run_id}/metadata exists)";
+        return outcome;
+      }
     } else {
       if (run_dir.empty()) {
         const std::string dir = parent(in);
@@ -284,16 +311,13 @@ AuditOutcome run_audit(const AuditOptions& options) {
     return outcome;
   }
 
-  // 2. Read every file (streaming), validate, aggregate by signature hash.
-  std::map<std::string, Signature> sigs;
-  std::set<int64_t> ranks;
-  std::string run_id;
-  int64_t world_size = -1;
-  uint64_t dropped_total = 0, bytes_total = 0;
-  std::map<std::string, std::map<std::string, uint64_t>> dropped;
-  JsonValue sources = JsonValue::array();
-  std::vector<std::pair<std::string, std::string>> source_rows;
-  size_t used_files = 0;
+  // 2. Read every file (streaming) and validate it; then sort the processes:
+  // ranks make the rows; children (and, beside ranks, plain parents such as
+  // mp.spawn's) are reported apart; launchers wrote nothing to count.
+  std::vector<FileSummary> summaries;
+  uint64_t bytes_total = 0;
+  std::set<std::string> run_ids;
+  bool any_rank = false;
   for (const auto& path : files) {
     FileSummary f;
     auto progress = [&](uint64_t done) {
@@ -319,16 +343,34 @@ AuditOutcome run_audit(const AuditOptions& options) {
       outcome.warnings.push_back(path + ": written by a launcher process; skipped");
       continue;
     }
-    if (world_size >= 0 && f.world_size != world_size) {
-      outcome.error = path + ": world_size " + std::to_string(f.world_size) + " disagrees with " +
-                      std::to_string(world_size) + " of the files before it; these files are not one run";
+    run_ids.insert(f.run_id);
+    any_rank = any_rank || f.role == "rank";
+    summaries.push_back(std::move(f));
+  }
+  if (run_ids.size() > 1) {
+    std::string ids;
+    for (const auto& id : run_ids) ids += (ids.empty() ? "'" : ", '") + id + "'";
+    if (!options.allow_mixed_runs) {
+      outcome.error = "these files belong to " + std::to_string(run_ids.size()) + " launches (run_id " + ids +
+                      "); audit one launch's run directory, or pass --allow-mixed-runs to sum them";
       return outcome;
     }
-    world_size = f.world_size;
-    if (run_id.empty()) run_id = f.run_id;
-    else if (f.run_id != run_id)
-      outcome.warnings.push_back(path + ": run_id '" + f.run_id + "' differs from '" + run_id + "'");
-    if (f.truncated_last_line) outcome.warnings.push_back(path + ": truncated last line skipped (killed while writing?)");
+    outcome.warnings.push_back("--allow-mixed-runs: summing " + std::to_string(run_ids.size()) + " launches (" + ids + ")");
+  }
+
+  std::map<std::string, Signature> sigs;
+  std::set<int64_t> ranks;
+  std::string run_id = run_ids.empty() ? "" : *run_ids.begin();
+  int64_t world_size = -1;
+  uint64_t dropped_total = 0;
+  std::map<std::string, std::map<std::string, uint64_t>> dropped;
+  JsonValue sources = JsonValue::array();
+  JsonValue others = JsonValue::array();
+  uint64_t other_calls = 0;
+  std::vector<std::pair<std::string, std::string>> source_rows;
+  size_t used_files = 0;
+  for (FileSummary& f : summaries) {
+    const std::string& path = f.path;
     const std::map<uint32_t, uint64_t>* counts = &f.counts;
     if (!f.has_counts) {
       counts = &f.call_records;
@@ -336,18 +378,41 @@ AuditOutcome run_audit(const AuditOptions& options) {
     } else if (!f.final_counts) {
       outcome.warnings.push_back(path + ": no final counts record (the process did not finish); using its last counts");
     }
-    for (const auto& [id, n] : *counts) {
-      auto it = f.signature_sha.find(id);
-      if (it == f.signature_sha.end()) {
+    if (f.truncated_last_line) outcome.warnings.push_back(path + ": truncated last line skipped (killed while writing?)");
+    for (const auto& [id, n] : *counts)
+      if (!f.signature_sha.count(id)) {
         outcome.error = path + ": counts name signature id " + std::to_string(id) + ", which the file never defines";
         return outcome;
       }
-      Signature& s = sigs[it->second];
+    if (f.role == "child" || (f.role != "rank" && any_rank)) {
+      uint64_t calls = 0;
+      for (const auto& [id, n] : *counts) calls += n;
+      other_calls += calls;
+      JsonValue o = JsonValue::object();
+      o.set("path", JsonValue::string(relative(path, run_dir)));
+      o.set("sha256", JsonValue::string(f.sha256));
+      o.set("role", JsonValue::string(f.role));
+      o.set("pid", JsonValue::integer(f.pid));
+      o.set("parent_pid", f.parent_pid >= 0 ? JsonValue::integer(f.parent_pid) : JsonValue::null());
+      o.set("calls", JsonValue::integer(static_cast<int64_t>(calls)));
+      o.set("signatures", JsonValue::integer(static_cast<int64_t>(counts->size())));
+      others.push_back(std::move(o));
+      continue;
+    }
+    if (world_size >= 0 && f.world_size != world_size) {
+      outcome.error = path + ": world_size " + std::to_string(f.world_size) + " disagrees with " +
+                      std::to_string(world_size) + " of the files before it; these files are not one run";
+      return outcome;
+    }
+    world_size = f.world_size;
+    for (const auto& [id, n] : *counts) {
+      const std::string& sha = f.signature_sha.at(id);
+      Signature& s = sigs[sha];
       if (s.sha.empty()) {
-        s.sha = it->second;
-        auto parsed = format::parse_json(f.signature_json[it->second]);
+        s.sha = sha;
+        auto parsed = format::parse_json(f.signature_json[sha]);
         if (!parsed.ok || parsed.value.kind() != JsonValue::Kind::Object) {
-          outcome.error = path + ": signature " + it->second + " has malformed signature_json";
+          outcome.error = path + ": signature " + sha + " has malformed signature_json";
           return outcome;
         }
         s.value = std::move(parsed.value);
@@ -500,12 +565,18 @@ AuditOutcome run_audit(const AuditOptions& options) {
                                        {"ranks", std::move(ranks_json)},
                                        {"metadata_bytes", JsonValue::integer(static_cast<int64_t>(bytes_total))}}));
   report.set("dropped", std::move(dropped_json));
+  report.set("other_processes", std::move(others));
   report.set("warnings", std::move(warnings));
 
   // 5. Write: the report, then the summary (nothing when anything failed above).
   outcome.report_path = options.output.empty() ? run_dir + "/reports/coverage_audit.json" : options.output;
   outcome.summary_path = parent(outcome.report_path) + "/summary.md";
   outcome.summary = make_summary(by_stage, all, overall, stages, used_files, ranks, dropped_total);
+  if (const size_t n_others = report.find("other_processes")->items().size())
+    outcome.summary += "\n## Other processes (not in the rows)\n\n" + std::to_string(n_others) +
+                       " process(es) started by the ranks or starting them (DataLoader or compile workers, an "
+                       "mp.spawn parent) recorded " + std::to_string(other_calls) +
+                       " call(s); they are listed under `other_processes` in coverage_audit.json.\n";
   if (std::string err = sink::make_directories(parent(outcome.report_path)); !err.empty()) {
     outcome.error = err;
     return outcome;

@@ -16,6 +16,7 @@ struct AuditOptions {
   std::string snapshots_dir;        // "": RUN/snapshots
   std::string profiles_dir;         // "": RUN/profiles
   bool progress = false;            // progress lines on stderr
+  bool allow_mixed_runs = false;    // audit files of several launches together (normally refused)
 };
 
 struct AuditOutcome {

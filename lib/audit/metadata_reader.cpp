@@ -81,6 +81,9 @@ std::string handle(Ctx& c, simdjson::dom::element doc) {
     f.role = str(obj["role"]);
     f.rank = num(obj["rank"]);
     f.world_size = num(obj["world_size"]);
+    f.pid = num(obj["pid"]);
+    int64_t parent = -1;
+    if (!obj["parent_pid"].get_int64().get(parent)) f.parent_pid = parent;
   } else if (kind == "snapshot" || kind == "profile") {
     Evidence e;
     e.id = static_cast<uint32_t>(num(obj["id"]));

@@ -27,7 +27,7 @@ struct FileSummary {
   std::string sha256;
   bool has_header = false;
   std::string format, run_id, role;
-  int64_t rank = 0, world_size = 0;
+  int64_t rank = 0, world_size = 0, pid = -1, parent_pid = -1;
   std::unordered_map<uint32_t, std::string> signature_sha;   // file-local id -> sha256
   std::unordered_map<std::string, std::string> signature_json;  // sha256 -> canonical text
   bool has_counts = false;

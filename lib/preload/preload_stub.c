@@ -5,7 +5,17 @@
  * It loads the real liblingprobe.so (RTLD_LOCAL) only in a process that loads
  * libtorch itself: at start-up (a C++ program linked to libtorch), or when
  * the Python shim's sitecustomize sees `import torch` finish and calls
- * lingprobe_preload_stub_attach(). It never interposes dlopen: glibc resolves
+ * lingprobe_preload_stub_attach().
+ *
+ * Python: the constructor runs before the interpreter reads its environment,
+ * so in a Python process (the executable exports Py_BytesMain) it puts the
+ * shim's directory first on PYTHONPATH; the shim's sitecustomize undoes that
+ * in os.environ at once (children get the user's PYTHONPATH; a Python child
+ * gets the entry again from its own copy of this stub) and chains any
+ * sitecustomize it shadows. `python -I`, `-E` or `-S` skip PYTHONPATH or site:
+ * such a process that loads torch is told so in one line at exit.
+ *
+ * It never interposes dlopen: glibc resolves
  * a dlopen against its caller's RUNPATH, and an interposer makes itself the
  * caller (seen on the H200: torch then loaded the system's cuDNN instead of
  * its own). A libtorch other than the one lingprobe was built against is
@@ -25,12 +35,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef LINGPROBE_BUILT_TORCH_CPU
 #define LINGPROBE_BUILT_TORCH_CPU ""
 #endif
 
 static int attach_done;
+static int is_python;              /* this process is a Python interpreter */
+static const char* python_blocker; /* why the shim cannot run here, or NULL */
+
+#ifndef LINGPROBE_SOURCE_PYTHON_SHIM
+#define LINGPROBE_SOURCE_PYTHON_SHIM ""
+#endif
+#ifndef LINGPROBE_SHIM_FROM_LIBDIR
+#define LINGPROBE_SHIM_FROM_LIBDIR "../share/lingprobe/python"
+#endif
 
 /* Set once the real library is loaded (NVTX forwarding). */
 static void (*forward_push)(const char* name);
@@ -69,6 +89,105 @@ static void real_library_path(char* out, size_t size) {
     }
   }
   snprintf(out, size, "liblingprobe.so");
+}
+
+static int is_shim_dir(const char* dir) {
+  char probe[PATH_MAX];
+  return dir && *dir && snprintf(probe, sizeof probe, "%s/sitecustomize.py", dir) < (int)sizeof probe &&
+         access(probe, R_OK) == 0;
+}
+
+/* LINGPROBE_PYTHON_SHIM, then the install layout beside this stub
+ * (LIBDIR/../share/lingprobe/python), then the source tree it was built from. */
+static const char* find_python_shim(void) {
+  static char found[PATH_MAX];
+  const char* env = getenv("LINGPROBE_PYTHON_SHIM");
+  if (is_shim_dir(env)) return env;
+  Dl_info info;
+  if (dladdr((void*)&find_python_shim, &info) && info.dli_fname) {
+    char dir[PATH_MAX], candidate[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", info.dli_fname);
+    char* slash = strrchr(dir, '/');
+    if (slash) {
+      *slash = '\0';
+      if (snprintf(candidate, sizeof candidate, "%s/%s", dir, LINGPROBE_SHIM_FROM_LIBDIR) < (int)sizeof candidate &&
+          realpath(candidate, found) && is_shim_dir(found))
+        return found;
+    }
+  }
+  if (is_shim_dir(LINGPROBE_SOURCE_PYTHON_SHIM)) return LINGPROBE_SOURCE_PYTHON_SHIM;
+  return NULL;
+}
+
+/* The first of -I, -E, -S among the interpreter's own options (before the
+ * script, -c or -m), read from /proc/self/cmdline. */
+static const char* python_option_blocking_site(void) {
+  static char cmdline[8192];
+  FILE* f = fopen("/proc/self/cmdline", "rb");
+  if (!f) return NULL;
+  size_t n = fread(cmdline, 1, sizeof cmdline - 1, f);
+  fclose(f);
+  cmdline[n] = '\0';
+  const char* arg = cmdline + strlen(cmdline) + 1; /* skip argv[0] */
+  int skip_next = 0;
+  while (arg < cmdline + n) {
+    const char* next = arg + strlen(arg) + 1;
+    if (skip_next) {
+      skip_next = 0;
+    } else if (arg[0] != '-' || !strcmp(arg, "-") || !strcmp(arg, "--")) {
+      return NULL; /* the script, stdin, or the end of options */
+    } else if (arg[1] == '-') {
+      skip_next = !strcmp(arg, "--check-hash-based-pycs");
+    } else {
+      for (const char* c = arg + 1; *c; ++c) {
+        if (*c == 'c' || *c == 'm') return NULL;
+        if (*c == 'I') return "-I (isolated mode ignores PYTHONPATH and skips site customisation)";
+        if (*c == 'E') return "-E (ignores PYTHON* variables, PYTHONPATH among them)";
+        if (*c == 'S') return "-S (no site module, so no sitecustomize)";
+        if (*c == 'W' || *c == 'X') {
+          skip_next = c[1] == '\0';
+          break;
+        }
+      }
+    }
+    arg = next;
+  }
+  return NULL;
+}
+
+static int path_has_entry(const char* list, const char* entry) {
+  size_t len = strlen(entry);
+  for (const char* p = list; p && *p;) {
+    const char* end = strchr(p, ':');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n == len && strncmp(p, entry, len) == 0) return 1;
+    p = end ? end + 1 : NULL;
+  }
+  return 0;
+}
+
+/* Python only: the shim first on PYTHONPATH, remembering what was there. */
+static void arrange_python_shim(void) {
+  if (!dlsym(RTLD_DEFAULT, "Py_BytesMain") && !dlsym(RTLD_DEFAULT, "Py_Main")) return;
+  is_python = 1;
+  python_blocker = python_option_blocking_site();
+  if (python_blocker) return;
+  const char* shim = find_python_shim();
+  if (!shim) {
+    python_blocker = "no python_shim directory found (set LINGPROBE_PYTHON_SHIM to its path)";
+    return;
+  }
+  const char* old = getenv("PYTHONPATH");
+  if (old && path_has_entry(old, shim)) return; /* lingprobe run, or a parent that never ran the shim */
+  size_t size = strlen(shim) + (old ? strlen(old) : 0) + 2;
+  char* value = (char*)malloc(size);
+  if (!value) return;
+  snprintf(value, size, "%s%s%s", shim, old && *old ? ":" : "", old && *old ? old : "");
+  if (old) setenv("LINGPROBE_PYTHONPATH_BEFORE", old, 1);
+  else unsetenv("LINGPROBE_PYTHONPATH_BEFORE");
+  setenv("LINGPROBE_SHIM_PATH", shim, 1);
+  setenv("PYTHONPATH", value, 1);
+  free(value);
 }
 
 static void try_attach(void) {
@@ -187,5 +306,26 @@ __attribute__((constructor)) static void lingprobe_preload_init(void) {
     return;
   }
   claim_nvtx_injection();
+  arrange_python_shim();
   try_attach();
+}
+
+/* A Python process that loaded torch without attaching lingprobe (-I, -E, -S,
+ * or the shim not found) says why, once, at exit: earlier it cannot know
+ * whether torch will be loaded, and processes without torch stay silent. */
+__attribute__((destructor)) static void lingprobe_preload_fini(void) {
+  if (!is_python || attach_done) return;
+  struct torch_search found;
+  memset(&found, 0, sizeof found);
+  if (!dl_iterate_phdr(find_torch_cpu, &found)) return;
+  void* self_loaded = dlopen("liblingprobe.so.0", RTLD_NOW | RTLD_NOLOAD);
+  if (self_loaded) { /* the program attached lingprobe itself (import lingprobe) */
+    dlclose(self_loaded);
+    return;
+  }
+  fprintf(stderr,
+          "[lingprobe] this Python process loaded torch but lingprobe could not attach: python %s; nothing was "
+          "recorded (run it without that option, or call lingprobe.start() from the program)\n",
+          python_blocker ? python_blocker : "did not import lingprobe's sitecustomize (is another sitecustomize "
+                                            "imported before it without chaining?)");
 }

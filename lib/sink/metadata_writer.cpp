@@ -13,22 +13,6 @@
 
 namespace lingprobe::sink {
 
-std::string make_directories(const std::string& dir) {
-  if (dir.empty()) return "";
-  std::string partial;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = dir.find('/', pos + 1);
-    partial = dir.substr(0, pos);
-    if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST)
-      return "cannot create directory '" + partial + "': " + std::strerror(errno);
-  }
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "'" + dir + "' is not a directory";
-  return "";
-}
-
 // {"depth":..,"id":..,"kind":"call","seq":..,"t0_ns":..,"t1_ns":..,"tid":..}\n
 // (canonical key order) into `out` (at least 192 bytes); returns the length.
 size_t format_call_record(const CallRecord& r, char* out) {
@@ -144,7 +128,26 @@ bool MetadataWriter::open_file() {
   }
   std::string header = options_.header_json + "\n";
   write_out(header);
+  if (options_.on_open) options_.on_open();
   return true;
+}
+
+bool MetadataWriter::retarget(const std::string& path, const std::string& header_json) {
+  std::lock_guard<std::mutex> io(io_mu_);
+  if (fd_ >= 0 || open_failed_) return false;
+  options_.path = path;
+  options_.header_json = header_json;
+  return true;
+}
+
+bool MetadataWriter::opened() const {
+  std::lock_guard<std::mutex> io(io_mu_);
+  return fd_ >= 0 || open_failed_;
+}
+
+std::string MetadataWriter::path() const {
+  std::lock_guard<std::mutex> io(io_mu_);
+  return options_.path;
 }
 
 // Writes whole lines; on a failed write (disk full) the rest of `text` is

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "format/record_buffer.h"
+#include "sink/run_directory.h"
 
 namespace lingprobe::sink {
 
@@ -30,6 +31,7 @@ struct WriterOptions {
   std::string path;         // the JSONL file
   std::string header_json;  // the complete header object (one line, no newline)
   int64_t flush_interval_ms = 500;
+  std::function<void()> on_open;  // after the file was created (e.g. the run directory's latest link)
 };
 
 struct WriterStats {
@@ -61,9 +63,14 @@ class MetadataWriter {
   // half full, or full under the block policy).
   void wake();
 
+  // Changes the file's path and header while it is not yet created (a late
+  // rank assignment); false once it exists (the first cycle with data).
+  bool retarget(const std::string& path, const std::string& header_json);
+  bool opened() const;
+
   bool finalized() const { return finalized_.load(std::memory_order_acquire); }
   WriterStats stats() const;
-  const std::string& path() const { return options_.path; }
+  std::string path() const;
   // Starts the thread now (it opens the file only once there is data), so
   // that the cycle hook runs (control-file polling) before any recording.
   void start();
@@ -90,7 +97,7 @@ class MetadataWriter {
   std::vector<std::string> pending_signatures_;
   std::thread thread_;
 
-  std::mutex io_mu_;  // one cycle at a time
+  mutable std::mutex io_mu_;  // one cycle at a time; guards options_.path and header_json
   int fd_ = -1;
   bool open_failed_ = false;
   std::atomic<bool> finalized_{false};
@@ -102,9 +109,6 @@ class MetadataWriter {
   std::string calls_text_;  // cycle()'s buffers, under io_mu_
   std::string out_text_;
 };
-
-// Creates `dir` and its parents; returns "" or an error message.
-std::string make_directories(const std::string& dir);
 
 // One call record as its canonical JSON line, newline included, written to
 // `out` (at least 192 bytes); returns the length. No allocation.

@@ -13,13 +13,12 @@ call_records=False, flush_interval_ms=100, ...). The library is found through
 LINGPROBE_LIBRARY (a path) or next to this package. Failed calls raise
 LingprobeError carrying lingprobe's status text.
 """
-import contextlib
-import ctypes
-
-from ._native import LingprobeError, Options, Stats, check, load_library
+from ._errors import LingprobeError
+# ctypes and the bindings load on first use: sitecustomize imports this package
+# in every Python process the preload stub is in, most of which never use it.
 
 __all__ = ["LingprobeError", "start", "stop", "flush", "finalize", "stage", "push_stage", "pop_stage",
-           "stats", "set_rank", "metadata_path", "version"]
+           "stats", "set_rank", "metadata_path", "run_dir", "version"]
 
 _lib = None
 _STATES = {0: "fresh", 1: "running", 2: "finalized"}
@@ -29,8 +28,14 @@ def _library():
     global _lib
     if _lib is None:
         import torch  # noqa: F401  (the library links libtorch: load the process's first)
+        from ._native import load_library
         _lib = load_library()
     return _lib
+
+
+def check(lib, status):
+    from ._native import check as native_check
+    native_check(lib, status)
 
 
 def _setting(name, value):
@@ -45,6 +50,8 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
     """Initialises lingprobe on first use (with these options on top of the
     LINGPROBE_* environment) and starts recording. Later calls restart
     recording; options then must be empty."""
+    import ctypes
+    from ._native import Options
     lib = _library()
     if lib.lingprobe_get_state() == 0:
         settings = [_setting(k, v) for k, v in options.items()]
@@ -54,6 +61,10 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
                        ",".join(ops).encode() if isinstance(ops, (list, tuple)) else (ops.encode() if ops else None),
                        arr, len(settings))
         check(lib, lib.lingprobe_init(ctypes.byref(opts)))
+        from . import _process
+        from ._import_hooks import after_import
+        _process.sync_environment()  # what lingprobe exported for child processes, into os.environ
+        after_import("torch.distributed.distributed_c10d", _process.watch_init_process_group)
     elif options or out_dir or ops:
         raise LingprobeError(1, "already initialised: options apply only to the first start()")
     check(lib, lib.lingprobe_start())
@@ -84,17 +95,25 @@ def pop_stage():
     check(lib, lib.lingprobe_stage_pop())
 
 
-@contextlib.contextmanager
-def stage(name):
-    """Calls made on this thread inside the block carry `name` as their stage."""
-    push_stage(name)
-    try:
-        yield
-    finally:
+class stage:
+    """`with lingprobe.stage("dit"):` calls made on this thread inside the block carry
+    `name` as their stage. (A class, not contextlib: importing this package stays free.)"""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        push_stage(self.name)
+        return self
+
+    def __exit__(self, *exc):
         pop_stage()
+        return False
 
 
 def stats():
+    import ctypes
+    from ._native import Stats
     lib = _library()
     s = Stats()
     s.struct_size = ctypes.sizeof(Stats)
@@ -107,15 +126,30 @@ def stats():
 
 
 def set_rank(rank=-1, local_rank=-1, world_size=-1):
+    """This process's rank, before lingprobe's first flush (it names the metadata
+    file). torch.distributed.init_process_group sets it by itself."""
     lib = _library()
     check(lib, lib.lingprobe_set_rank(rank, local_rank, world_size))
+    from . import _process
+    _process.sync_environment()
+
+
+def _path(getter):
+    import ctypes
+    lib = _library()
+    buf = ctypes.create_string_buffer(4096)
+    check(lib, getattr(lib, getter)(buf, len(buf)))
+    return buf.value.decode()
 
 
 def metadata_path():
-    lib = _library()
-    buf = ctypes.create_string_buffer(4096)
-    check(lib, lib.lingprobe_get_metadata_path(buf, len(buf)))
-    return buf.value.decode()
+    """The metadata file this process writes (or will write)."""
+    return _path("lingprobe_get_metadata_path")
+
+
+def run_dir():
+    """This launch's run directory, OUT/{run_id}: what `lingprobe audit` takes."""
+    return _path("lingprobe_get_run_dir")
 
 
 def version():

@@ -4,12 +4,7 @@ import os
 import pathlib
 
 
-class LingprobeError(RuntimeError):
-    """A lingprobe C ABI call failed; carries the status code and lingprobe's message."""
-
-    def __init__(self, status, message):
-        super().__init__(f"lingprobe: {message} (status {status})")
-        self.status = status
+from ._errors import LingprobeError
 
 
 class Options(ctypes.Structure):
@@ -92,8 +87,9 @@ def _declare(lib):
     lib.lingprobe_get_stats.restype = status
     lib.lingprobe_get_stats.argtypes = [ctypes.POINTER(Stats)]
     lib.lingprobe_get_state.restype = ctypes.c_int
-    lib.lingprobe_get_metadata_path.restype = status
-    lib.lingprobe_get_metadata_path.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    for name in ("lingprobe_get_metadata_path", "lingprobe_get_run_dir"):
+        getattr(lib, name).restype = status
+        getattr(lib, name).argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 
 
 def check(lib, status):

@@ -75,6 +75,8 @@ int main(void) {
     EXPECT(lingprobe_start() == LINGPROBE_ERROR_FINALIZED);
     EXPECT(lingprobe_init(&o) == LINGPROBE_ERROR_FINALIZED);
     EXPECT(lingprobe_get_metadata_path(path, sizeof path) == LINGPROBE_OK);
+    EXPECT(lingprobe_get_run_dir(path, sizeof path) == LINGPROBE_OK); /* "" after an invalid init */
+    EXPECT(lingprobe_get_run_dir(NULL, 0) == LINGPROBE_ERROR_INVALID_ARGUMENT);
     (void)settings;
   }
 

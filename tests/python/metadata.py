@@ -2,6 +2,7 @@
 tolerating a truncated last line; checks every record's invariants."""
 import hashlib
 import json
+import pathlib
 
 
 def read(path):
@@ -40,3 +41,21 @@ def summarize(path):
     assert last is not None, "no counts record"
     counts = {int(k): v for k, v in last["calls"].items()}
     return header, sigs, counts, calls, last
+
+
+def run_dirs(out):
+    """The launches' run directories OUT/{run_id} under an output root (not the latest link)."""
+    out = pathlib.Path(out)
+    if not out.is_dir():
+        return []
+    return sorted(p for p in out.iterdir() if p.is_dir() and not p.is_symlink() and (p / "metadata").is_dir())
+
+
+def files(out):
+    """Metadata files of a run directory, or of the one launch under an output root ([] if none)."""
+    out = pathlib.Path(out)
+    if (out / "metadata").is_dir():
+        return sorted((out / "metadata").glob("*.jsonl"))
+    dirs = run_dirs(out)
+    assert len(dirs) <= 1, f"several launches under {out}: {dirs}"
+    return sorted((dirs[0] / "metadata").glob("*.jsonl")) if dirs else []

@@ -125,9 +125,11 @@ def test_empty_file_is_skipped_with_a_warning(cli, seed_run):
 def test_mixed_runs(cli, seed_run):
     write_file(seed_run / "metadata" / "metadata_rank0_pid7.jsonl", [header(0, 7, run_id="other")])
     p = audit(cli, seed_run, "--quiet")
-    assert p.returncode == 0 and "run_id 'other'" in p.stderr
+    assert p.returncode == 1 and "2 launches (run_id 'other', 'run-seed')" in p.stderr and "--allow-mixed-runs" in p.stderr
+    p = audit(cli, seed_run, "--quiet", "--allow-mixed-runs")
+    assert p.returncode == 0 and "summing 2 launches" in p.stderr
     write_file(seed_run / "metadata" / "metadata_rank0_pid8.jsonl", [header(0, 8, world_size=2)])
-    p = audit(cli, seed_run, "--quiet")
+    p = audit(cli, seed_run, "--quiet", "--allow-mixed-runs")
     assert p.returncode == 1 and "world_size 2 disagrees" in p.stderr
     os.remove(seed_run / "metadata" / "metadata_rank0_pid8.jsonl")
     write_file(seed_run / "metadata" / "metadata_rank0_pid8.jsonl", [header(0, 8, fmt="other/2")])

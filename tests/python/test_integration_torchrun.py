@@ -37,7 +37,7 @@ def run_dir(cli, build_dir, tmp_path_factory):
 
 
 def test_one_file_per_rank_none_for_launcher_or_child(run_dir):
-    files = sorted((run_dir / "metadata").glob("*.jsonl"))
+    files = metadata.files(run_dir)
     ranks = sorted(metadata.read(f)[0]["rank"] for f in files)
     assert ranks == [0, 1, 2, 3], [f.name for f in files]
     for f in files:
@@ -49,7 +49,7 @@ def test_one_file_per_rank_none_for_launcher_or_child(run_dir):
 
 def test_counts_and_stages_match_what_the_job_did(run_dir):
     runs = set()
-    for f in sorted((run_dir / "metadata").glob("*.jsonl")):
+    for f in metadata.files(run_dir):
         header, sigs, counts, calls, last = metadata.summarize(f)
         runs.add(header["run_id"])
         got = collections.Counter()

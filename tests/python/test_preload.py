@@ -19,7 +19,7 @@ def env_for(build_dir, tmp_path, stub="liblingprobe_preload.so", **extra):
 def test_plain_ld_preload_records(build_dir, tmp_path):
     p = subprocess.run([sys.executable, "-c", JOB], env=env_for(build_dir, tmp_path), capture_output=True)
     assert p.returncode == 0, p.stderr.decode()
-    (f,) = (tmp_path / "metadata").glob("*.jsonl")
+    (f,) = metadata.files(tmp_path)
     _, sigs, counts, _, last = metadata.summarize(f)
     assert list(counts.values()) == [4] and last["final"]
 
@@ -28,7 +28,7 @@ def test_processes_without_torch_are_untouched(build_dir, tmp_path):
     p = subprocess.run(["sh", "-c", "echo hi; /usr/bin/python3 -c 'print(1)'"],
                        env=env_for(build_dir, tmp_path), capture_output=True)
     assert p.returncode == 0 and p.stdout == b"hi\n1\n" and p.stderr == b""
-    assert not (tmp_path / "metadata").exists()
+    assert not metadata.files(tmp_path)
 
 
 def test_foreign_libtorch_refused_with_one_line(build_dir, tmp_path):
@@ -38,7 +38,7 @@ def test_foreign_libtorch_refused_with_one_line(build_dir, tmp_path):
     assert p.returncode == 0
     lines = [l for l in p.stderr.decode().splitlines() if "lingprobe" in l]
     assert len(lines) == 1 and "built against /nonexistent/libtorch_cpu.so" in lines[0]
-    assert not (tmp_path / "metadata").exists()
+    assert not metadata.files(tmp_path)
 
 
 def test_bad_configuration_one_line_and_the_job_runs_on(build_dir, tmp_path):
@@ -47,7 +47,7 @@ def test_bad_configuration_one_line_and_the_job_runs_on(build_dir, tmp_path):
     assert p.returncode == 0 and p.stdout == b"done\n"
     lines = [l for l in p.stderr.decode().splitlines() if "lingprobe" in l]
     assert len(lines) == 1 and "LINGPROBE_FLUSH_INTERVAL_MS" in lines[0]
-    assert not (tmp_path / "metadata").exists()
+    assert not metadata.files(tmp_path)
 
 
 def overflow_run(build_dir, tmp_path, policy):
@@ -58,7 +58,7 @@ def overflow_run(build_dir, tmp_path, policy):
                                    LINGPROBE_FLUSH_INTERVAL_MS="1000", LINGPROBE_OVERFLOW=policy),
                        capture_output=True, timeout=300)
     assert p.returncode == 0, p.stderr.decode()
-    (f,) = (tmp_path / "metadata").glob("*.jsonl")
+    (f,) = metadata.files(tmp_path)
     return metadata.summarize(f)
 
 

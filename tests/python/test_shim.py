@@ -31,11 +31,15 @@ def test_start_stage_stats_stop(build_dir, tmp_path):
         lingprobe.start()
         torch.mm(x, x)                      # window two: recorded, unstaged
         lingprobe.finalize()
+        print(lingprobe.run_dir())
         print(lingprobe.metadata_path())
     """
     p = run_py(code, build_dir)
     assert p.returncode == 0, p.stderr.decode()
-    header, sigs, counts, calls, last = metadata.summarize(p.stdout.decode().strip())
+    run_dir, path = p.stdout.decode().split()
+    assert run_dir == os.path.dirname(os.path.dirname(path)) and os.path.dirname(run_dir) == str(tmp_path)
+    header, sigs, counts, calls, last = metadata.summarize(path)
+    assert os.path.basename(run_dir) == header["run_id"]
     got = {(sigs[i]["stage"], sigs[i]["op"]): n for i, n in counts.items()}
     assert got == {("dit", "aten.mm.default"): 7, ("unstaged", "aten.add.Tensor"): 1, ("unstaged", "aten.mm.default"): 1}
     assert header["role"] == "single" and header["rank"] == 0 and header["world_size"] == 1
@@ -81,7 +85,7 @@ def test_invalid_environment_one_line_and_recording_off(build_dir, tmp_path):
     assert p.stdout.decode().strip() == "ERR 2"
     errors = [l for l in p.stderr.decode().splitlines() if "lingprobe" in l]
     assert len(errors) == 1 and "LINGPROBE_NESTED" in errors[0]
-    assert not (tmp_path / "metadata").exists()
+    assert not metadata.files(tmp_path)
 
 
 def test_unknown_lingprobe_variable_warns_and_records(build_dir, tmp_path):
@@ -155,7 +159,7 @@ def test_forked_child_records_nothing_and_parent_continues(build_dir, tmp_path):
         print(lingprobe.metadata_path())
     """, build_dir)
     assert p.returncode == 0, p.stderr.decode()
-    files = list((tmp_path / "metadata").glob("*.jsonl"))
+    files = metadata.files(tmp_path)
     assert len(files) == 1
     _, _, counts, calls, last = metadata.summarize(p.stdout.decode().strip())
     assert sum(counts.values()) == 2 and last["final"]
@@ -173,7 +177,7 @@ def test_truncated_last_line_is_the_only_damage_after_a_kill(build_dir, tmp_path
         os.kill(os.getpid(), signal.SIGKILL)
     """, build_dir)
     assert p.returncode == -9
-    (f,) = (tmp_path / "metadata").glob("*.jsonl")
+    (f,) = metadata.files(tmp_path)
     records = metadata.read(f)
     counts = [r for r in records if r["kind"] == "counts"]
     assert counts and not counts[-1]["final"]

@@ -1,7 +1,6 @@
 #include <catch2/catch.hpp>
 
 #include "api/config.h"
-#include "api/identity.h"
 #include "capture/op_selection.h"
 #include "format/glob.h"
 
@@ -35,26 +34,6 @@ TEST_CASE("environment: unknown LINGPROBE_* names are reported, not fatal", "[co
   CHECK(api::apply_environment(c, env, &unknown).empty());
   CHECK(c.out_dir == "/tmp/x");
   CHECK(unknown == std::vector<std::string>{"LINGPROBE_TYPO"});
-}
-
-namespace {
-const char* g_env_rank = nullptr;
-const char* fake_getenv(const char* name) { return std::string(name) == "RANK" ? g_env_rank : nullptr; }
-}  // namespace
-
-TEST_CASE("identity: rank from RANK, launcher from torchrun's command line, else single", "[identity]") {
-  api::Config c;
-  g_env_rank = "3";
-  auto id = api::resolve_identity(c, fake_getenv, "python3 job.py");
-  CHECK(id.role == api::Role::Rank);
-  CHECK(id.rank == 3);
-  g_env_rank = nullptr;
-  CHECK(api::resolve_identity(c, fake_getenv, "/usr/bin/python3 -m torch.distributed.run --nproc_per_node=4 x.py").role ==
-        api::Role::Launcher);
-  id = api::resolve_identity(c, fake_getenv, "python3 notebook.py");
-  CHECK(id.role == api::Role::Single);
-  CHECK(id.rank == 0);
-  CHECK(id.world_size == 1);
 }
 
 TEST_CASE("op selection: global globs, per-stage rules as the seed's run used, deny", "[selection]") {

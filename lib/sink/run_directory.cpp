@@ -1,0 +1,47 @@
+#include "sink/run_directory.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace lingprobe::sink {
+
+std::string run_directory(const std::string& out_root, const std::string& run_id) {
+  std::string root = out_root;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  return root + "/" + run_id;
+}
+
+std::string make_directories(const std::string& dir) {
+  if (dir.empty()) return "";
+  std::string partial;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    partial = dir.substr(0, pos);
+    if (partial.empty()) continue;
+    if (::mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST)
+      return "cannot create directory '" + partial + "': " + std::strerror(errno);
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "'" + dir + "' is not a directory";
+  return "";
+}
+
+void link_latest(const std::string& out_root, const std::string& run_id) {
+  const std::string link = run_directory(out_root, "latest");
+  char current[4096];
+  const ssize_t n = ::readlink(link.c_str(), current, sizeof current - 1);
+  if (n >= 0 && std::string(current, static_cast<size_t>(n)) == run_id) return;
+  struct stat st;
+  if (::lstat(link.c_str(), &st) == 0 && !S_ISLNK(st.st_mode)) return;  // not ours: leave it
+  const std::string tmp = link + ".tmp" + std::to_string(::getpid());
+  ::unlink(tmp.c_str());
+  if (::symlink(run_id.c_str(), tmp.c_str()) != 0) return;
+  if (std::rename(tmp.c_str(), link.c_str()) != 0) ::unlink(tmp.c_str());
+}
+
+}  // namespace lingprobe::sink

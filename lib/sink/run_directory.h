@@ -1,0 +1,21 @@
+// The run directory on disk: OUT/{run_id}/ holds one launch (SPEC section 4's
+// layout); OUT/latest points at the newest. Directory creation and the
+// latest link; knows nothing of the dispatcher.
+#pragma once
+
+#include <string>
+
+namespace lingprobe::sink {
+
+// OUT/{run_id}: the run directory of a launch.
+std::string run_directory(const std::string& out_root, const std::string& run_id);
+
+// Creates `dir` and its parents; returns "" or an error message.
+std::string make_directories(const std::string& dir);
+
+// Points OUT/latest at `run_id` (a relative symlink, replaced atomically).
+// Best effort: a failure changes nothing and is not reported (a read-only or
+// symlink-less filesystem still records).
+void link_latest(const std::string& out_root, const std::string& run_id);
+
+}  // namespace lingprobe::sink

@@ -1,0 +1,64 @@
+"""This process's place in a launch, seen from Python: the environment
+lingprobe exports for the processes this one starts, and the rank learnt from
+torch.distributed.init_process_group (mp.spawn and other launchers set no
+RANK). Used by sitecustomize after attaching and by lingprobe.start()."""
+import ctypes
+import functools
+import os
+import sys
+
+# What liblingprobe sets with setenv() at init for child processes (and the
+# library path the stub sets): Python's os.environ is a copy made at start-up,
+# and subprocess/multiprocessing build children's environments from it.
+EXPORTED = ("LINGPROBE_RUN_ID", "LINGPROBE_PARENT_PID", "LINGPROBE_PARENT_RANK", "LINGPROBE_LIBRARY")
+
+
+def sync_environment():
+    getenv = ctypes.CDLL(None).getenv
+    getenv.restype = ctypes.c_char_p
+    getenv.argtypes = [ctypes.c_char_p]
+    for name in EXPORTED:
+        value = getenv(name.encode())
+        if value is None:
+            os.environ.pop(name, None)
+        elif os.environ.get(name) != value.decode():
+            os.environ[name] = value.decode()
+
+
+def _learn_rank(c10d):
+    try:
+        rank, world = c10d.get_rank(), c10d.get_world_size()
+    except Exception:
+        return
+    local = int(os.environ.get("LOCAL_RANK", "-1")) if os.environ.get("LOCAL_RANK", "").isdigit() else -1
+    from . import _native
+    lib = _native.load_library()
+    if lib.lingprobe_get_state() != 1:
+        return
+    status = lib.lingprobe_set_rank(rank, local, world)
+    if status != 0:
+        message = lib.lingprobe_last_error().decode(errors="replace")
+        print(f"[lingprobe] init_process_group says rank {rank} of {world}, but {message}", file=sys.stderr)
+        return
+    sync_environment()
+
+
+def watch_init_process_group(c10d):
+    original = c10d.init_process_group
+    if getattr(original, "_lingprobe_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        result = original(*args, **kwargs)
+        try:
+            _learn_rank(c10d)
+        except Exception as e:  # never break the program's init
+            print(f"[lingprobe] could not learn the rank from init_process_group: {e!r}", file=sys.stderr)
+        return result
+
+    init_process_group._lingprobe_wrapped = True
+    c10d.init_process_group = init_process_group
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and getattr(dist, "init_process_group", None) is original:
+        dist.init_process_group = init_process_group

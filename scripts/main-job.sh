@@ -2,10 +2,10 @@
 # The main job: install, build, run the reference workload (the LingBot-World
 # TP1SP4 stand-in, 4 ranks) under lingprobe with the seed's per-stage
 # selection, audit it, and print where the reports are and the headline
-# numbers. Usage: scripts/main-job.sh [OUT_DIR]
+# numbers. Usage: scripts/main-job.sh [RUN_DIR]  (default lingprobe-out/reference)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=${1:-$root/lingprobe-out}
+out=${1:-$root/lingprobe-out/reference}
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh" >/dev/null
 # The LingBot-World TP1SP4 stand-in at full shapes (704x1280, 4 ranks, 20 chunks) on the meta

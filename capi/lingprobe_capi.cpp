@@ -181,10 +181,16 @@ LINGPROBE_API lingprobe_status lingprobe_stage_pop(void) {
 }
 
 LINGPROBE_API lingprobe_status lingprobe_get_stats(lingprobe_stats* out) {
-  if (!out || out->struct_size < sizeof(lingprobe_stats))
+  constexpr size_t kFirstVersion = offsetof(lingprobe_stats, world_size) + sizeof(int64_t);
+  if (!out || out->struct_size < kFirstVersion)
     return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "lingprobe_stats.struct_size must be sizeof(lingprobe_stats)");
   try {
-    lingprobe::api::session_stats(*out);
+    lingprobe_stats full;
+    std::memset(&full, 0, sizeof full);
+    lingprobe::api::session_stats(full);
+    const size_t n = out->struct_size < sizeof full ? out->struct_size : sizeof full;
+    full.struct_size = out->struct_size;
+    std::memcpy(out, &full, n);
     return LINGPROBE_OK;
   } catch (...) {
     return fail(LINGPROBE_ERROR_INTERNAL, "stats failed");

@@ -51,8 +51,9 @@ typedef struct lingprobe_options {
   size_t settings_count;
 } lingprobe_options;
 
+/* Grows at its end only; a caller's smaller struct_size gets the fields that fit. */
 typedef struct lingprobe_stats {
-  size_t struct_size;       /* set by the caller to sizeof(lingprobe_stats) */
+  size_t struct_size;       /* set by the caller to sizeof(lingprobe_stats) (at least up to world_size) */
   uint64_t calls_seen;      /* op calls observed while recording (top-level unless nested) */
   uint64_t calls_recorded;  /* of those, selected and counted */
   uint64_t signatures;      /* distinct signatures */
@@ -62,6 +63,8 @@ typedef struct lingprobe_stats {
   int32_t state;            /* lingprobe_state */
   int64_t rank;
   int64_t world_size;
+  uint64_t snapshots_written; /* snapshot files written (LINGPROBE_SNAPSHOTS) */
+  uint64_t snapshot_bytes;    /* their bytes on disk */
 } lingprobe_stats;
 
 /* Initialises lingprobe and installs the dispatcher hook; records at once
@@ -109,8 +112,9 @@ LINGPROBE_API lingprobe_status lingprobe_stage_pop(void);
  * forked child, or liblingprobe.so preloaded itself). */
 LINGPROBE_API lingprobe_status lingprobe_set_rank(int64_t rank, int64_t local_rank, int64_t world_size);
 
-/* Fills `out` (struct_size set by the caller). Any thread. Returns
- * LINGPROBE_OK or LINGPROBE_ERROR_INVALID_ARGUMENT. Works in every state. */
+/* Fills `out` up to its struct_size (set by the caller; at least the fields
+ * through world_size). Any thread. Returns LINGPROBE_OK or
+ * LINGPROBE_ERROR_INVALID_ARGUMENT. Works in every state. */
 LINGPROBE_API lingprobe_status lingprobe_get_stats(lingprobe_stats* out);
 
 /* The metadata file this process writes (or will write), NUL-terminated,

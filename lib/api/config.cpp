@@ -53,7 +53,33 @@ std::string parse_double(const std::string& v, double& out) {
   return "";
 }
 
+std::string parse_probability(const std::string& v, double& out) {
+  errno = 0;
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || errno || *end || !(x >= 0.0 && x <= 1.0)) return "expected a probability in [0, 1], got '" + v + "'";
+  out = x;
+  return "";
+}
+
 }  // namespace
+
+std::string parse_bytes(const std::string& v, int64_t& out) {
+  errno = 0;
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  double mult = 1;
+  std::string unit = upper(end ? std::string(end) : "");
+  if (unit == "K" || unit == "KB" || unit == "KIB") mult = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty()) return "expected bytes such as 4G, 512M or 1048576, got '" + v + "'";
+  if (v.empty() || end == v.c_str() || errno || !(x >= 0) || x * mult > 9.0e18)
+    return "expected bytes such as 4G, 512M or 1048576, got '" + v + "'";
+  out = static_cast<int64_t>(x * mult);
+  return "";
+}
 
 const std::vector<ConfigEntry>& config_table() {
   static const std::vector<ConfigEntry> table = {
@@ -87,6 +113,23 @@ const std::vector<ConfigEntry>& config_table() {
                                "Default: TORCHELASTIC_RUN_ID, SLURM_JOB_ID.STEP, PMIX_NAMESPACE, the one torchrun's agent "
                                "or a recording parent exports, else generated (UTC time and pid). 'none' counts as unset."},
       {"LOG_LEVEL", "trace|debug|info|warn|error|off", "info", "Log level of lingprobe's stderr messages."},
+      {"SNAPSHOTS", "bool", "0", "Snapshot sampled calls: their real input and output tensors to "
+                                 "RUN_DIR/snapshots/{stage}_rank{R}_{h16}.pt (torch.load-able; `lingprobe replay` reruns them)."},
+      {"SAMPLE_FIRST", "int", "1", "Samples per input key (op, stage, arguments) per launch."},
+      {"SAMPLE_SKIP", "int", "0", "Skip the first N calls of each input key before sampling (warm-up: cuDNN "
+                                  "heuristics, lazy loading); counted per process."},
+      {"SAMPLE_EVERY", "int", "1", "After the skipped calls, consider every M-th call of a key."},
+      {"SAMPLE_PROBABILITY", "float", "1", "Sample a considered call with this probability (seeded, reproducible)."},
+      {"SAMPLE_SEED", "int", "0", "Seed of SAMPLE_PROBABILITY."},
+      {"SAMPLE_OPS", "string", "", "Which (stage, op) are sampled, in OPS syntax (dit:aten::linear;vae:aten::conv3d). "
+                                   "Empty: every recorded op."},
+      {"SAMPLE_COORDINATION", "claims|hash|none", "claims",
+       "claims: each input key sampled once per launch by whichever process reaches it first (exclusive files in "
+       "RUN_DIR/claims, which ranks must share); hash: by rank hash(key) mod world_size (no shared directory needed; "
+       "keys that rank never runs stay unsampled, and the counts say so); none: every process samples on its own."},
+      {"SAMPLE_BUDGET_PROCESS", "bytes", "4G", "Tensor bytes one process may snapshot (disk, and host memory in flight)."},
+      {"SAMPLE_BUDGET_RUN", "bytes", "16G", "Tensor bytes the whole launch may snapshot (RUN_DIR/claims/bytes)."},
+      {"SAMPLE_BUDGET_DEVICE", "bytes", "2G", "Device memory held by copies waiting for the writer (per process)."},
   };
   return table;
 }
@@ -127,6 +170,22 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
     else if (u == "CHILD") c.role = Role::Child;
     else err = "expected auto, rank, single, launcher or child, got '" + v + "'";
   } else if (name == "RUN_ID") c.run_id = v;
+  else if (name == "SNAPSHOTS") err = parse_bool(v, c.snapshots);
+  else if (name == "SAMPLE_FIRST") err = parse_int(v, c.sample_first, 1);
+  else if (name == "SAMPLE_SKIP") err = parse_int(v, c.sample_skip, 0);
+  else if (name == "SAMPLE_EVERY") err = parse_int(v, c.sample_every, 1);
+  else if (name == "SAMPLE_PROBABILITY") err = parse_probability(v, c.sample_probability);
+  else if (name == "SAMPLE_SEED") err = parse_int(v, c.sample_seed, 0);
+  else if (name == "SAMPLE_OPS") c.sample_ops = v;
+  else if (name == "SAMPLE_COORDINATION") {
+    const std::string u = upper(v);
+    if (u == "CLAIMS") c.sample_coordination = SampleCoordination::Claims;
+    else if (u == "HASH") c.sample_coordination = SampleCoordination::Hash;
+    else if (u == "NONE") c.sample_coordination = SampleCoordination::None;
+    else err = "expected claims, hash or none, got '" + v + "'";
+  } else if (name == "SAMPLE_BUDGET_PROCESS") err = parse_bytes(v, c.sample_budget_process);
+  else if (name == "SAMPLE_BUDGET_RUN") err = parse_bytes(v, c.sample_budget_run);
+  else if (name == "SAMPLE_BUDGET_DEVICE") err = parse_bytes(v, c.sample_budget_device);
   else if (name == "LOG_LEVEL") {
     static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
     std::string lower = v;
@@ -199,6 +258,20 @@ format::JsonValue config_json(const Config& c) {
   o.set("skip_seconds", JsonValue::floating(c.skip_seconds));
   o.set("role", JsonValue::string(kRoles[static_cast<int>(c.role)]));
   o.set("log_level", JsonValue::string(c.log_level));
+  o.set("snapshots", JsonValue::boolean(c.snapshots));
+  if (c.snapshots) {
+    static const char* const kCoordination[] = {"claims", "hash", "none"};
+    o.set("sample_first", JsonValue::integer(c.sample_first));
+    o.set("sample_skip", JsonValue::integer(c.sample_skip));
+    o.set("sample_every", JsonValue::integer(c.sample_every));
+    o.set("sample_probability", JsonValue::floating(c.sample_probability));
+    o.set("sample_seed", JsonValue::integer(c.sample_seed));
+    o.set("sample_ops", JsonValue::string(c.sample_ops));
+    o.set("sample_coordination", JsonValue::string(kCoordination[static_cast<int>(c.sample_coordination)]));
+    o.set("sample_budget_process", JsonValue::integer(c.sample_budget_process));
+    o.set("sample_budget_run", JsonValue::integer(c.sample_budget_run));
+    o.set("sample_budget_device", JsonValue::integer(c.sample_budget_device));
+  }
   return o;
 }
 

@@ -13,6 +13,7 @@
 namespace lingprobe::api {
 
 enum class OverflowPolicy { Drop, Block };
+enum class SampleCoordination { Claims, Hash, None };
 enum class Role { Auto, Rank, Single, Launcher, Child };
 
 struct Config {
@@ -36,7 +37,22 @@ struct Config {
   Role role = Role::Auto;
   std::string run_id;       // "" or "none": TORCHELASTIC_RUN_ID, a scheduler's job id, else generated
   std::string log_level = "info";
+  // Sampling (snapshots of sampled calls' tensors; docs/SNAPSHOTS.md).
+  bool snapshots = false;
+  int64_t sample_first = 1;        // samples per input key per launch
+  int64_t sample_skip = 0;         // calls of each key skipped first (warm-up)
+  int64_t sample_every = 1;        // then every M-th call
+  double sample_probability = 1.0;
+  int64_t sample_seed = 0;
+  std::string sample_ops;          // which (stage, op) are sampled, as OPS; "" all recorded
+  SampleCoordination sample_coordination = SampleCoordination::Claims;
+  int64_t sample_budget_process = int64_t(4) << 30;
+  int64_t sample_budget_run = int64_t(16) << 30;
+  int64_t sample_budget_device = int64_t(2) << 30;
 };
+
+// "4G", "512M", "1024", "1.5T" (binary multiples) -> bytes; "" or an error.
+std::string parse_bytes(const std::string& text, int64_t& out);
 
 struct ConfigEntry {
   const char* name;         // without the LINGPROBE_ prefix, e.g. "OUT"

@@ -14,6 +14,7 @@
 
 #include "api/load_check.h"
 #include "api/log.h"
+#include "api/sampling.h"
 #include "capture/nvtx_stages.h"
 #include "capture/recorder.h"
 #include "format/canonical_json.h"
@@ -43,6 +44,7 @@ struct Session {
   int64_t start_unix_ns = 0, start_mono_ns = 0;
   std::unique_ptr<WriterSink> sink;
   std::unique_ptr<sink::MetadataWriter> writer;
+  std::unique_ptr<SamplingSession> sampling;  // null when sampling is off
   std::string control_seen;  // last control-file content acted upon
   bool forked_child = false;
 };
@@ -55,8 +57,10 @@ Session& S() {
 class WriterSink : public capture::RecorderSink {
  public:
   WriterSink(sink::MetadataWriter* writer, bool block) : writer_(writer), block_(block) {}
+  void set_sampling(SamplingSession* sampling) { sampling_ = sampling; }
   format::RecordBuffer* register_thread_buffer(size_t capacity) override { return writer_->register_buffer(capacity); }
   void on_new_signature(uint32_t id, const std::string& sha, const std::string& json) override {
+    if (sampling_) sampling_->on_new_signature(id, sha, json);  // the snapshot writer names files by it
     writer_->add_signature(id, sha, json);
   }
   bool on_buffer_full() override {
@@ -70,6 +74,7 @@ class WriterSink : public capture::RecorderSink {
  private:
   sink::MetadataWriter* writer_;
   bool block_;
+  SamplingSession* sampling_ = nullptr;
 };
 
 std::string header_json(const Session& s) {
@@ -117,6 +122,11 @@ void poll_control_file() {
   else log_warn("control file '" + path + "' says '" + word + "'; expected 'start' or 'stop'");
 }
 
+// Snapshot files are named by it: rank{R}, or child{PID}.
+std::string who_of(const Identity& id) {
+  return id.role == Role::Child ? "child" + std::to_string(getpid()) : "rank" + std::to_string(id.rank);
+}
+
 // The writer and the file exist from the first start on; the thread and the
 // file start lazily inside the writer.
 void ensure_writer_locked(Session& s) {
@@ -126,14 +136,31 @@ void ensure_writer_locked(Session& s) {
   wo.flush_interval_ms = s.config.flush_interval_ms;
   wo.header_json = header_json(s);
   wo.on_open = [out = s.config.out_dir, id = s.run_id] { sink::link_latest(out, id); };
-  s.writer = std::make_unique<sink::MetadataWriter>(wo, [] { return capture::recorder_counts(); },
-                                                    [] { poll_control_file(); });
+  s.writer = std::make_unique<sink::MetadataWriter>(
+      wo,
+      [] {
+        format::CountsSnapshot counts = capture::recorder_counts();
+        if (SamplingSession* sampling = S().sampling.get()) sampling->add_counts(counts);
+        return counts;
+      },
+      [] {
+        poll_control_file();
+        if (SamplingSession* sampling = S().sampling.get()) sampling->poll();
+      });
   s.sink = std::make_unique<WriterSink>(s.writer.get(), s.config.overflow == OverflowPolicy::Block);
+  s.sampling = SamplingSession::create(s.config, s.identity.rank, s.identity.world_size, who_of(s.identity), s.run_dir,
+                                       s.run_id, s.writer.get());
+  s.sink->set_sampling(s.sampling.get());
 }
 
 capture::RecorderOptions recorder_options(const Config& c, std::string& error) {
   capture::RecorderOptions ro;
   error = ro.selection.parse(c.ops, c.ops_deny);
+  if (error.empty()) {
+    capture::OpSelection sample_ops;
+    error = sample_ops.parse(c.sample_ops, "");
+    if (!error.empty()) error = "LINGPROBE_SAMPLE_OPS: " + error;
+  }
   ro.nested = c.nested;
   ro.call_records = c.call_records;
   ro.buffer_records = static_cast<size_t>(c.buffer_records);
@@ -245,7 +272,12 @@ lingprobe_status session_init(const Config& config, std::string& error) {
     return LINGPROBE_OK;
   }
   ensure_writer_locked(s);
-  capture::install_recorder(ro, s.sink.get());
+  capture::RecorderOptions options = ro;
+  if (s.sampling) {
+    options.sampler = s.sampling->sampler();
+    options.hooks = s.sampling->hooks();
+  }
+  capture::install_recorder(options, s.sink.get());
   if (!config.control_file.empty()) s.writer->start();
   if (config.enable) capture::set_recording(true);
   log_debug("initialised: " + s.metadata_path + (config.enable ? " (recording)" : " (waiting for start)"));
@@ -291,6 +323,7 @@ lingprobe_status session_finalize() {
   // Fixed order: stop the hook, then drain and close the writer.
   capture::set_recording(false);
   capture::uninstall_recorder();
+  if (s.sampling) s.sampling->finalize();  // its snapshot records go into the metadata file first
   if (s.writer) s.writer->finalize();
   return LINGPROBE_OK;
 }
@@ -321,6 +354,7 @@ lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t worl
   }
   s.metadata_path = path;
   set_log_rank(id.rank);
+  if (s.sampling) s.sampling->set_identity(id.rank, id.world_size, who_of(id));
   export_for_children(s);
   return LINGPROBE_OK;
 }
@@ -338,6 +372,8 @@ void session_stats(lingprobe_stats& out) {
   out.state = static_cast<int32_t>(s.state.load());
   std::lock_guard<std::mutex> lock(s.mu);
   out.records_written = s.writer ? s.writer->stats().records_written : 0;
+  out.snapshots_written = s.sampling ? s.sampling->snapshots_written() : 0;
+  out.snapshot_bytes = s.sampling ? s.sampling->snapshot_bytes() : 0;
   out.rank = s.identity.rank;
   out.world_size = s.identity.world_size;
 }

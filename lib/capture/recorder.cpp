@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "capture/key_table.h"
+#include "capture/sampled_call.h"
 #include "capture/signature_builder.h"
 #include "capture/signature_key.h"
 #include "capture/stages.h"
@@ -60,6 +61,7 @@ struct Frame {
   uint32_t entry;      // the InputEntry of the input key
   StageId stage;
   bool recorded;
+  void* sample;        // the hooks' token of a sampled call, or nullptr
 };
 
 // One per distinct input key (op, stage, inputs) seen by a thread: the JSON
@@ -69,6 +71,7 @@ struct Frame {
 struct InputEntry {
   format::JsonValue arguments;
   std::vector<std::pair<std::vector<uint64_t>, uint32_t>> outputs;
+  SampleKey* sample = nullptr;  // shared by every thread that sees this input key; null: never sampled
 };
 
 using Counter = std::atomic<uint64_t>;  // written by one thread (load, add, store), read by the writer
@@ -110,6 +113,7 @@ struct Global {
   bool installed = false;
   std::unordered_map<const char*, OpInfo*> ops;          // under mu; never freed
   std::unordered_map<std::string, uint32_t> signatures;  // full key bytes -> id, under mu
+  std::vector<std::string> signature_sha;                // id -> sha256, under mu
   std::atomic<uint32_t> next_id{0};
   std::atomic<bool> active{false};
   std::atomic<uint64_t> epoch{1};
@@ -280,14 +284,26 @@ bool resolve_signature(ThreadState* ts, const Frame& f, const uint64_t* key, siz
                            build_output(f.op->schema, c10::ArrayRef<const c10::IValue>(outs.data(), outs.size())),
                            stage_name(f.stage));
     const std::string text = format::canonical_json(sig);
+    const std::string sha = format::sha256_hex(text);
     G.next_id.store(id + 1, std::memory_order_release);
     it = G.signatures.emplace(std::move(full), id).first;
-    G.sink->on_new_signature(id, format::sha256_hex(text), text);
+    G.signature_sha.push_back(sha);
+    G.sink->on_new_signature(id, sha, text);
   }
   const uint64_t* out = key + (f.input_end - f.key_begin);
   entry.outputs.emplace_back(std::vector<uint64_t>(out, key + words), it->second);
   id_out = it->second;
+  if (entry.sample) G.options.sampler->on_signature(entry.sample, id_out, G.signature_sha[id_out]);
   return true;
+}
+
+// The sampler's key of a first-seen input: the SHA-256 of the canonical
+// {"args","kwargs","op","stage"} (the signature without its output).
+SampleKey* sample_key(const OpInfo& op, const format::JsonValue& arguments, StageId stage) {
+  format::JsonValue input = arguments;
+  input.set("op", format::JsonValue::string(op.dotted));
+  input.set("stage", format::JsonValue::string(stage_name(stage)));
+  return g().options.sampler->key_for(format::canonical_sha256(input), op.name, op.with_overload, stage_name(stage));
 }
 
 bool in_warm_up(Global& G) {
@@ -304,6 +320,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     ThreadState* ts = thread_state();
     const uint64_t epoch = G.epoch.load(std::memory_order_relaxed);
     if (ts->epoch != epoch) {  // recording restarted: frames of the last window are stale
+      for (uint32_t d = 0; d < ts->depth && d < kMaxDepth; ++d)
+        if (ts->frames[d].recorded && ts->frames[d].sample) G.options.hooks->abandon(ts->frames[d].sample);
       ts->epoch = epoch;
       ts->depth = 0;
       ts->key.truncate(0);
@@ -316,6 +334,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       }
       ts->frames[depth].fn = &fn;
       ts->frames[depth].recorded = false;
+      ts->frames[depth].sample = nullptr;
       return nullptr;
     }
     OpInfo* op = find_op(ts, fn);
@@ -328,6 +347,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     Frame& f = ts->frames[depth];
     f.fn = &fn;
     f.recorded = false;
+    f.sample = nullptr;
     bump(ts->calls_seen);
     const StageId stage = top_stage(*ts->stages);
     if (!is_selected(op, stage)) return nullptr;
@@ -349,10 +369,22 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       f.entry = *entry;
     } else {  // first sighting of these inputs: their JSON now, while the boxed inputs exist
       f.entry = static_cast<uint32_t>(ts->entries.size());
-      ts->entries.push_back(InputEntry{build_arguments(op->schema, inputs), {}});
+      ts->entries.push_back(InputEntry{build_arguments(op->schema, inputs), {}, nullptr});
+      if (G.options.sampler) ts->entries.back().sample = sample_key(*op, ts->entries.back().arguments, stage);
       ts->inputs.insert(h, key, words, f.entry);
     }
     f.recorded = true;
+    f.sample = nullptr;
+    if (SampleKey* k = ts->entries[f.entry].sample; k && k->active.load(std::memory_order_relaxed) &&
+                                                   G.options.sampler->decide(k)) {
+      SampledCall call;
+      call.schema = &op->schema;
+      call.inputs = c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size());
+      call.op_dotted = &op->dotted;
+      call.stage = stage;
+      call.key = k;
+      f.sample = G.options.hooks->begin(call);  // before the op, and before t0: the copies are not the op's time
+    }
     if (G.options.call_records) f.t0 = now_ns();
   } catch (...) {
     G.drop_error.fetch_add(1, std::memory_order_relaxed);
@@ -392,8 +424,20 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     }
     if (!found) found = resolve_signature(ts, f, key, words, fn, id);
     ts->key.truncate(f.key_begin);
-    if (!found) return;
+    if (!found) {
+      if (f.sample) G.options.hooks->abandon(f.sample);
+      return;
+    }
     count_call(ts, id);
+    uint64_t seq = 0;
+    if (f.sample) {
+      seq = G.seq.fetch_add(1, std::memory_order_relaxed);
+      void* token = f.sample;
+      f.sample = nullptr;
+      G.options.hooks->end(token, c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), id, seq);
+    } else if (G.options.call_records) {
+      seq = G.seq.fetch_add(1, std::memory_order_relaxed);
+    }
     if (!G.options.call_records) return;
     if (!ts->buffer && !ts->buffer_requested) {
       ts->buffer_requested = true;
@@ -403,8 +447,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
       G.drop_no_buffer.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    const format::CallRecord rec{G.seq.fetch_add(1, std::memory_order_relaxed), f.t0, t1, id, ts->tid,
-                                 ts->depth};
+    const format::CallRecord rec{seq, f.t0, t1, id, ts->tid, ts->depth};
     for (;;) {
       const auto pushed = ts->buffer->push(rec);
       if (pushed == format::RecordBuffer::Push::kPushed) break;
@@ -419,6 +462,8 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     }
   } catch (...) {
     ts->key.truncate(f.key_begin);
+    if (f.sample) G.options.hooks->abandon(f.sample);
+    f.sample = nullptr;
     G.drop_error.fetch_add(1, std::memory_order_relaxed);
   }
 }

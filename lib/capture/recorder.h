@@ -14,10 +14,13 @@
 #include <string>
 
 #include "capture/op_selection.h"
+#include "capture/sampler.h"
 #include "format/record_buffer.h"
 #include "format/records.h"
 
 namespace lingprobe::capture {
+
+class SampledCallHooks;
 
 class RecorderSink {
  public:
@@ -40,6 +43,10 @@ struct RecorderOptions {
   size_t buffer_records = 65536;
   uint64_t skip_calls = 0;
   double skip_seconds = 0.0;
+  // Sampling: the sampler decides in the start callback, the hooks (snapshots,
+  // counters) do the work; both null when sampling is off.
+  Sampler* sampler = nullptr;
+  SampledCallHooks* hooks = nullptr;
 };
 
 struct RecorderStats {

@@ -14,38 +14,6 @@ namespace {
 
 using format::JsonValue;
 
-bool type_is(const c10::TypePtr& type, c10::TypeKind kind) {
-  if (!type) return false;
-  if (type->kind() == kind) return true;
-  if (auto opt = type->cast<c10::OptionalType>()) return opt->getElementType()->kind() == kind;
-  return false;
-}
-
-// The element type of a (possibly optional) list type, or nullptr.
-c10::TypePtr list_element_type(const c10::TypePtr& type) {
-  if (!type) return nullptr;
-  c10::TypePtr t = type;
-  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
-  if (auto list = t->cast<c10::ListType>()) return list->getElementType();
-  return nullptr;
-}
-
-const char* python_layout_name(int64_t layout) {
-  // c10::Layout enumerators, in declaration order (stable across versions).
-  static const char* const kNames[] = {"torch.strided",    "torch.sparse_coo", "torch.sparse_csr",
-                                       "torch._mkldnn",    "torch.sparse_csc", "torch.sparse_bsr",
-                                       "torch.sparse_bsc", "torch.jagged"};
-  if (layout >= 0 && layout < static_cast<int64_t>(sizeof kNames / sizeof kNames[0])) return kNames[layout];
-  return nullptr;
-}
-
-const char* python_memory_format_name(int64_t format) {
-  static const char* const kNames[] = {"torch.contiguous_format", "torch.preserve_format", "torch.channels_last",
-                                       "torch.channels_last_3d"};
-  if (format >= 0 && format < 4) return kNames[format];
-  return nullptr;
-}
-
 JsonValue int_array(c10::IntArrayRef values) {
   JsonValue a = JsonValue::array();
   a.items().reserve(values.size());
@@ -137,6 +105,37 @@ bool is_default(const c10::Argument& arg, const c10::IValue& v) {
 }
 
 }  // namespace
+
+bool type_is(const c10::TypePtr& type, c10::TypeKind kind) {
+  if (!type) return false;
+  if (type->kind() == kind) return true;
+  if (auto opt = type->cast<c10::OptionalType>()) return opt->getElementType()->kind() == kind;
+  return false;
+}
+
+c10::TypePtr list_element_type(const c10::TypePtr& type) {
+  if (!type) return nullptr;
+  c10::TypePtr t = type;
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  if (auto list = t->cast<c10::ListType>()) return list->getElementType();
+  return nullptr;
+}
+
+const char* python_layout_name(int64_t layout) {
+  // c10::Layout enumerators, in declaration order (stable across versions).
+  static const char* const kNames[] = {"torch.strided",    "torch.sparse_coo", "torch.sparse_csr",
+                                       "torch._mkldnn",    "torch.sparse_csc", "torch.sparse_bsr",
+                                       "torch.sparse_bsc", "torch.jagged"};
+  if (layout >= 0 && layout < static_cast<int64_t>(sizeof kNames / sizeof kNames[0])) return kNames[layout];
+  return nullptr;
+}
+
+const char* python_memory_format_name(int64_t format) {
+  static const char* const kNames[] = {"torch.contiguous_format", "torch.preserve_format", "torch.channels_last",
+                                       "torch.channels_last_3d"};
+  if (format >= 0 && format < 4) return kNames[format];
+  return nullptr;
+}
 
 std::string dotted_op_name(const c10::OperatorName& name) {
   std::string out;

@@ -32,8 +32,15 @@ namespace lingprobe::capture {
 // "aten::to" + "dtype" -> "aten.to.dtype"; an empty overload -> "default".
 std::string dotted_op_name(const c10::OperatorName& name);
 
-// Python's spelling of a dtype ("torch.bfloat16").
+// Python's spelling of a dtype ("torch.bfloat16"), a layout ("torch.strided")
+// and a memory format ("torch.channels_last"); nullptr for unknown values.
 std::string python_dtype_name(c10::ScalarType type);
+const char* python_layout_name(int64_t layout);
+const char* python_memory_format_name(int64_t format);
+// The schema's type says an int argument is a ScalarType / Layout / MemoryFormat.
+bool type_is(const c10::TypePtr& type, c10::TypeKind kind);
+// The element type of a (possibly optional) list type, or nullptr.
+c10::TypePtr list_element_type(const c10::TypePtr& type);
 
 // The parts, for the recorder, which sees inputs in the start callback and
 // outputs in the end callback: {"args": [...], "kwargs": {...}} and the output.

@@ -25,6 +25,10 @@ using DropCounts = std::map<std::string, std::map<std::string, uint64_t>>;
 struct CountsSnapshot {
   std::vector<std::pair<uint32_t, uint64_t>> calls;  // signature id -> calls
   DropCounts dropped;
+  // Sampling (snapshots, counters): "keys", "sampled", "samples", ... and
+  // what stays unsampled by reason. Written only when sampling is on.
+  std::map<std::string, uint64_t> sampling;
+  std::map<std::string, uint64_t> unsampled;
 };
 
 }  // namespace lingprobe::format

@@ -65,7 +65,14 @@ void MetadataWriter::add_signature(uint32_t id, const std::string& sha256, const
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return;
   ensure_started_locked();
-  pending_signatures_.push_back(std::move(line));
+  pending_lines_.push_back(std::move(line));
+}
+
+void MetadataWriter::add_record(std::string line) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_) return;
+  ensure_started_locked();
+  pending_lines_.push_back(std::move(line));
 }
 
 void MetadataWriter::start() {
@@ -191,7 +198,7 @@ void MetadataWriter::cycle(bool final) {
     n_calls += b->drain([&](const CallRecord& r) { calls.append(line, format_call_record(r, line)); });
   {
     std::lock_guard<std::mutex> lock(mu_);
-    signatures.swap(pending_signatures_);
+    signatures.swap(pending_lines_);
     // Free buffers of exited threads once drained.
     for (auto it = buffers_.begin(); it != buffers_.end();) {
       if ((*it)->closed() && (*it)->empty()) it = buffers_.erase(it);
@@ -232,7 +239,36 @@ void MetadataWriter::cycle(bool final) {
     }
     text += '}';
   }
-  text += std::string("},\"final\":") + (final ? "true" : "false") + ",\"kind\":\"counts\"}\n";
+  text += std::string("},\"final\":") + (final ? "true" : "false") + ",\"kind\":\"counts\"";
+  if (!snap.sampling.empty()) {
+    text += ",\"sampling\":{";
+    auto entries = snap.sampling;
+    std::string unsampled = "{";
+    for (const auto& [reason, n] : snap.unsampled) {
+      if (unsampled.size() > 1) unsampled += ',';
+      format::write_json_string(reason, unsampled);
+      unsampled += ':' + std::to_string(n);
+    }
+    unsampled += '}';
+    bool first_entry = true;
+    bool unsampled_done = false;
+    auto put_unsampled = [&] {
+      if (!first_entry) text += ',';
+      first_entry = false;
+      text += "\"unsampled\":" + unsampled;
+      unsampled_done = true;
+    };
+    for (const auto& [key, n] : entries) {  // keys in canonical (sorted) order, "unsampled" among them
+      if (!unsampled_done && key > "unsampled") put_unsampled();
+      if (!first_entry) text += ',';
+      first_entry = false;
+      format::write_json_string(key, text);
+      text += ':' + std::to_string(n);
+    }
+    if (!unsampled_done) put_unsampled();
+    text += '}';
+  }
+  text += "}\n";
   const uint64_t lines = signatures.size() + n_calls + 1;
   write_out(text);
   records_written_.fetch_add(lines, std::memory_order_relaxed);

@@ -54,6 +54,9 @@ class MetadataWriter {
   // Queues a signature record; it is written before any call record pushed
   // after this returns. Thread-safe.
   void add_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json);
+  // Queues one finished record line (newline included; a snapshot or profile
+  // record), written in order with the signature records. Thread-safe.
+  void add_record(std::string line);
   // Writes everything buffered now and a counts record; returns when done.
   void flush();
   // Final drain, final counts ("final":true), fsync, close. Idempotent;
@@ -94,7 +97,7 @@ class MetadataWriter {
   bool stop_ = false;
   bool started_ = false;
   std::vector<std::unique_ptr<RecordBuffer>> buffers_;
-  std::vector<std::string> pending_signatures_;
+  std::vector<std::string> pending_lines_;
   std::thread thread_;
 
   mutable std::mutex io_mu_;  // one cycle at a time; guards options_.path and header_json

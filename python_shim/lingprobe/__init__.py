@@ -122,6 +122,7 @@ def stats():
         "calls_seen": s.calls_seen, "calls_recorded": s.calls_recorded, "signatures": s.signatures,
         "records_written": s.records_written, "dropped": s.dropped, "recording": bool(s.recording),
         "state": _STATES.get(s.state, str(s.state)), "rank": s.rank, "world_size": s.world_size,
+        "snapshots_written": s.snapshots_written, "snapshot_bytes": s.snapshot_bytes,
     }
 
 

@@ -30,6 +30,8 @@ class Stats(ctypes.Structure):
         ("state", ctypes.c_int32),
         ("rank", ctypes.c_int64),
         ("world_size", ctypes.c_int64),
+        ("snapshots_written", ctypes.c_uint64),
+        ("snapshot_bytes", ctypes.c_uint64),
     ]
 
 

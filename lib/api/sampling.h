@@ -1,0 +1,48 @@
+// The sampling half of a session, wired by api: the sampler (capture), the
+// snapshot capture (capture), the claims and the snapshot writer (sink) and
+// the GPU access (gpu), joined by small adapters. session.cpp stays free of
+// torch headers; this pair is the one torch-facing part of api.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "api/config.h"
+#include "format/records.h"
+
+namespace lingprobe::capture {
+class Sampler;
+class SampledCallHooks;
+}  // namespace lingprobe::capture
+namespace lingprobe::sink {
+class MetadataWriter;
+}
+
+namespace lingprobe::api {
+
+class SamplingSession {
+ public:
+  // Nothing is created (and nullptr returned) when sampling is off.
+  static std::unique_ptr<SamplingSession> create(const Config& config, int64_t rank, int64_t world_size,
+                                                 const std::string& who, const std::string& run_dir,
+                                                 const std::string& run_id, sink::MetadataWriter* metadata);
+  ~SamplingSession();
+
+  capture::Sampler* sampler();
+  capture::SampledCallHooks* hooks();
+  void on_new_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json);
+  void poll();                                   // the writer thread, every cycle
+  void add_counts(format::CountsSnapshot& counts);  // drops and sampling figures into a counts record
+  void set_identity(int64_t rank, int64_t world_size, const std::string& who);
+  void finalize();                               // drains the snapshot writer (before the metadata writer)
+  uint64_t snapshots_written() const;
+  uint64_t snapshot_bytes() const;
+
+ private:
+  struct Parts;
+  explicit SamplingSession(std::unique_ptr<Parts> parts);
+  std::unique_ptr<Parts> parts_;
+};
+
+}  // namespace lingprobe::api

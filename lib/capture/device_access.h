@@ -1,0 +1,39 @@
+// What the snapshot capture needs from a GPU, without CUDA headers here: the
+// capture status of a stream, the stream-capture mode relaxed around
+// lingprobe's own calls, and device-to-host transfers that run on a writer
+// thread (ordered after an event recorded on the op's stream) through pinned
+// staging. api implements it over the CUDA driver (lib/gpu); a CPU-only
+// process has none.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace lingprobe::capture {
+
+class DeviceTransfer {
+ public:
+  virtual ~DeviceTransfer() = default;
+  // Copies the bytes to the host in chunks, in order; "" or the error.
+  virtual std::string stream(const std::function<bool(const void*, size_t)>& out) = 0;
+};
+
+class DeviceAccess {
+ public:
+  virtual ~DeviceAccess() = default;
+  enum class Capture { None, Active, Unknown };
+  // Whether work queued on `stream` (a cudaStream_t) is being captured into a graph.
+  virtual Capture stream_capture(void* stream) = 0;
+  // Relaxes this thread's stream-capture mode until the returned guard dies,
+  // so that lingprobe's own CUDA calls stay legal while another thread captures.
+  virtual std::shared_ptr<void> relax_capture_mode() = 0;
+  // Records an event on `stream` now (after the copies queued there) and
+  // returns a transfer of `nbytes` at `device_ptr` that waits for it.
+  virtual std::unique_ptr<DeviceTransfer> transfer(int device, void* stream, const void* device_ptr, size_t nbytes,
+                                                   std::string& error) = 0;
+};
+
+}  // namespace lingprobe::capture

@@ -1,0 +1,229 @@
+#include "capture/sampler.h"
+
+#include <cstring>
+
+namespace lingprobe::capture {
+namespace {
+
+uint64_t mix(uint64_t x) {  // splitmix64
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t hash_of_hex(const std::string& hex) {
+  uint64_t h = 0;
+  for (size_t i = 0; i < 16 && i < hex.size(); ++i) {
+    const char c = hex[i];
+    h = h << 4 | static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+  }
+  return h;
+}
+
+}  // namespace
+
+void Sampler::configure(const SamplingOptions& options, ClaimBroker* broker, int64_t rank, int64_t world_size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  options_ = options;
+  if (options_.every == 0) options_.every = 1;
+  broker_ = broker;
+  rank_.store(rank);
+  world_size_.store(world_size > 0 ? world_size : 1);
+}
+
+void Sampler::set_rank(int64_t rank, int64_t world_size) {
+  rank_.store(rank);
+  world_size_.store(world_size > 0 ? world_size : 1);
+}
+
+void Sampler::set_state(SampleKey* k, KeyState s) {
+  k->state = s;
+  k->active.store(s == KeyState::Candidate || s == KeyState::Owned || s == KeyState::Reopened,
+                  std::memory_order_relaxed);
+}
+
+SampleKey* Sampler::key_for(const std::string& input_sha, const std::string& op, const std::string& op_with_overload,
+                            const std::string& stage) {
+  if (!options_.enabled) return nullptr;
+  if (!options_.selection.records_everything() && !options_.selection.selected(op, op_with_overload, stage))
+    return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = keys_[input_sha];
+  if (!slot) {
+    slot = std::make_unique<SampleKey>();
+    slot->input_sha = input_sha;
+    slot->op = op_with_overload;
+    slot->stage = stage;
+    slot->hash = hash_of_hex(input_sha);
+    set_state(slot.get(), stopped_ ? KeyState::Stopped : KeyState::Candidate);
+    if (stopped_) slot->stop_reason = stop_reason_;
+  }
+  return slot.get();
+}
+
+bool Sampler::decide(SampleKey* k) {
+  const uint64_t n = k->calls.fetch_add(1, std::memory_order_relaxed) + 1;
+  const bool reopened = k->state.load(std::memory_order_relaxed) == KeyState::Reopened;
+  if (!reopened) {
+    if (n <= options_.skip) return false;
+    if ((n - options_.skip - 1) % options_.every != 0) return false;
+    if (options_.probability < 1.0) {
+      const double u = static_cast<double>(mix(options_.seed ^ mix(k->hash ^ n)) >> 11) * 0x1.0p-53;
+      if (u >= options_.probability) return false;
+    }
+  }
+  bool expected = false;
+  if (!k->in_flight.compare_exchange_strong(expected, true)) return false;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (k->state == KeyState::Candidate) {
+    KeyState next = KeyState::Owned;
+    if (options_.coordination == Coordination::Hash) {
+      if (static_cast<int64_t>(k->hash % static_cast<uint64_t>(world_size_.load())) != rank_.load())
+        next = KeyState::OtherRank;
+    } else if (options_.coordination == Coordination::Claims && broker_) {
+      lock.unlock();  // file I/O off the sampler's lock
+      const auto outcome = broker_->claim_key(k->input_sha);
+      lock.lock();
+      if (outcome == ClaimBroker::Outcome::HeldElsewhere) next = KeyState::HeldElsewhere;
+      if (outcome == ClaimBroker::Outcome::Unavailable) next = KeyState::Owned;  // no directory: sample here
+    }
+    if (k->state == KeyState::Candidate) set_state(k, next);
+  }
+  const bool go = k->state == KeyState::Owned || k->state == KeyState::Reopened;
+  if (!go) k->in_flight.store(false);
+  return go;
+}
+
+void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, SampleResult result, uint64_t bytes) {
+  std::unique_lock<std::mutex> lock(mu_);
+  k->in_flight.store(false);
+  const bool has_signature = result == SampleResult::Kept || result == SampleResult::Duplicate;
+  if (has_signature && !sha.empty()) signature_sha_[id] = sha;
+  if (has_signature) k->seen_signatures.insert(id);
+  bool release = false, failed = false;
+  if (result == SampleResult::Kept) {
+    ++k->taken;
+    ++samples_;
+    k->sampled_signatures.insert(id);
+  } else if (result == SampleResult::Duplicate) {
+    k->sampled_signatures.insert(id);
+  } else {
+    k->stop_reason = "dropped";
+    if (k->state != KeyState::Reopened) {
+      set_state(k, KeyState::Stopped);
+      release = failed = true;
+    }
+  }
+  if (k->state == KeyState::Reopened) {
+    if (k->attempts_left > 0) --k->attempts_left;
+    bool missing = false;
+    for (uint32_t s : k->seen_signatures) missing = missing || !k->sampled_signatures.count(s);
+    if (!missing || k->attempts_left == 0) set_state(k, KeyState::Done);
+  } else if (k->state == KeyState::Owned && k->taken >= options_.first) {
+    set_state(k, KeyState::Done);
+    release = true;
+  }
+  const std::string input = k->input_sha;
+  const bool stop_process = result == SampleResult::StopProcess;
+  lock.unlock();
+  if (release && broker_ && options_.coordination == Coordination::Claims) broker_->release_key(input, failed, bytes);
+  if (stop_process) stop_all("budget");
+}
+
+void Sampler::on_signature(SampleKey* k, uint32_t id, const std::string& sha) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!sha.empty()) signature_sha_[id] = sha;
+  if (!k->seen_signatures.insert(id).second || k->sampled_signatures.count(id)) return;
+  if (k->state == KeyState::Done && k->taken > 0 && options_.extra_signature_attempts > 0) {
+    if (k->attempts_left == 0) k->attempts_left = options_.extra_signature_attempts;
+    set_state(k, KeyState::Reopened);
+  }
+}
+
+void Sampler::poll() {
+  if (!broker_ || options_.coordination != Coordination::Claims) return;
+  std::vector<SampleKey*> held;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    for (auto& [sha, k] : keys_)
+      if (k->state == KeyState::HeldElsewhere) held.push_back(k.get());
+  }
+  for (SampleKey* k : held) {
+    if (broker_->reclaimable(k->input_sha)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (k->state == KeyState::HeldElsewhere) set_state(k, KeyState::Candidate);
+      continue;
+    }
+    // The owner may be done with a signature that this process sees and nobody sampled.
+    std::vector<std::string> shas;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (uint32_t s : k->seen_signatures)
+        if (!k->sampled_signatures.count(s) && signature_sha_.count(s)) shas.push_back(signature_sha_[s]);
+    }
+    bool missing = false;
+    for (const auto& s : shas) missing = missing || !broker_->signature_sampled(s);
+    if (missing) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (k->state == KeyState::HeldElsewhere && k->attempts_left == 0) {
+        k->attempts_left = options_.extra_signature_attempts;
+        set_state(k, KeyState::Reopened);
+      }
+    } else if (!shas.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (uint32_t s : k->seen_signatures) k->sampled_signatures.insert(s);
+    }
+  }
+}
+
+void Sampler::stop_all(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  stop_reason_ = reason;
+  for (auto& [sha, k] : keys_)
+    if (k->state != KeyState::Done) {
+      k->stop_reason = reason;
+      set_state(k.get(), KeyState::Stopped);
+    }
+}
+
+SamplingStats Sampler::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SamplingStats s;
+  s.keys = keys_.size();
+  s.samples = samples_;
+  for (const auto& [sha, k] : keys_) {
+    if (k->taken > 0) ++s.sampled;
+    else if (k->state == KeyState::HeldElsewhere) ++s.held_elsewhere;
+    else if (k->state == KeyState::OtherRank) ++s.other_rank;
+    else if (k->state == KeyState::Stopped) ++s.stopped;
+    else ++s.waiting_for_rule;
+  }
+  return s;
+}
+
+std::map<std::string, uint64_t> Sampler::unsampled_reasons() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, uint64_t> out;
+  for (const auto& [sha, k] : keys_) {
+    if (k->taken > 0) {
+      bool missing = false;
+      for (uint32_t s : k->seen_signatures) missing = missing || !k->sampled_signatures.count(s);
+      if (missing) ++out["signature_never_sampled"];
+      continue;
+    }
+    switch (k->state) {
+      case KeyState::HeldElsewhere: ++out["sampled_by_another_process"]; break;
+      case KeyState::OtherRank: ++out["owned_by_another_rank"]; break;
+      case KeyState::Stopped: ++out[k->stop_reason.empty() ? "stopped" : k->stop_reason]; break;
+      case KeyState::Candidate: ++out["rule_skip_every_probability"]; break;
+      default: ++out["in_progress"]; break;
+    }
+  }
+  return out;
+}
+
+}  // namespace lingprobe::capture

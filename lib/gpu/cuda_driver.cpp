@@ -1,0 +1,197 @@
+#include "gpu/cuda_driver.h"
+
+#include <dlfcn.h>
+
+#include <cstring>
+#include <type_traits>
+
+namespace lingprobe::gpu {
+namespace {
+
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = void*;
+using CUstream = void*;
+using CUevent = void*;
+using CUdeviceptr = unsigned long long;
+
+constexpr int kCaptureStatusNone = 0;
+constexpr int kCaptureModeRelaxed = 2;
+constexpr unsigned kEventDisableTiming = 0x2;
+constexpr unsigned kStreamNonBlocking = 0x1;
+
+}  // namespace
+
+struct CudaDriver::Api {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuCtxPushCurrent)(CUcontext);
+  CUresult (*cuCtxPopCurrent)(CUcontext*);
+  CUresult (*cuStreamIsCapturing)(CUstream, int*);
+  CUresult (*cuThreadExchangeStreamCaptureMode)(int*);
+  CUresult (*cuEventCreate)(CUevent*, unsigned);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuStreamCreate)(CUstream*, unsigned);
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+  CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+};
+
+CudaDriver* CudaDriver::get(std::string* error) {
+  static std::mutex mu;
+  static CudaDriver* driver = nullptr;
+  static std::string load_error;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!driver && load_error.empty()) {
+    auto* d = new CudaDriver;
+    if (d->load(load_error)) driver = d;
+    else delete d;
+  }
+  if (!driver && error) *error = load_error;
+  return driver;
+}
+
+bool CudaDriver::load(std::string& error) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    error = std::string("libcuda.so.1 not loadable: ") + dlerror();
+    return false;
+  }
+  auto* api = new Api;
+  bool ok = true;
+  auto sym = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+    if (!fn) {
+      ok = false;
+      error = std::string("libcuda.so.1 lacks ") + name;
+    }
+  };
+  sym(api->cuInit, "cuInit");
+  sym(api->cuDeviceGet, "cuDeviceGet");
+  sym(api->cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  sym(api->cuCtxPushCurrent, "cuCtxPushCurrent_v2");
+  sym(api->cuCtxPopCurrent, "cuCtxPopCurrent_v2");
+  sym(api->cuStreamIsCapturing, "cuStreamIsCapturing");
+  sym(api->cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
+  sym(api->cuEventCreate, "cuEventCreate");
+  sym(api->cuEventRecord, "cuEventRecord");
+  sym(api->cuEventDestroy, "cuEventDestroy_v2");
+  sym(api->cuStreamCreate, "cuStreamCreate");
+  sym(api->cuStreamWaitEvent, "cuStreamWaitEvent");
+  sym(api->cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+  sym(api->cuStreamSynchronize, "cuStreamSynchronize");
+  sym(api->cuMemHostAlloc, "cuMemHostAlloc");
+  sym(api->cuGetErrorString, "cuGetErrorString");
+  if (ok) {
+    const CUresult r = api->cuInit(0);
+    if (r != 0) {
+      ok = false;
+      error = "cuInit failed (" + std::to_string(r) + ")";
+    }
+  }
+  if (!ok) {
+    delete api;
+    return false;
+  }
+  api_ = api;
+  return true;
+}
+
+std::string CudaDriver::describe(int code) const {
+  const char* s = nullptr;
+  if (api_->cuGetErrorString(code, &s) == 0 && s) return s;
+  return "CUDA error " + std::to_string(code);
+}
+
+void* CudaDriver::context(int device) {
+  if (device < 0 || device >= 64) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!contexts_[device]) {
+    CUdevice dev = 0;
+    CUcontext ctx = nullptr;
+    if (api_->cuDeviceGet(&dev, device) == 0 && api_->cuDevicePrimaryCtxRetain(&ctx, dev) == 0) contexts_[device] = ctx;
+  }
+  return contexts_[device];
+}
+
+CudaDriver::Capture CudaDriver::stream_capture(void* stream) {
+  int status = 0;
+  if (api_->cuStreamIsCapturing(stream, &status) != 0) return Capture::Unknown;
+  return status == kCaptureStatusNone ? Capture::None : Capture::Active;
+}
+
+int CudaDriver::relax_capture_mode() {
+  int mode = kCaptureModeRelaxed;
+  return api_->cuThreadExchangeStreamCaptureMode(&mode) == 0 ? mode : -1;
+}
+
+void CudaDriver::restore_capture_mode(int previous) {
+  if (previous >= 0) api_->cuThreadExchangeStreamCaptureMode(&previous);
+}
+
+void* CudaDriver::record_event(int device, void* stream, std::string& error) {
+  CUcontext ctx = context(device);
+  if (!ctx || api_->cuCtxPushCurrent(ctx) != 0) {
+    error = "no context for device " + std::to_string(device);
+    return nullptr;
+  }
+  CUevent ev = nullptr;
+  CUresult r = api_->cuEventCreate(&ev, kEventDisableTiming);
+  if (r == 0) r = api_->cuEventRecord(ev, stream);
+  if (r != 0) {
+    error = "event on the op's stream: " + describe(r);
+    if (ev) api_->cuEventDestroy(ev);
+    ev = nullptr;
+  }
+  CUcontext popped = nullptr;
+  api_->cuCtxPopCurrent(&popped);
+  return ev;
+}
+
+void CudaDriver::destroy_event(int device, void* event) {
+  CUcontext ctx = context(device);
+  if (!event || !ctx || api_->cuCtxPushCurrent(ctx) != 0) return;
+  api_->cuEventDestroy(event);
+  CUcontext popped = nullptr;
+  api_->cuCtxPopCurrent(&popped);
+}
+
+void* CudaDriver::own_stream(int device) {
+  if (!streams_[device]) {
+    CUstream s = nullptr;
+    if (api_->cuStreamCreate(&s, kStreamNonBlocking) == 0) streams_[device] = s;
+  }
+  return streams_[device];
+}
+
+std::string CudaDriver::copy_to_host(int device, void* event, const void* device_ptr, size_t nbytes,
+                                     const std::function<bool(const void*, size_t)>& out) {
+  CUcontext ctx = context(device);
+  if (!ctx) return "no context for device " + std::to_string(device);
+  std::lock_guard<std::mutex> lock(mu_);  // one staging buffer
+  if (api_->cuCtxPushCurrent(ctx) != 0) return "cannot make device " + std::to_string(device) + "'s context current";
+  std::string err;
+  const int previous = relax_capture_mode();
+  CUstream s = own_stream(device);
+  if (!staging_ && api_->cuMemHostAlloc(&staging_, kStagingBytes, 0) != 0) staging_ = nullptr;
+  if (!s) err = "cannot create a stream";
+  else if (!staging_) err = "cannot allocate pinned staging";
+  else if (CUresult r = api_->cuStreamWaitEvent(s, event, 0); r != 0) err = "waiting for the op's stream: " + describe(r);
+  for (size_t off = 0; err.empty() && off < nbytes; off += kStagingBytes) {
+    const size_t n = nbytes - off < kStagingBytes ? nbytes - off : kStagingBytes;
+    CUresult r = api_->cuMemcpyDtoHAsync(staging_, reinterpret_cast<CUdeviceptr>(device_ptr) + off, n, s);
+    if (r == 0) r = api_->cuStreamSynchronize(s);
+    if (r != 0) err = "device-to-host copy: " + describe(r);
+    else if (!out(staging_, n)) err = "write failed";
+  }
+  restore_capture_mode(previous);
+  CUcontext popped = nullptr;
+  api_->cuCtxPopCurrent(&popped);
+  return err;
+}
+
+}  // namespace lingprobe::gpu

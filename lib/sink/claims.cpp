@@ -1,0 +1,192 @@
+#include "sink/claims.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <ctime>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "sink/run_directory.h"
+
+namespace lingprobe::sink {
+namespace {
+
+std::string hostname() {
+  char h[256] = {0};
+  gethostname(h, sizeof h - 1);
+  return h;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The value of "key" in our own one-line JSON (strings and integers only).
+std::string field(const std::string& json, const std::string& key) {
+  const std::string k = "\"" + key + "\":";
+  size_t p = json.find(k);
+  if (p == std::string::npos) return "";
+  p += k.size();
+  if (p < json.size() && json[p] == '"') {
+    const size_t e = json.find('"', p + 1);
+    return e == std::string::npos ? "" : json.substr(p + 1, e - p - 1);
+  }
+  size_t e = p;
+  while (e < json.size() && (std::isdigit(static_cast<unsigned char>(json[e])) || json[e] == '-')) ++e;
+  return json.substr(p, e - p);
+}
+
+}  // namespace
+
+uint64_t process_start_ticks(long pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream in(stat.substr(close + 2));
+  std::string tok;
+  for (int field_no = 3; in >> tok; ++field_no)
+    if (field_no == 22) return std::strtoull(tok.c_str(), nullptr, 10);
+  return 0;
+}
+
+Claims::Claims(std::string run_dir, int64_t rank)
+    : dir_(std::move(run_dir) + "/claims"), host_(hostname()), rank_(rank), start_ticks_(process_start_ticks(getpid())) {}
+
+bool Claims::ensure_dir() {
+  if (!dir_ok_) dir_ok_ = make_directories(dir_).empty();
+  return dir_ok_;
+}
+
+bool Claims::write_claim(const std::string& path, const std::string& input_sha, const char* state, uint64_t bytes,
+                         bool exclusive) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "{\"bytes\":%llu,\"host\":\"%s\",\"input_sha256\":\"%s\",\"pid\":%d,\"rank\":%lld,\"start_ticks\":%llu,"
+                "\"state\":\"%s\"}\n",
+                static_cast<unsigned long long>(bytes), host_.c_str(), input_sha.c_str(), static_cast<int>(getpid()),
+                static_cast<long long>(rank_), static_cast<unsigned long long>(start_ticks_), state);
+  const std::string target = exclusive ? path : path + ".tmp" + std::to_string(getpid());
+  const int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), 0644);
+  if (fd < 0) return false;
+  const size_t n = std::strlen(line);
+  const bool ok = ::write(fd, line, n) == static_cast<ssize_t>(n);
+  ::close(fd);
+  if (!exclusive) return ok && std::rename(target.c_str(), path.c_str()) == 0;
+  return true;  // the claim is ours even if its content could not be written
+}
+
+bool Claims::owner_gone(const std::string& claim_path) {
+  struct stat st;
+  if (::stat(claim_path.c_str(), &st) != 0) return false;
+  const std::string c = read_file(claim_path);
+  if (c.empty()) return ::time(nullptr) - st.st_mtime > 60;  // created, never written: its owner died at once
+  const std::string state = field(c, "state");
+  if (state == "failed") return true;
+  if (state == "done" || field(c, "host") != host_) return false;  // another host's process: cannot tell
+  const long pid = std::strtol(field(c, "pid").c_str(), nullptr, 10);
+  if (pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  const uint64_t ticks = std::strtoull(field(c, "start_ticks").c_str(), nullptr, 10);
+  return ticks && process_start_ticks(pid) != ticks;  // the pid was reused
+}
+
+Claims::Outcome Claims::claim_key(const std::string& sha) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ensure_dir()) return Outcome::Error;
+  const std::string base = dir_ + "/key-" + sha.substr(0, 16) + ".";
+  // The newest claim decides: free (none), taken, or its owner failed or died.
+  int n = 0;
+  struct stat st;
+  while (::stat((base + std::to_string(n)).c_str(), &st) == 0) ++n;
+  if (n > 0 && !owner_gone(base + std::to_string(n - 1))) return Outcome::Held;
+  if (!write_claim(base + std::to_string(n), sha, "claimed", 0, true)) return errno == EEXIST ? Outcome::Held : Outcome::Error;
+  mine_[sha] = n;
+  return Outcome::Owned;
+}
+
+void Claims::release_key(const std::string& sha, bool failed, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = mine_.find(sha);
+  if (it == mine_.end()) return;
+  write_claim(dir_ + "/key-" + sha.substr(0, 16) + "." + std::to_string(it->second), sha, failed ? "failed" : "done",
+              bytes, false);
+}
+
+bool Claims::reclaimable(const std::string& sha) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string base = dir_ + "/key-" + sha.substr(0, 16) + ".";
+  int n = 0;
+  struct stat st;
+  while (::stat((base + std::to_string(n)).c_str(), &st) == 0) ++n;
+  return n > 0 && owner_gone(base + std::to_string(n - 1));
+}
+
+bool Claims::claim_signature(const std::string& sha, const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ensure_dir()) return true;  // no coordination possible: keep the sample
+  const std::string p = dir_ + "/sig-" + sha.substr(0, 16);
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return errno != EEXIST;
+  const std::string line = path + "\n";
+  (void)!::write(fd, line.data(), line.size());
+  ::close(fd);
+  return true;
+}
+
+void Claims::unclaim_signature(const std::string& sha) { ::unlink((dir_ + "/sig-" + sha.substr(0, 16)).c_str()); }
+
+bool Claims::signature_claimed(const std::string& sha) {
+  struct stat st;
+  return ::stat((dir_ + "/sig-" + sha.substr(0, 16)).c_str(), &st) == 0;
+}
+
+bool Claims::reserve_bytes(uint64_t bytes, uint64_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ensure_dir()) return true;
+  const int fd = ::open((dir_ + "/bytes").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return true;
+  bool ok = true;
+  if (::flock(fd, LOCK_EX) == 0) {
+    char buf[32] = {0};
+    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    const uint64_t used = n > 0 ? std::strtoull(buf, nullptr, 10) : 0;
+    ok = used + bytes <= limit;
+    if (ok) {
+      const std::string v = std::to_string(used + bytes) + "\n";
+      (void)!::ftruncate(fd, 0);
+      (void)!::pwrite(fd, v.data(), v.size(), 0);
+    }
+    ::flock(fd, LOCK_UN);
+  }
+  ::close(fd);
+  return ok;
+}
+
+void Claims::give_back_bytes(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int fd = ::open((dir_ + "/bytes").c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return;
+  if (::flock(fd, LOCK_EX) == 0) {
+    char buf[32] = {0};
+    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    const uint64_t used = n > 0 ? std::strtoull(buf, nullptr, 10) : 0;
+    const std::string v = std::to_string(used > bytes ? used - bytes : 0) + "\n";
+    (void)!::ftruncate(fd, 0);
+    (void)!::pwrite(fd, v.data(), v.size(), 0);
+    ::flock(fd, LOCK_UN);
+  }
+  ::close(fd);
+}
+
+}  // namespace lingprobe::sink

@@ -1,0 +1,57 @@
+// Coordination of one launch's sampling through its run directory, which the
+// ranks share: RUN_DIR/claims/ holds
+//   key-{h16}.{n}  claim number n of an input key (exclusive create), its
+//                  owner and state: {"host","pid","rank","start_ticks",
+//                  "state": "claimed"|"done"|"failed","bytes","input_sha256"};
+//                  a claim whose owner failed, or died (same host: no such
+//                  pid, or another process under it), is taken over by
+//                  creating claim n+1;
+//   sig-{h16}      a sample of this signature exists in the launch (the
+//                  snapshot's path);
+//   bytes          the launch's sampled bytes so far (flock), the run budget.
+// File operations only, made by whoever calls (the sampler once per key and
+// process; the snapshot writer per sample). Knows nothing of the dispatcher.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace lingprobe::sink {
+
+class Claims {
+ public:
+  Claims(std::string run_dir, int64_t rank);
+  enum class Outcome { Owned, Held, Error };
+  Outcome claim_key(const std::string& input_sha);
+  void release_key(const std::string& input_sha, bool failed, uint64_t bytes);
+  // The key's current claim failed or its owner died: it may be claimed again.
+  bool reclaimable(const std::string& input_sha);
+  // Exclusive: false when another sample of the signature exists already.
+  bool claim_signature(const std::string& signature_sha, const std::string& path);
+  void unclaim_signature(const std::string& signature_sha);
+  bool signature_claimed(const std::string& signature_sha);
+  // The run budget: adds `bytes` to the launch's total unless it would pass `limit`.
+  bool reserve_bytes(uint64_t bytes, uint64_t limit);
+  void give_back_bytes(uint64_t bytes);
+  void set_rank(int64_t rank) { rank_ = rank; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  bool ensure_dir();
+  bool write_claim(const std::string& path, const std::string& input_sha, const char* state, uint64_t bytes, bool exclusive);
+  bool owner_gone(const std::string& claim_path);
+  std::string dir_;
+  std::string host_;
+  int64_t rank_;
+  uint64_t start_ticks_;
+  std::mutex mu_;
+  bool dir_ok_ = false;
+  std::unordered_map<std::string, int> mine_;  // input sha -> claim number held by this process
+};
+
+// The start time of a process in clock ticks since boot (/proc/PID/stat), 0 if unknown.
+uint64_t process_start_ticks(long pid);
+
+}  // namespace lingprobe::sink

@@ -1,0 +1,63 @@
+// The snapshot writer thread of one process: takes finished SnapshotJobs
+// from the capture side, writes each to RUN_DIR/snapshots/
+// {stage}_{who}_{h16}[_s{seq}].pt (who: rank{R}, or child{PID}) through a
+// temporary name, fsyncs and renames it, and only then queues its "snapshot"
+// record into the metadata file, so nothing half-written is ever named. One
+// sample per signature per launch: the signature's claim is taken before
+// writing (a second process's sample of it is a counted duplicate). Starts
+// lazily; finalize() drains the queue (before the metadata writer's final
+// flush). Knows nothing of the dispatcher.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "format/snapshot_file.h"
+#include "sink/claims.h"
+#include "sink/metadata_writer.h"
+
+namespace lingprobe::sink {
+
+class SnapshotWriter {
+ public:
+  SnapshotWriter(std::string run_dir, std::string who, MetadataWriter* metadata, Claims* claims);
+  ~SnapshotWriter();
+
+  void add_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json);
+  void submit(format::SnapshotJob job);
+  // Writes everything queued, then stops the thread. Idempotent.
+  void finalize();
+  void set_who(const std::string& who);
+
+  uint64_t written() const;
+  uint64_t bytes_written() const;
+  size_t queued() const;
+
+ private:
+  void run();
+  void write_one(format::SnapshotJob& job);
+
+  std::string run_dir_, who_;
+  MetadataWriter* metadata_;
+  Claims* claims_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<format::SnapshotJob> queue_;
+  bool busy_ = false, stop_ = false, started_ = false;
+  std::thread thread_;
+  std::unordered_map<uint32_t, std::pair<std::string, std::string>> signatures_;  // id -> (sha, text)
+  std::set<std::string> mine_;  // signatures this process holds the claim of
+  uint64_t written_ = 0, bytes_ = 0;
+};
+
+// A stage name as a file-name part: [A-Za-z0-9._-] kept, others '_', no leading dot.
+std::string file_name_part(const std::string& s);
+
+}  // namespace lingprobe::sink

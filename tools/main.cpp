@@ -1,7 +1,11 @@
 // The `lingprobe` command line tool. Subcommands that read files only
 // (hash-signature; audit and report later) link no torch, so they run on a
 // laptop where torch is not installed.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
+#include <vector>
 #include <iostream>
 #include <string>
 
@@ -30,6 +34,26 @@ int cmd_hash_signature(int argc, char** argv) {
   return lingprobe::tools::hash_signature(std::cin, std::cout, std::cerr);
 }
 
+// `replay` needs torch: it lives in lingprobe-replay beside this binary.
+int cmd_replay(int argc, char** argv) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(".");
+  dir = dir.substr(0, dir.rfind('/'));
+  for (const std::string& candidate : {dir + "/lingprobe-replay", dir + "/../libexec/lingprobe/lingprobe-replay"}) {
+    if (access(candidate.c_str(), X_OK) != 0) continue;
+    std::vector<char*> args{const_cast<char*>(candidate.c_str())};
+    for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+    args.push_back(nullptr);
+    execv(candidate.c_str(), args.data());
+    std::cerr << "lingprobe replay: cannot run " << candidate << ": " << std::strerror(errno) << "\n";
+    return 2;
+  }
+  std::cerr << "lingprobe replay: lingprobe-replay (the torch-linked replayer) is not installed beside " << dir
+            << "; build lingprobe with torch (scripts/build.sh)\n";
+  return 2;
+}
+
 int cmd_version(int, char**) {
   std::cout << "lingprobe " << LINGPROBE_VERSION_STRING << '\n';
   return 0;
@@ -41,6 +65,8 @@ const Command kCommands[] = {
     {"audit", "coverage audit of a run: lingprobe audit [-o FILE] [--snapshots DIR] [--profiles DIR] PATH...",
      lingprobe::tools::audit_command},
 #endif
+    {"replay", "rerun snapshots in isolation and check them: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV]",
+     cmd_replay},
     {"run", "run a command with lingprobe preloaded: lingprobe run [options] -- CMD ARGS", lingprobe::tools::run_command},
     {"config", "print every LINGPROBE_* option with its type, default and meaning", lingprobe::tools::config_command},
     {"version", "print the lingprobe version", cmd_version},

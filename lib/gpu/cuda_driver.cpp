@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <cstring>
 #include <type_traits>
 
@@ -39,6 +40,9 @@ struct CudaDriver::Api {
   CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
   CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDeviceGetUuid)(unsigned char*, CUdevice);
+  CUresult (*cuDriverGetVersion)(int*);
 };
 
 CudaDriver* CudaDriver::get(std::string* error) {
@@ -86,6 +90,12 @@ bool CudaDriver::load(std::string& error) {
   sym(api->cuStreamSynchronize, "cuStreamSynchronize");
   sym(api->cuMemHostAlloc, "cuMemHostAlloc");
   sym(api->cuGetErrorString, "cuGetErrorString");
+  sym(api->cuDeviceGetName, "cuDeviceGetName");
+  sym(api->cuDriverGetVersion, "cuDriverGetVersion");
+  // Optional: identity only.
+  api->cuDeviceGetUuid = reinterpret_cast<CUresult (*)(unsigned char*, CUdevice)>(dlsym(lib, "cuDeviceGetUuid_v2"));
+  if (!api->cuDeviceGetUuid)
+    api->cuDeviceGetUuid = reinterpret_cast<CUresult (*)(unsigned char*, CUdevice)>(dlsym(lib, "cuDeviceGetUuid"));
   if (ok) {
     const CUresult r = api->cuInit(0);
     if (r != 0) {
@@ -192,6 +202,32 @@ std::string CudaDriver::copy_to_host(int device, void* event, const void* device
   CUcontext popped = nullptr;
   api_->cuCtxPopCurrent(&popped);
   return err;
+}
+
+}  // namespace lingprobe::gpu
+
+namespace lingprobe::gpu {
+
+std::string CudaDriver::device_name(int device) {
+  CUdevice dev = 0;
+  char name[256] = {0};
+  if (api_->cuDeviceGet(&dev, device) != 0 || api_->cuDeviceGetName(name, sizeof name - 1, dev) != 0) return "";
+  return name;
+}
+
+std::string CudaDriver::device_uuid(int device) {
+  CUdevice dev = 0;
+  unsigned char u[16];
+  if (!api_->cuDeviceGetUuid || api_->cuDeviceGet(&dev, device) != 0 || api_->cuDeviceGetUuid(u, dev) != 0) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  return buf;
+}
+
+int CudaDriver::driver_version() {
+  int v = 0;
+  return api_->cuDriverGetVersion(&v) == 0 ? v : 0;
 }
 
 }  // namespace lingprobe::gpu

@@ -38,6 +38,12 @@ class CudaDriver {
   std::string copy_to_host(int device, void* event, const void* device_ptr, size_t nbytes,
                            const std::function<bool(const void*, size_t)>& out);
 
+  // Identity of a device (CUDA ordinal as this process sees it): its name,
+  // "GPU-xxxxxxxx-..." UUID as nvidia-smi prints it; the driver's version (13000).
+  std::string device_name(int device);
+  std::string device_uuid(int device);
+  int driver_version();
+
   static constexpr size_t kStagingBytes = 64u << 20;
 
  private:

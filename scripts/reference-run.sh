@@ -4,6 +4,10 @@
 #
 #   scripts/reference-run.sh --device {meta,cpu,cuda} --out DIR [--scale small|full] [--chunks N]
 #                            [--world-size N] [--select seed|all] [--mark stage-map|nvtx|api] [--no-lingprobe]
+#                            [--snapshots|--no-snapshots]
+#
+# On real-tensor devices (cpu, cuda) it samples by default: each input key once per launch is
+# snapshotted (LINGPROBE_SNAPSHOTS=1), then `lingprobe replay` reruns every snapshot and checks it.
 #
 # DIR is the run directory itself: lingprobe writes under its parent with the
 # launch id basename(DIR) (its layout OUT/{run_id}), replacing an earlier run there.
@@ -13,7 +17,7 @@
 # resolution for real-tensor CPU runs; full is 704x1280 with the real model widths.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-device=meta out="" scale=full chunks="" world=4 select=seed mark=stage-map with_lingprobe=1 blocks=""
+device=meta out="" scale=full chunks="" world=4 select=seed mark=stage-map with_lingprobe=1 blocks="" snapshots=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift 2 ;;
@@ -25,11 +29,14 @@ while [ $# -gt 0 ]; do
     --select) select=$2; shift 2 ;;
     --mark) mark=$2; shift 2 ;;
     --no-lingprobe) with_lingprobe=0; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --snapshots) snapshots=1; shift ;;
+    --no-snapshots) snapshots=0; shift ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "reference-run: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [ -n "$out" ] || { echo "reference-run: --out DIR is required" >&2; exit 2; }
+[ "$snapshots" = auto ] && { [ "$device" = meta ] && snapshots=0 || snapshots=1; }
 case "$scale" in
   full) args=(--size '704*1280' --chunks "${chunks:-20}" --blocks "${blocks:-40}") ;;
   small) args=(--size '64*128' --chunks "${chunks:-4}" --blocks "${blocks:-2}" --width-scale 40) ;;
@@ -51,7 +58,7 @@ fi
 cli=${LINGPROBE_CLI:-$root/build/lingprobe}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-rm -rf "$out/metadata" "$out/reports" "$out"/timing.rank*.json  # this run's files only, never a mix
+rm -rf "$out/metadata" "$out/reports" "$out/snapshots" "$out/replays" "$out/claims" "$out"/timing.rank*.json  # never a mix
 export PYTHONPATH="$root/examples${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 [ "$mark" = nvtx ] && [ "$device" != cuda ] && export LINGPROBE_NVTX_HELPER=${LINGPROBE_NVTX_HELPER:-$root/build/tests/libnvtx_helper.so}
 # torch 1.13's torchrun on Python 3.11 cannot parse its own default --redirects=0: pass 2 (stderr).
@@ -59,7 +66,7 @@ job=("$py" -m torch.distributed.run --nproc_per_node="$world" --master_port="${M
      -m lingbot_standin.generate --device "$device" --mark "$mark" --report "$out/timing" "${args[@]}")
 start=$(date +%s.%N)
 if [ "$with_lingprobe" = 1 ]; then
-  LINGPROBE_RUN_ID=$(basename "$out") "$cli" run -o "$(dirname "$out")" --ops "$ops" \
+  LINGPROBE_RUN_ID=$(basename "$out") "$cli" run -o "$(dirname "$out")" --ops "$ops" --set SNAPSHOTS="$snapshots" \
     --stage-map 'dit=WanModel;vae=WanVAE|Decoder3d;output=lingbot_standin.utils:save_video' \
     --nvtx-map 'dit=^dit;vae=^vae;output=^output' -- "${job[@]}"
 else
@@ -68,5 +75,8 @@ fi
 end=$(date +%s.%N)
 echo "reference-run: device=$device scale=$scale select=$select lingprobe=$with_lingprobe wall $(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.1f", b-a}') s"
 if [ "$with_lingprobe" = 1 ]; then
+  if [ "$snapshots" = 1 ]; then
+    "$cli" replay --quiet "$out" || echo "reference-run: replay found inexact or failed snapshots (see above)"
+  fi
   "$cli" audit --quiet "$out"
 fi

@@ -12,7 +12,7 @@ namespace lingprobe::tools {
 namespace {
 
 int usage() {
-  std::cerr << "usage: lingprobe audit [-o FILE] [--snapshots DIR] [--profiles DIR] [--allow-mixed-runs] [--quiet] PATH...\n"
+  std::cerr << "usage: lingprobe audit [-o FILE] [--allow-mixed-runs] [--quiet] PATH...\n"
                "  PATH: a run directory OUT/{run_id} (its metadata/*.jsonl), an OUT holding one launch, or metadata\n"
                "  JSONL files. Files of several launches are refused unless --allow-mixed-runs.\n"
                "  Writes RUN/reports/coverage_audit.json and RUN/reports/summary.md (or -o FILE and summary.md beside it)\n"
@@ -28,13 +28,13 @@ int audit_command(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    if (a == "-o" || a == "--output" || a == "--snapshots" || a == "--profiles") {
+    if (a == "-o" || a == "--output") {
       const char* v = value();
       if (!v) {
         std::cerr << "lingprobe audit: " << a << " needs a value\n";
         return usage();
       }
-      (a == "--snapshots" ? options.snapshots_dir : a == "--profiles" ? options.profiles_dir : options.output) = v;
+      options.output = v;
     } else if (a == "--allow-mixed-runs") {
       options.allow_mixed_runs = true;
     } else if (a == "--quiet" || a == "-q") {

@@ -62,7 +62,7 @@ int cmd_version(int, char**) {
 const Command kCommands[] = {
     {"hash-signature", "read JSON signatures (one per line) on stdin, print their canonical SHA-256", cmd_hash_signature},
 #ifdef LINGPROBE_HAVE_AUDIT
-    {"audit", "coverage audit of a run: lingprobe audit [-o FILE] [--snapshots DIR] [--profiles DIR] PATH...",
+    {"audit", "coverage audit of a run: lingprobe audit [-o FILE] [--allow-mixed-runs] RUN_DIR",
      lingprobe::tools::audit_command},
 #endif
     {"replay", "rerun snapshots in isolation and check them: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV]",

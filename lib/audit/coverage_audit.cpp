@@ -139,19 +139,6 @@ JsonValue coverage_json(const std::vector<const Signature*>& group) {
                             {"signatures_without_flop_formula", JsonValue::integer(static_cast<int64_t>(unknown_flops))}});
 }
 
-// "{stage}_rank{R}_{h16}[_s{seq}][.pt]" -> h16, or "".
-std::string h16_of(const std::string& name) {
-  std::string stem = name;
-  if (stem.size() > 3 && stem.compare(stem.size() - 3, 3, ".pt") == 0) stem.resize(stem.size() - 3);
-  const size_t s = stem.rfind("_s");
-  if (s != std::string::npos && s + 2 < stem.size() &&
-      stem.find_first_not_of("0123456789", s + 2) == std::string::npos)
-    stem.resize(s);
-  if (stem.size() < 17 || stem[stem.size() - 17] != '_') return "";
-  std::string h = stem.substr(stem.size() - 16);
-  return h.find_first_not_of("0123456789abcdef") == std::string::npos ? h : "";
-}
-
 // Mean kernel time per call (µs) from a profile's kernels.json, if it has one.
 std::optional<double> profile_time_us(const std::string& dir) {
   std::ifstream f(dir + "/kernels.json");
@@ -364,6 +351,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
   int64_t world_size = -1;
   uint64_t dropped_total = 0;
   std::map<std::string, std::map<std::string, uint64_t>> dropped;
+  std::map<std::string, uint64_t> sampling, unsampled;  // summed over the ranks' files
   JsonValue sources = JsonValue::array();
   JsonValue others = JsonValue::array();
   uint64_t other_calls = 0;
@@ -437,42 +425,72 @@ AuditOutcome run_audit(const AuditOptions& options) {
     }
     for (const auto& [what, reasons] : f.dropped)
       for (const auto& [reason, n] : reasons) dropped[what][reason] += n, dropped_total += n;
+    for (const auto& [k, n] : f.sampling) sampling[k] += n;
+    for (const auto& [k, n] : f.unsampled) unsampled[k] += n;
     source_rows.emplace_back(relative(path, run_dir), f.sha256);
     ++used_files;
   }
   // Signatures defined but never counted carry no calls: not rows.
   for (auto it = sigs.begin(); it != sigs.end();) it = it->second.calls ? std::next(it) : sigs.erase(it);
 
-  // 3. Evidence on disk (snapshots/, profiles/), matched by the hash prefix in the name.
-  std::map<std::string, Signature*> by_h16;
-  for (auto& [sha, s] : sigs) by_h16[sha.substr(0, 16)] = &s;
-  const std::string snap_dir = options.snapshots_dir.empty() ? run_dir + "/snapshots" : options.snapshots_dir;
-  const std::string prof_dir = options.profiles_dir.empty() ? run_dir + "/profiles" : options.profiles_dir;
-  for (const auto& name : list_dir(snap_dir)) {
-    auto it = by_h16.find(h16_of(name));
-    if (it == by_h16.end()) continue;
-    const std::string full = snap_dir + "/" + name;
-    Evidence e;
-    e.path = relative(full, run_dir);
-    if (std::none_of(it->second->snapshots.begin(), it->second->snapshots.end(), [&](const Evidence& x) { return x.path == e.path; })) {
-      format::sha256_file_hex(full, e.sha256);
-      it->second->snapshots.push_back(e);
-    }
+  // 3. Evidence belongs to its run: only files this run's own records name,
+  // whose SHA-256 still matches (a profile's is its manifest.json's). Anything
+  // else under snapshots/ or profiles/ is foreign: reported, never counted.
+  std::set<std::string> named;
+  for (const FileSummary& f : summaries) {
+    for (const auto& e : f.snapshots) named.insert(e.path);
+    for (const auto& e : f.profiles) named.insert(e.path);
   }
-  for (const auto& name : list_dir(prof_dir)) {
-    auto it = by_h16.find(h16_of(name));
-    const std::string full = prof_dir + "/" + name;
-    if (it == by_h16.end() || !is_dir(full)) continue;
-    auto t = profile_time_us(full);
-    if (!t) continue;  // a profile without counters is not counter evidence
-    Evidence e;
-    e.path = relative(full, run_dir);
-    if (std::none_of(it->second->profiles.begin(), it->second->profiles.end(), [&](const Evidence& x) { return x.path == e.path; })) {
-      format::sha256_file_hex(full + "/kernels.json", e.sha256);
-      it->second->profiles.push_back(e);
+  JsonValue rejected = JsonValue::array(), foreign = JsonValue::array();
+  auto reject = [&](const Evidence& e, const std::string& why) {
+    rejected.push_back(JsonValue::object({{"path", JsonValue::string(e.path)}, {"reason", JsonValue::string(why)}}));
+    outcome.warnings.push_back("evidence " + e.path + " not counted: " + why);
+  };
+  auto inside = [](const std::string& p) {
+    return !p.empty() && p[0] != '/' && p.find("..") == std::string::npos;
+  };
+  for (auto& [sha, sig] : sigs) {
+    std::vector<Evidence> kept;
+    std::set<std::string> seen;
+    for (const auto& e : sig.snapshots) {
+      if (!seen.insert(e.path).second) continue;
+      std::string actual;
+      if (!inside(e.path)) reject(e, "its path leaves the run directory");
+      else if (!format::sha256_file_hex(run_dir + "/" + e.path, actual)) reject(e, "missing");
+      else if (actual != e.sha256) reject(e, "its SHA-256 differs from the one recorded (altered after the run)");
+      else kept.push_back(e);
     }
-    if (!it->second->kernel_time_us) it->second->kernel_time_us = t;
+    sig.snapshots = std::move(kept);
+    kept.clear();
+    seen.clear();
+    for (const auto& e : sig.profiles) {
+      if (!seen.insert(e.path).second) continue;
+      std::string actual;
+      if (!inside(e.path)) {
+        reject(e, "its path leaves the run directory");
+        continue;
+      }
+      const std::string dir = run_dir + "/" + e.path;
+      if (!format::sha256_file_hex(dir + "/manifest.json", actual)) reject(e, "its manifest.json is missing");
+      else if (actual != e.sha256) reject(e, "its manifest's SHA-256 differs from the one recorded");
+      else if (auto t = profile_time_us(dir)) {
+        if (!sig.kernel_time_us) sig.kernel_time_us = t;
+        kept.push_back(e);
+      }  // a profile without counters (e.g. counters unavailable) is not counter evidence
+    }
+    sig.profiles = std::move(kept);
   }
+  for (const char* sub : {"snapshots", "profiles"})
+    for (const auto& name : list_dir(run_dir + "/" + sub)) {
+      const std::string rel = std::string(sub) + "/" + name;
+      if (named.count(rel)) continue;
+      foreign.push_back(JsonValue::object(
+          {{"path", JsonValue::string(rel)}, {"reason", JsonValue::string("not named by this run's metadata")}}));
+    }
+  if (!foreign.items().empty())
+    outcome.warnings.push_back(std::to_string(foreign.items().size()) +
+                               " file(s) under snapshots/ or profiles/ are not this run's evidence (listed under "
+                               "foreign_evidence; not counted)");
 
   // 4. Rows in the seed's order: stage, calls descending, sha ascending.
   std::vector<const Signature*> all;
@@ -566,12 +584,42 @@ AuditOutcome run_audit(const AuditOptions& options) {
                                        {"metadata_bytes", JsonValue::integer(static_cast<int64_t>(bytes_total))}}));
   report.set("dropped", std::move(dropped_json));
   report.set("other_processes", std::move(others));
+  if (!sampling.empty()) {
+    JsonValue sj = JsonValue::object();
+    for (const auto& [k, n] : sampling) sj.set(k, JsonValue::integer(static_cast<int64_t>(n)));
+    JsonValue uj = JsonValue::object();
+    for (const auto& [k, n] : unsampled) uj.set(k, JsonValue::integer(static_cast<int64_t>(n)));
+    sj.set("unsampled_keys", std::move(uj));
+    report.set("sampling", std::move(sj));
+  }
+  report.set("rejected_evidence", std::move(rejected));
+  report.set("foreign_evidence", std::move(foreign));
   report.set("warnings", std::move(warnings));
 
   // 5. Write: the report, then the summary (nothing when anything failed above).
   outcome.report_path = options.output.empty() ? run_dir + "/reports/coverage_audit.json" : options.output;
   outcome.summary_path = parent(outcome.report_path) + "/summary.md";
   outcome.summary = make_summary(by_stage, all, overall, stages, used_files, ranks, dropped_total);
+  if (!sampling.empty()) {
+    std::vector<const Signature*> missing;
+    for (auto* sg : all)
+      if (sg->snapshots.empty()) missing.push_back(sg);
+    std::string why;
+    for (const auto& [k, n] : unsampled)
+      if (n && k != "sampled_by_another_process") why += (why.empty() ? "" : ", ") + k + " " + std::to_string(n);
+    std::string drops;
+    if (auto it = dropped.find("snapshots"); it != dropped.end())
+      for (const auto& [k, n] : it->second) drops += (drops.empty() ? "" : ", ") + k + " " + std::to_string(n);
+    outcome.summary += "\n## Snapshots\n\n" + std::to_string(sampling["snapshots_written"]) + " snapshot(s), " +
+                       human(static_cast<long double>(sampling["snapshot_bytes"])) + "B, of " +
+                       std::to_string(sampling["keys"]) + " input key(s) seen by the ranks (each counted per rank). " +
+                       std::to_string(missing.size()) + " of " + std::to_string(all.size()) +
+                       " signatures have no snapshot" + (why.empty() ? "" : "; keys not sampled: " + why) +
+                       (drops.empty() ? "" : "; samples dropped: " + drops) + ".\n";
+    for (size_t k = 0; k < missing.size() && k < 10; ++k)
+      outcome.summary += "- no snapshot: `" + short_signature(*missing[k]) + "` " + missing[k]->sha.substr(0, 12) +
+                         " (" + std::to_string(missing[k]->calls) + " calls)\n";
+  }
   if (const size_t n_others = report.find("other_processes")->items().size())
     outcome.summary += "\n## Other processes (not in the rows)\n\n" + std::to_string(n_others) +
                        " process(es) started by the ranks or starting them (DataLoader or compile workers, an "

@@ -1,5 +1,7 @@
 // `lingprobe audit`: joins a run's metadata files (all ranks, all pids) with
-// its evidence (snapshots, profiles with counters) into the document
+// its own evidence (the snapshots and profiles its records name, checked
+// against their SHA-256; anything else on disk is foreign and not counted)
+// into the document
 // ../shared/seeds/coverage_audit.seed.json is — same keys, same order — plus
 // FLOP- and time-weighted coverage, and a human summary. Reads files only;
 // no torch.
@@ -13,8 +15,6 @@ namespace lingprobe::audit {
 struct AuditOptions {
   std::vector<std::string> inputs;  // run directories or metadata JSONL files
   std::string output;               // "": RUN/reports/coverage_audit.json
-  std::string snapshots_dir;        // "": RUN/snapshots
-  std::string profiles_dir;         // "": RUN/profiles
   bool progress = false;            // progress lines on stderr
   bool allow_mixed_runs = false;    // audit files of several launches together (normally refused)
 };

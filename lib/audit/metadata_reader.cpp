@@ -63,6 +63,19 @@ std::string handle(Ctx& c, simdjson::dom::element doc) {
         for (auto r : reasons) f.dropped[std::string(what.key)][std::string(r.key)] = static_cast<uint64_t>(num(r.value));
       }
     }
+    f.sampling.clear();
+    f.unsampled.clear();
+    simdjson::dom::object sampling;
+    if (!obj["sampling"].get_object().get(sampling)) {
+      for (auto field : sampling) {
+        simdjson::dom::object reasons;
+        if (!field.value.get_object().get(reasons)) {
+          for (auto r : reasons) f.unsampled[std::string(r.key)] = static_cast<uint64_t>(num(r.value));
+        } else if (num(field.value) >= 0) {
+          f.sampling[std::string(field.key)] = static_cast<uint64_t>(num(field.value));
+        }
+      }
+    }
     bool fin = false;
     f.final_counts = !obj["final"].get_bool().get(fin) && fin;
     f.has_counts = true;

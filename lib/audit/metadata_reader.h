@@ -35,6 +35,7 @@ struct FileSummary {
   std::map<uint32_t, uint64_t> counts;        // from the last counts record
   std::map<uint32_t, uint64_t> call_records;  // call records per id
   std::map<std::string, std::map<std::string, uint64_t>> dropped;
+  std::map<std::string, uint64_t> sampling, unsampled;  // the last counts record's "sampling"
   std::vector<Evidence> snapshots, profiles;
   uint64_t lines = 0, bytes = 0;
   bool truncated_last_line = false;

@@ -57,11 +57,11 @@ def floor_toggle():
     return Toggle("floor", on=lambda: handle.append(lib.floor_install()), off=lambda: lib.floor_remove(handle.pop()))
 
 
-def start_lingprobe(nested):
+def start_lingprobe(nested, snapshots=False):
     global lingprobe
     import lingprobe as lp
     lingprobe = lp
-    lp.start(out_dir=out, nested=nested, call_records=True)
+    lp.start(out_dir=out, nested=nested, call_records=True, snapshots=snapshots)
     lp.stop()
 
 
@@ -135,6 +135,9 @@ def build_toggles():
     if group == "nested":
         start_lingprobe(nested=True)
         return [lingprobe_toggle("lingprobe-nested")]
+    if group == "sampling":  # the warm-up samples every key once; measured: sampling on with nothing left to sample
+        start_lingprobe(nested=False, snapshots=True)
+        return [lingprobe_toggle("lingprobe-sampling-idle")]
     start_lingprobe(nested=False)
     makers = {
         "none": lambda: Toggle("none", workloads=["add", "dit", "module"]),

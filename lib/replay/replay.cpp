@@ -36,6 +36,7 @@ using format::PickleValue;
 struct Context {
   const format::SnapshotReader* reader;
   std::string device;  // target device, "" : as recorded
+  bool keep_cpu = false;  // the snapshot has CUDA tensors: --device leaves its CPU tensors alone
   std::ostringstream log;
   bool layout_exact = true;
 };
@@ -55,10 +56,17 @@ int64_t name_index(const std::string& repr, const char* (*name_of)(int64_t)) {
   throw std::runtime_error("unknown value " + repr);
 }
 
-c10::Device target_device(const std::string& recorded, const std::string& wanted) {
-  c10::Device d(recorded);
-  if (wanted.empty() || d.is_cpu()) return wanted.empty() ? d : c10::Device(wanted);
-  return c10::Device(wanted);
+// --device moves the recorded device's tensors; in a snapshot that also has
+// CUDA tensors, CPU tensors (wrapped scalars, indices) stay on the CPU.
+c10::Device target_device(const std::string& recorded, const std::string& wanted, bool keep_cpu) {
+  const c10::Device r(recorded);
+  const c10::Device d = wanted.empty() || (keep_cpu && r.is_cpu()) ? r : c10::Device(wanted);
+  if (d.is_cuda() && !at::hasCUDA())
+    throw std::runtime_error("the snapshot's tensors are on " + recorded + ", but this torch (" TORCH_VERSION
+                             ") has no CUDA device; replay with --device cpu");
+  if (!d.is_cuda() && !d.is_cpu())
+    throw std::runtime_error("device " + d.str() + " is not supported by lingprobe replay (cpu, cuda)");
+  return d;
 }
 
 double parse_float(const std::string& repr) {
@@ -82,7 +90,7 @@ at::Tensor rebuild_tensor(Context& ctx, const PickleValue& v) {
   const int64_t offset = v.find("storage_offset")->as_int();
   const int64_t alignment = v.find("alignment")->as_int();
   const bool span = v.find("layout")->as_string() == "span";
-  const c10::Device device = target_device(v.find("device")->as_string(), ctx.device);
+  const c10::Device device = target_device(v.find("device")->as_string(), ctx.device, ctx.keep_cpu);
   std::string bytes;
   if (std::string e = ctx.reader->read_data(v, bytes); !e.empty()) throw std::runtime_error(e);
   const int64_t es = static_cast<int64_t>(c10::elementSize(dtype));
@@ -159,7 +167,7 @@ c10::IValue rebuild(Context& ctx, const PickleValue& v, const c10::TypePtr& type
   if (kind == "layout") return c10::IValue(name_index(v.find("repr")->as_string(), capture::python_layout_name));
   if (kind == "memory_format")
     return c10::IValue(name_index(v.find("repr")->as_string(), capture::python_memory_format_name));
-  if (kind == "device") return c10::IValue(target_device(v.find("repr")->as_string(), ctx.device));
+  if (kind == "device") return c10::IValue(target_device(v.find("repr")->as_string(), ctx.device, ctx.keep_cpu));
   if (kind == "tuple") {
     std::vector<c10::IValue> items;
     for (const auto& x : v.find("items")->items()) items.push_back(rebuild(ctx, x, nullptr));
@@ -167,6 +175,21 @@ c10::IValue rebuild(Context& ctx, const PickleValue& v, const c10::TypePtr& type
   }
   if (kind == "generator") return c10::IValue();  // the op falls back to the default generator: nondeterministic
   throw std::runtime_error("a " + v.find("repr")->as_string() + " argument cannot be rebuilt");
+}
+
+bool has_cuda_tensor(const PickleValue& v) {
+  if (v.kind() == PickleValue::Kind::List)
+    for (const auto& x : v.items())
+      if (has_cuda_tensor(x)) return true;
+  if (v.kind() != PickleValue::Kind::Dict) return false;
+  const PickleValue* kind = v.find("kind");
+  if (kind && kind->kind() == PickleValue::Kind::String && kind->as_string() == "tensor") {
+    const PickleValue* d = v.find("device");
+    return d && d->as_string().rfind("cuda", 0) == 0;
+  }
+  for (const auto& [k, x] : v.entries())
+    if (has_cuda_tensor(x)) return true;
+  return false;
 }
 
 bool policy_true(const PickleValue* policy, const char* key) {
@@ -350,6 +373,7 @@ ReplayResult replay_snapshot(const std::string& path, const ReplayOptions& optio
     return r;
   }
   const PickleValue& doc = reader.document();
+  ctx.keep_cpu = has_cuda_tensor(doc);
   const std::string name = doc.find("name")->as_string(), overload = doc.find("overload")->as_string();
   r.op = doc.find("op")->as_string();
   r.stage = doc.find("stage")->as_string();

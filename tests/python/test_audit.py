@@ -1,5 +1,6 @@
 """`lingprobe audit` as users run it, on metadata files in lingprobe's own
 format: the seed audit reproduced from files, robustness, and a 1 GB input."""
+import hashlib
 import json
 import os
 import pathlib
@@ -80,20 +81,41 @@ def test_seed_audit_reproduced_from_lingprobe_files(cli, seed_run, seed_audit):
     assert cov["by_measured_time_us"]["fraction"] is None  # nothing measured yet
 
 
-def test_counters_evidence_from_profiles_dir(cli, seed_run, seed_audit):
+def test_counters_evidence_is_what_the_run_names(cli, seed_run, seed_audit):
     row = seed_audit["rows"][0]
     prof = seed_run / "profiles" / f"dit_rank0_{row['signature_sha256'][:16]}"
     prof.mkdir(parents=True)
     (prof / "kernels.json").write_text(json.dumps(
         [{"id": "0", "name": "k", "metrics": {"gpu__time_duration.sum": {"value": 292.448, "unit": "us"}}}]))
+    (prof / "manifest.json").write_text(json.dumps({"kernels.json": "..."}))
+    manifest_sha = hashlib.sha256((prof / "manifest.json").read_bytes()).hexdigest()
+    # not named by any record: foreign, not counted
+    p = audit(cli, seed_run, "--quiet")
+    report = json.loads((seed_run / "reports" / "coverage_audit.json").read_text())
+    assert p.returncode == 0 and report["coverage"]["counters"]["by_calls"]["covered"] == 0
+    assert [e["path"] for e in report["foreign_evidence"]] == [f"profiles/{prof.name}"]
+    # named by rank 0's record with the manifest's SHA-256: counted
+    f = seed_run / "metadata" / "metadata_rank0_pid1000.jsonl"
+    sid = next(r["id"] for r in map(json.loads, f.read_text().splitlines())
+               if r["kind"] == "signature" and r["sha256"] == row["signature_sha256"])
+    with open(f, "a") as fh:
+        fh.write(json.dumps({"kind": "profile", "id": sid, "seq": 7, "path": f"profiles/{prof.name}",
+                             "sha256": manifest_sha}) + "\n")
     p = audit(cli, seed_run, "--quiet")
     assert p.returncode == 0, p.stderr
     report = json.loads((seed_run / "reports" / "coverage_audit.json").read_text())
     r0 = report["rows"][0]
     assert r0["same_structural_signature_ncu_inputs"][0]["input"] == f"profiles/{prof.name}"
+    assert r0["kernel_time_us_per_call"] == 292.448 and report["foreign_evidence"] == []
     dit = report["stages"][0]
     assert dit["signatures_with_prior_ncu_input"] == 1 and dit["calls_with_structurally_matching_prior_input"] == 96000
     assert dit["coverage"]["counters"]["by_calls"]["covered"] == 96000
+    # altered afterwards: rejected
+    (prof / "manifest.json").write_text("{}")
+    p = audit(cli, seed_run, "--quiet")
+    report = json.loads((seed_run / "reports" / "coverage_audit.json").read_text())
+    assert report["coverage"]["counters"]["by_calls"]["covered"] == 0
+    assert report["rejected_evidence"][0]["path"] == f"profiles/{prof.name}"
 
 
 def test_truncated_last_line_is_a_warning(cli, seed_run):

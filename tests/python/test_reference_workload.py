@@ -19,7 +19,9 @@ def reference_run(build_dir, out, *args, port):
     p = subprocess.run([str(ROOT / "scripts" / "reference-run.sh"), "--out", str(out), *args], env=env,
                        capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    return json.loads((out / "reports" / "coverage_audit.json").read_text())
+    report = json.loads((out / "reports" / "coverage_audit.json").read_text())
+    report["_run_dir"] = str(out)
+    return report
 
 
 def test_full_shape_meta_run_reproduces_the_seed_audit(build_dir, tmp_path, seed_audit):
@@ -58,6 +60,20 @@ def test_reduced_width_cpu_run_with_real_tensors(small_runs):
     dit = report["stages"][0]
     assert dit["recorded_calls"] == 4 * 4 * 5 * (2 * 10 + 8)  # ranks x chunks x forwards x linears
     assert report["dropped"] == {}
+
+
+def test_reduced_width_cpu_run_snapshots_every_signature_once_and_replays_exactly(small_runs):
+    report = small_runs["stage-map"]
+    run_dir = pathlib.Path(report["_run_dir"])
+    cov = report["coverage"]["snapshots"]
+    assert cov["by_signatures"]["fraction"] == 1.0 and cov["by_calls"]["fraction"] == 1.0
+    rows = report["rows"]
+    assert all(r["snapshot"] is not None for r in rows)
+    assert len(list((run_dir / "snapshots").glob("*.pt"))) == len(rows)  # one per signature across the 4 ranks
+    comparisons = [json.loads(p.read_text()) for p in (run_dir / "replays").glob("*/replay_comparison.json")]
+    assert len(comparisons) == len(rows)
+    assert all(c["exact"] is True and c["signature_matches"] for c in comparisons)
+    assert {c["stage"] for c in comparisons} == {"dit", "vae", "output"}
 
 
 def test_stage_map_nvtx_and_api_marking_agree(small_runs):

@@ -1,0 +1,323 @@
+"""Snapshots and replay (issue 12) as users meet them: sampled calls' real
+tensors on disk, torch.load-able with weights_only=True, replayed exactly by
+`lingprobe replay`; one sample per input key per launch across ranks; dead
+claimers re-claimed; budgets; evidence that belongs to its run; bad
+snapshots refused with one clear error."""
+import hashlib
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+
+import pytest
+
+import metadata
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+OPS_JOB = textwrap.dedent("""
+    import torch, torch.nn.functional as F
+    torch.manual_seed(0)
+    big = torch.randn(1, 8, 6)
+    view = big.chunk(4, dim=1)[1]                     # a non-contiguous view: strides (48, 6, 1), offset 12
+    w, b = torch.randn(5, 6), torch.randn(5)
+    F.linear(view, w, b)                              # linear on a view (the seed's DiT case)
+    x = torch.randn(1, 2, 4, 6, 6)
+    F.conv3d(x, torch.randn(3, 2, 3, 3, 3), torch.randn(3))
+    (torch.rand(2, 3, 4) * 255).to(torch.uint8)       # the output stage's to(uint8)
+    y = torch.arange(6, dtype=torch.float32)
+    y.mul_(3.0)                                       # in-place: captured before it ran
+    torch.sum(torch.randn(3, 4), 1, dtype=torch.float64)   # a kwarg-only argument
+    torch.max(torch.randn(3, 4), 1)                   # a tuple output
+    print("ok")
+""")
+
+OPS = "aten::linear,aten::conv3d,aten::to,aten::mul_,aten::sum,aten::max"
+
+
+def env(tmp_path, build_dir, **extra):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
+    e.update(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "out"),
+             LINGPROBE_SNAPSHOTS="1", OMP_NUM_THREADS="1", **extra)
+    return e
+
+
+def run_job(code, tmp_path, build_dir, **extra):
+    script = tmp_path / f"job{len(list(tmp_path.glob('job*.py')))}.py"
+    script.write_text(code)
+    p = subprocess.run([sys.executable, str(script)], env=env(tmp_path, build_dir, **extra), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def replay(cli, target, *args):
+    return subprocess.run([cli, "replay", str(target), *args], capture_output=True, text=True, timeout=300)
+
+
+def snapshot_records(run_dir):
+    recs = []
+    for f in metadata.files(run_dir):
+        recs += [r for r in metadata.read(f) if r["kind"] == "snapshot"]
+    return recs
+
+
+@pytest.fixture(scope="module")
+def ops_run(build_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ops")
+    run_job(OPS_JOB, tmp, build_dir, LINGPROBE_OPS=OPS)
+    (run_dir,) = metadata.run_dirs(tmp / "out")
+    return run_dir
+
+
+def test_every_sampled_op_loads_with_weights_only_and_replays_exactly(ops_run, cli):
+    recs = snapshot_records(ops_run)
+    files = sorted((ops_run / "snapshots").glob("*.pt"))
+    assert len(recs) == len(files) == 6, [f.name for f in files]
+    code = textwrap.dedent(f"""
+        import glob, json, torch
+        ops = [torch.load(p, weights_only=True)["op"] for p in glob.glob({str(ops_run / 'snapshots' / '*.pt')!r})]
+        print(json.dumps(sorted(ops)))
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == sorted(["aten.linear.default", "aten.conv3d.default", "aten.to.dtype",
+                                           "aten.mul_.Tensor", "aten.sum.dim_IntList", "aten.max.dim"])
+    r = replay(cli, ops_run)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "replayed 6 snapshot(s): 6 exact, 0 inexact" in r.stdout
+    for d in (ops_run / "replays").iterdir():
+        c = json.loads((d / "replay_comparison.json").read_text())
+        assert c["exact"] is True and c["signature_matches"] and c["layout_exact"], c
+        manifest = json.loads((d / "manifest.json").read_text())
+        for name, sha in manifest["sha256"].items():
+            assert hashlib.sha256((d / name).read_bytes()).hexdigest() == sha
+        assert set(os.listdir(d)) == {"replay_comparison.json", "identity.json", "run.log", "replay_operator.py",
+                                      "manifest.json"}
+
+
+def test_the_view_keeps_its_layout_and_inputs_are_captured_before_an_in_place_op(ops_run):
+    code = textwrap.dedent(f"""
+        import glob, torch
+        for p in glob.glob({str(ops_run / 'snapshots' / '*.pt')!r}):
+            d = torch.load(p, weights_only=True)
+            if d["op"] == "aten.linear.default":
+                v = d["args"][0]
+                print("view", v["shape"], v["stride"], v["storage_offset"], v["layout"], list(v["data"].shape))
+            if d["op"] == "aten.mul_.Tensor":
+                print("before", d["args"][0]["data"].tolist(), "after", d["output"]["data"].tolist(), d["written_args"])
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = dict(l.split(" ", 1) for l in p.stdout.strip().splitlines())
+    assert lines["view"] == "[1, 2, 6] [48, 6, 1] 12 compact [1, 2, 6]"
+    assert lines["before"] == ("[0.0, 1.0, 2.0, 3.0, 4.0, 5.0] after [0.0, 3.0, 6.0, 9.0, 12.0, 15.0] [0]")
+
+
+def test_the_standalone_replay_script_replays_exactly(ops_run, cli):
+    if not (ops_run / "replays").exists():
+        assert replay(cli, ops_run).returncode == 0
+    for d in sorted((ops_run / "replays").iterdir()):
+        p = subprocess.run([sys.executable, str(d / "replay_operator.py")], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout.strip().splitlines()[-1])["exact"] is True, (d.name, p.stdout)
+
+
+def test_audit_counts_only_this_runs_evidence(ops_run, cli, tmp_path):
+    import shutil
+    run = tmp_path / "copy"
+    shutil.copytree(ops_run, run, symlinks=True)
+    # a stray file (another run's sample copied in by hand) and an altered one
+    files = sorted((run / "snapshots").glob("*.pt"))
+    shutil.copy(files[0], run / "snapshots" / "dit_rank0_0123456789abcdef.pt")
+    with open(files[1], "r+b") as f:
+        f.seek(100)
+        f.write(b"\xff")
+    a = subprocess.run([cli, "audit", "--quiet", str(run)], capture_output=True, text=True)
+    assert a.returncode == 0, a.stderr
+    report = json.loads((run / "reports" / "coverage_audit.json").read_text())
+    assert [e["path"] for e in report["foreign_evidence"]] == ["snapshots/dit_rank0_0123456789abcdef.pt"]
+    assert [e["path"] for e in report["rejected_evidence"]] == [f"snapshots/{files[1].name}"]
+    cov = report["coverage"]["snapshots"]["by_signatures"]
+    assert (cov["covered"], cov["total"]) == (5, 6)
+    assert "not this run's evidence" in a.stderr
+
+
+def rewrite_snapshot(src, dst, change):
+    """A copy of a snapshot with `change(name, bytes) -> bytes` applied to its entries (CRCs recomputed)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, change(info.filename, zin.read(info.filename)))
+
+
+def snapshot_of(run_dir, op):
+    code = textwrap.dedent(f"""
+        import glob, torch
+        for p in sorted(glob.glob({str(run_dir / 'snapshots' / '*.pt')!r})):
+            if torch.load(p, weights_only=True)["op"] == {op!r}:
+                print(p)
+    """)
+    return pathlib.Path(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.split()[0])
+
+
+def test_an_altered_input_element_replays_inexact(ops_run, cli, tmp_path):
+    src = snapshot_of(ops_run, "aten.linear.default")
+    bad = tmp_path / "snapshots" / src.name
+    bad.parent.mkdir()
+    first = []
+
+    def flip_first_input_element(name, data):
+        if name.startswith("archive/data/") and not first:
+            first.append(name)
+            return bytes([data[0] ^ 0x40]) + data[1:]
+        return data
+    rewrite_snapshot(src, bad, flip_first_input_element)
+    r = replay(cli, bad)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "INEXACT" in r.stdout and "1 inexact" in r.stdout
+    c = json.loads((tmp_path / "replays" / src.stem / "replay_comparison.json").read_text())
+    assert c["exact"] is False and c["max_abs"] > 0 and c["signature_matches"]
+
+
+@pytest.mark.parametrize("case", ["truncated", "text", "foreign_zip", "torch_save", "crc", "unknown_op",
+                                  "unknown_dtype", "device"])
+def test_bad_snapshots_get_one_clear_error(ops_run, cli, tmp_path, case):
+    src = snapshot_of(ops_run, "aten.linear.default")
+    bad = tmp_path / "bad.pt"
+    raw = src.read_bytes()
+    if case == "truncated":
+        bad.write_bytes(raw[: len(raw) // 2])
+    elif case == "text":
+        bad.write_text("hello\n")
+    elif case == "foreign_zip":
+        with zipfile.ZipFile(bad, "w") as z:
+            z.writestr("archive/readme.txt", "not a snapshot")
+    elif case == "torch_save":
+        subprocess.run([sys.executable, "-c", f"import torch; torch.save({{'a': torch.ones(2)}}, {str(bad)!r})"], check=True)
+    elif case == "crc":  # one byte of a tensor changed in place, its CRC left as it was
+        info = zipfile.ZipFile(src).getinfo("archive/data/0")
+        header = raw[info.header_offset:info.header_offset + 30]
+        i = info.header_offset + 30 + int.from_bytes(header[26:28], "little") + int.from_bytes(header[28:30], "little")
+        bad.write_bytes(raw[:i] + bytes([raw[i] ^ 1]) + raw[i + 1:])
+    else:
+        old, new = {"unknown_op": ("aten::linear", "aten::no_such_op"), "unknown_dtype": ("torch.float32", "torch.float99"),
+                    "device": ("cpu", "cuda:0")}[case]
+
+        def edit(name, data):
+            if name != "archive/data.pkl":
+                return data
+            enc = lambda s: b"X" + len(s).to_bytes(4, "little") + s.encode()  # noqa: E731 (BINUNICODE)
+            return data.replace(enc(old), enc(new))
+        rewrite_snapshot(src, bad, edit)
+    r = replay(cli, bad)
+    assert r.returncode == 1, r.stdout + r.stderr
+    failed = [l for l in r.stdout.splitlines() if l.startswith("FAILED")]
+    assert len(failed) == 1, r.stdout
+    expected = {"truncated": "not a snapshot", "text": "not a snapshot", "foreign_zip": "no data.pkl",
+                "torch_save": "not a lingprobe snapshot", "crc": "CRC mismatch", "unknown_op": "unknown op aten::no_such_op",
+                "unknown_dtype": "torch.float99", "device": "no CUDA device"}[case]
+    if case == "device" and "no CUDA device" not in failed[0]:
+        pytest.skip("this torch has CUDA: the device case is the GPU machine's success path")
+    assert expected in failed[0], failed[0]
+
+
+def test_budgets_stop_sampling_and_the_summary_says_so(build_dir, tmp_path, cli):
+    run_job(OPS_JOB, tmp_path, build_dir, LINGPROBE_OPS=OPS, LINGPROBE_SAMPLE_BUDGET_PROCESS="600")
+    (run_dir,) = metadata.run_dirs(tmp_path / "out")
+    (f,) = metadata.files(run_dir)
+    last = [r for r in metadata.read(f) if r["kind"] == "counts"][-1]
+    assert last["dropped"]["snapshots"]["budget_process"] >= 1
+    written = last["sampling"]["snapshots_written"]
+    assert written < 6 and last["sampling"]["snapshot_bytes"] > 0
+    a = subprocess.run([cli, "audit", "--quiet", str(run_dir)], capture_output=True, text=True)
+    assert a.returncode == 0
+    summary = (run_dir / "reports" / "summary.md").read_text()
+    assert "budget_process" in summary and f"{6 - written} of 6 signatures have no snapshot" in summary
+
+
+def test_four_ranks_store_exactly_one_snapshot_per_signature(build_dir, tmp_path, cli):
+    job = tmp_path / "ranks.py"
+    job.write_text(textwrap.dedent("""
+        import torch, torch.distributed as dist, torch.nn.functional as F
+        dist.init_process_group("gloo")
+        w = torch.ones(4, 3)
+        dist.barrier()                          # released together: they race for every key
+        for _ in range(3):
+            F.linear(torch.ones(2, 3), w)
+            F.linear(torch.ones(5, 3), w)
+        if dist.get_rank() == 0:
+            torch.ones(2, 2).to(torch.uint8)    # a rank-0-only signature (the output stage's)
+        dist.barrier()
+    """))
+    e = env(tmp_path, build_dir, LINGPROBE_OPS="aten::linear,aten::to")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4", "--master_port=29547",
+                        "--redirects=2", "--tee=2", str(job)], env=e, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (run_dir,) = metadata.run_dirs(tmp_path / "out")
+    recs = snapshot_records(run_dir)
+    sigs = {}
+    for f in metadata.files(run_dir):
+        for r in metadata.read(f):
+            if r["kind"] == "signature":
+                sigs.setdefault(r["sha256"], set())
+    by_sha = {}
+    for f in metadata.files(run_dir):
+        ids = {r["id"]: r["sha256"] for r in metadata.read(f) if r["kind"] == "signature"}
+        for r in metadata.read(f):
+            if r["kind"] == "snapshot":
+                by_sha.setdefault(ids[r["id"]], []).append(r["path"])
+    assert sorted(len(v) for v in by_sha.values()) == [1, 1, 1] and set(by_sha) == set(sigs)
+    assert len(list((run_dir / "snapshots").glob("*.pt"))) == 3
+    a = subprocess.run([cli, "audit", "--quiet", str(run_dir)], capture_output=True, text=True)
+    report = json.loads((run_dir / "reports" / "coverage_audit.json").read_text())
+    assert report["coverage"]["snapshots"]["by_signatures"]["fraction"] == 1.0
+    assert replay(cli, run_dir).returncode == 0
+
+
+BLOCKING_OP = textwrap.dedent("""
+    import os, sys, time, torch
+    lib = torch.library.Library("lptest", "DEF")
+    lib.define("slow(Tensor x) -> Tensor")
+    def slow(x):
+        if os.environ.get("LPTEST_BLOCK") == "1":
+            print("blocking", flush=True)
+            time.sleep(600)
+        return x * 2
+    lib.impl("slow", slow, "CPU")
+    torch.ops.lptest.slow(torch.ones(3))
+    print("done", flush=True)
+""")
+
+
+def test_a_claimer_killed_after_claiming_is_reclaimed_by_the_next_run_of_the_key(build_dir, tmp_path):
+    script = tmp_path / "slow.py"
+    script.write_text(BLOCKING_OP)
+    e = env(tmp_path, build_dir, LINGPROBE_OPS="lptest::*", LINGPROBE_RUN_ID="launch-1")
+    first = subprocess.Popen([sys.executable, str(script)], env=dict(e, LPTEST_BLOCK="1"), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert first.stdout.readline().strip() == "blocking"  # inside the sampled op: its key is claimed
+    claims = tmp_path / "out" / "launch-1" / "claims"
+    (claim,) = claims.glob("key-*.0")
+    assert json.loads(claim.read_text())["state"] == "claimed"
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    second = subprocess.run([sys.executable, str(script)], env=e, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0 and "done" in second.stdout, second.stderr
+    taken = claims / claim.name.replace(".0", ".1")
+    assert json.loads(taken.read_text())["state"] == "done"
+    assert json.loads(taken.read_text())["pid"] != json.loads(claim.read_text())["pid"]
+    assert len(list((tmp_path / "out" / "launch-1" / "snapshots").glob("*.pt"))) == 1
+
+
+def test_a_second_launch_into_the_same_directory_samples_into_its_own_run(build_dir, tmp_path):
+    for _ in range(2):
+        run_job(OPS_JOB, tmp_path, build_dir, LINGPROBE_OPS="aten::linear")
+    runs = metadata.run_dirs(tmp_path / "out")
+    assert len(runs) == 2
+    for r in runs:  # each launch claims for itself: neither is starved by the other's claims
+        assert len(list((r / "snapshots").glob("*.pt"))) == 1 and (r / "claims").is_dir()

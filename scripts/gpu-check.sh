@@ -3,7 +3,7 @@
 # scripts/fetch-gpu-deps.sh): builds lingprobe against that machine's torch,
 # runs the test suite (GPU and CPU tiers) and the GPU workloads, and writes
 # results under $OUT.
-#   scripts/gpu-check.sh build|test|reference N|bench N|cpubench N ...   (steps in order; default: build test)
+#   scripts/gpu-check.sh build|test|pytest FILE.py...|reference N|bench N|cpubench N ...   (steps in order; default: build test)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
@@ -43,6 +43,15 @@ step_test() {
   return $rc
 }
 
+# Chosen Python test files (tests/python/NAME.py), with ctest's environment.
+step_pytest() {
+  local files=() f
+  for f in "$@"; do files+=("$root/tests/python/$f"); done
+  LPTEST_BUILD_DIR=$build LPTEST_SEEDS_DIR=$root/.deps/seeds PYTHONPATH=$root/python_shim \
+    $py -m pytest -q -s -p no:cacheprovider "${files[@]}" 2>&1 | tee "$OUT/pytest.log" | tail -40
+  return "${PIPESTATUS[0]}"
+}
+
 # Full-shape stand-in on CUDA, 4 ranks sharing the one GPU over gloo; $1 chunks.
 # REFERENCE_MODES picks among: none (no lingprobe), seed (seed selection), all.
 step_reference() {
@@ -52,12 +61,17 @@ step_reference() {
     local flags=(--select seed)
     [ "$mode" = all ] && flags=(--select all)
     [ "$mode" = none ] && flags+=(--no-lingprobe)
+    [ "$mode" = seed-nosnap ] && flags+=(--no-snapshots)
     LINGPROBE_CLI=$build/lingprobe LINGPROBE_PYTHON=$py MASTER_PORT=$((29600 + RANDOM % 100)) \
       "$root/scripts/reference-run.sh" --device cuda --scale full --chunks "$chunks" --out "$out" "${flags[@]}" \
       >"$OUT/reference-$mode.log" 2>&1
     echo "reference $mode: rc=$? $(grep -h 'reference-run:' "$OUT/reference-$mode.log" | tail -1)"
     cat "$out"/timing.rank*.json > "$OUT/timing-$mode.jsonl" 2>/dev/null
     [ -d "$out/reports" ] && cp "$out/reports/coverage_audit.json" "$OUT/audit-$mode.json" && cp "$out/reports/summary.md" "$OUT/summary-$mode.md"
+    if [ -d "$out/replays" ]; then
+      cat "$out"/replays/*/replay_comparison.json > "$OUT/replays-$mode.json"
+      du -sb "$out/snapshots" | tee -a "$OUT/reference-$mode.log"
+    fi
   done
 }
 
@@ -111,6 +125,8 @@ while [ ${#steps[@]} -gt 0 ]; do
            step_bench "$arg" || rc=1 ;;
     cpubench) arg=3; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
               step_cpubench "$arg" || rc=1 ;;
+    pytest) files=(); while [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} == *.py ]]; do files+=("${steps[0]}"); steps=("${steps[@]:1}"); done
+            step_pytest "${files[@]}" || rc=1 ;;
     reference) arg=20; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
                step_reference "$arg" || rc=1 ;;
     *) echo "gpu-check: unknown step $s"; rc=2 ;;

@@ -321,3 +321,57 @@ def test_a_second_launch_into_the_same_directory_samples_into_its_own_run(build_
     assert len(runs) == 2
     for r in runs:  # each launch claims for itself: neither is starved by the other's claims
         assert len(list((r / "snapshots").glob("*.pt"))) == 1 and (r / "claims").is_dir()
+
+
+def has_cuda():
+    # In a child: importing torch in pytest itself would inflate later children's peak RSS.
+    return subprocess.run([sys.executable, "-c", "import torch, sys; sys.exit(not torch.cuda.is_available())"]).returncode == 0
+
+
+CUDA_JOB = textwrap.dedent("""
+    import torch, torch.nn.functional as F
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    x = torch.randn(1, 4 * 264, 512, device=dev, dtype=torch.bfloat16)
+    view = torch.chunk(x, 4, dim=1)[1]                                   # the seed's DiT input layout
+    w = torch.randn(512, 512, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(512, device=dev, dtype=torch.bfloat16)
+    out = F.linear(view, w, b)
+    c = F.conv3d(torch.randn(1, 16, 4, 18, 10, device=dev), torch.randn(16, 16, 3, 3, 3, device=dev),
+                 torch.randn(16, device=dev))                              # fp32 conv3d (cuDNN)
+    u = (torch.rand(3, 9, 32, 32, device=dev) * 255).to(torch.uint8)     # float -> uint8
+    # a CUDA graph: nothing is sampled while its stream captures; the graph's result stays right
+    static = torch.randn(64, 64, device=dev)
+    wg = torch.randn(48, 64, device=dev)
+    F.linear(torch.randn(8, 8, device=dev), torch.randn(8, 8, device=dev))  # warm-up on the side stream's key
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        F.linear(static, wg)                      # warm-up outside capture (this one may be sampled)
+        with torch.cuda.graph(g):
+            captured = F.linear(static * 1, wg[:32])
+    torch.cuda.current_stream().wait_stream(s)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.allclose(captured, F.linear(static, wg[:32]), atol=1e-4), "graph result wrong"
+    print("ok")
+""")
+
+
+def test_cuda_snapshots_replay_exactly_on_cuda_and_never_inside_capture(build_dir, tmp_path, cli):
+    if not has_cuda():
+        pytest.skip("no CUDA device here (CI has none): runs on the GPU machine through scripts/gpu-check.sh")
+    p = run_job(CUDA_JOB, tmp_path, build_dir, LINGPROBE_OPS="aten::linear,aten::conv3d,aten::to")
+    assert "ok" in p.stdout
+    (run_dir,) = metadata.run_dirs(tmp_path / "out")
+    (f,) = metadata.files(run_dir)
+    last = [r for r in metadata.read(f) if r["kind"] == "counts"][-1]
+    assert last["dropped"]["snapshots"]["stream_capturing"] == 1, last  # the captured linear: not sampled
+    r = replay(cli, run_dir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    comparisons = [json.loads(p.read_text()) for p in (run_dir / "replays").glob("*/replay_comparison.json")]
+    ops = sorted(c["op"] for c in comparisons)
+    assert ops.count("aten.linear.default") >= 2 and "aten.conv3d.default" in ops and "aten.to.dtype" in ops, ops
+    assert all(c["exact"] is True and c["device"].startswith("cuda") and c["signature_matches"] for c in comparisons)
+    print("\n" + r.stdout)

@@ -15,7 +15,8 @@ const char* const kNonOptionVariables[] = {
     "LIBRARY", "REAL_LIBRARY", "PRELOAD", "BUILD_DIR", "PYTHON_SHIM",  // where things are; the stub's switch
     "PARENT_PID", "PARENT_RANK",                 // set by a recording process for the processes it starts
     "SHIM_PATH", "PYTHONPATH_BEFORE",            // the stub's PYTHONPATH entry, undone by the shim
-    "PRELOAD_WARNED"};                           // one warning per process tree
+    "PRELOAD_WARNED",                            // one warning per process tree
+    "CLI", "PYTHON", "NVTX_HELPER"};             // read by scripts/reference-run.sh and the reference workload
 
 std::string upper(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));

@@ -70,7 +70,13 @@ class Broker : public capture::ClaimBroker, public capture::RunBudget {
     }
   }
   void release_key(const std::string& sha, bool failed, uint64_t bytes) override { claims_->release_key(sha, failed, bytes); }
-  bool reclaimable(const std::string& sha) override { return claims_->reclaimable(sha); }
+  KeyProgress key_progress(const std::string& sha) override {
+    switch (claims_->key_state(sha)) {
+      case sink::Claims::KeyState::Done: return KeyProgress::Done;
+      case sink::Claims::KeyState::InProgress: return KeyProgress::InProgress;
+      default: return KeyProgress::Free;
+    }
+  }
   bool signature_sampled(const std::string& sha) override { return claims_->signature_claimed(sha); }
   bool reserve(uint64_t bytes) override { return claims_->reserve_bytes(bytes, run_limit_); }
   void give_back(uint64_t bytes) override { claims_->give_back_bytes(bytes); }

@@ -135,7 +135,9 @@ void Sampler::on_signature(SampleKey* k, uint32_t id, const std::string& sha) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!sha.empty()) signature_sha_[id] = sha;
   if (!k->seen_signatures.insert(id).second || k->sampled_signatures.count(id)) return;
-  if (k->state == KeyState::Done && k->taken > 0 && options_.extra_signature_attempts > 0) {
+  if (k->state == KeyState::Done && k->taken == 0) {  // another process's key: let the poll look again
+    set_state(k, KeyState::HeldElsewhere);
+  } else if (k->state == KeyState::Done && k->taken > 0 && options_.extra_signature_attempts > 0) {
     if (k->attempts_left == 0) k->attempts_left = options_.extra_signature_attempts;
     set_state(k, KeyState::Reopened);
   }
@@ -151,11 +153,13 @@ void Sampler::poll() {
       if (k->state == KeyState::HeldElsewhere) held.push_back(k.get());
   }
   for (SampleKey* k : held) {
-    if (broker_->reclaimable(k->input_sha)) {
+    const auto progress = broker_->key_progress(k->input_sha);
+    if (progress == ClaimBroker::KeyProgress::Free) {
       std::lock_guard<std::mutex> lock(mu_);
       if (k->state == KeyState::HeldElsewhere) set_state(k, KeyState::Candidate);
       continue;
     }
+    if (progress == ClaimBroker::KeyProgress::InProgress) continue;  // its samples are still being written
     // The owner may be done with a signature that this process sees and nobody sampled.
     std::vector<std::string> shas;
     {
@@ -171,9 +175,10 @@ void Sampler::poll() {
         k->attempts_left = options_.extra_signature_attempts;
         set_state(k, KeyState::Reopened);
       }
-    } else if (!shas.empty()) {
+    } else {  // the owner is done and every signature seen here has its sample: stop polling this key
       std::lock_guard<std::mutex> lock(mu_);
       for (uint32_t s : k->seen_signatures) k->sampled_signatures.insert(s);
+      if (k->state == KeyState::HeldElsewhere) set_state(k, KeyState::Done);
     }
   }
 }
@@ -216,7 +221,8 @@ std::map<std::string, uint64_t> Sampler::unsampled_reasons() const {
       continue;
     }
     switch (k->state) {
-      case KeyState::HeldElsewhere: ++out["sampled_by_another_process"]; break;
+      case KeyState::HeldElsewhere:
+      case KeyState::Done: ++out["sampled_by_another_process"]; break;
       case KeyState::OtherRank: ++out["owned_by_another_rank"]; break;
       case KeyState::Stopped: ++out[k->stop_reason.empty() ? "stopped" : k->stop_reason]; break;
       case KeyState::Candidate: ++out["rule_skip_every_probability"]; break;

@@ -54,8 +54,9 @@ class ClaimBroker {
   virtual Outcome claim_key(const std::string& input_sha) = 0;
   // The owner is done with the key (failed: others may claim it again).
   virtual void release_key(const std::string& input_sha, bool failed, uint64_t bytes) = 0;
-  // The writer thread's poll: the claimer failed or died, the key is free again.
-  virtual bool reclaimable(const std::string& input_sha) = 0;
+  // The writer thread's poll: where the key's claim stands in the launch.
+  enum class KeyProgress { InProgress, Done, Free };  // Free: its claimer failed or died
+  virtual KeyProgress key_progress(const std::string& input_sha) = 0;
   // A sample of this signature (sha256 hex) exists in the launch.
   virtual bool signature_sampled(const std::string& signature_sha) = 0;
 };
@@ -114,7 +115,8 @@ class Sampler {
   // A thread's first sighting of (key, signature).
   void on_signature(SampleKey* key, uint32_t signature_id, const std::string& signature_sha);
   // The writer thread, every flush: keys whose claimer failed or died become
-  // claimable; held keys whose owner is done but left a signature unsampled reopen.
+  // claimable; held keys whose owner is done but left a signature this
+  // process sees unsampled reopen (never while the owner is still at work).
   void poll();
   // Nothing more is sampled in this process (e.g. its byte budget is spent).
   void stop_all(const std::string& reason);

@@ -104,13 +104,12 @@ bool Claims::owner_gone(const std::string& claim_path) {
 Claims::Outcome Claims::claim_key(const std::string& sha) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!ensure_dir()) return Outcome::Error;
-  const std::string base = dir_ + "/key-" + sha.substr(0, 16) + ".";
   // The newest claim decides: free (none), taken, or its owner failed or died.
-  int n = 0;
-  struct stat st;
-  while (::stat((base + std::to_string(n)).c_str(), &st) == 0) ++n;
-  if (n > 0 && !owner_gone(base + std::to_string(n - 1))) return Outcome::Held;
-  if (!write_claim(base + std::to_string(n), sha, "claimed", 0, true)) return errno == EEXIST ? Outcome::Held : Outcome::Error;
+  const std::string newest = newest_claim(sha);
+  if (!newest.empty() && !owner_gone(newest)) return Outcome::Held;
+  const int n = newest.empty() ? 0 : std::atoi(newest.substr(newest.rfind('.') + 1).c_str()) + 1;
+  const std::string path = dir_ + "/key-" + sha.substr(0, 16) + "." + std::to_string(n);
+  if (!write_claim(path, sha, "claimed", 0, true)) return errno == EEXIST ? Outcome::Held : Outcome::Error;
   mine_[sha] = n;
   return Outcome::Owned;
 }
@@ -123,13 +122,20 @@ void Claims::release_key(const std::string& sha, bool failed, uint64_t bytes) {
               bytes, false);
 }
 
-bool Claims::reclaimable(const std::string& sha) {
-  std::lock_guard<std::mutex> lock(mu_);
+std::string Claims::newest_claim(const std::string& sha) {
   const std::string base = dir_ + "/key-" + sha.substr(0, 16) + ".";
   int n = 0;
   struct stat st;
   while (::stat((base + std::to_string(n)).c_str(), &st) == 0) ++n;
-  return n > 0 && owner_gone(base + std::to_string(n - 1));
+  return n ? base + std::to_string(n - 1) : "";
+}
+
+Claims::KeyState Claims::key_state(const std::string& sha) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string claim = newest_claim(sha);
+  if (claim.empty()) return KeyState::None;
+  if (owner_gone(claim)) return KeyState::Free;
+  return field(read_file(claim), "state") == "done" ? KeyState::Done : KeyState::InProgress;
 }
 
 bool Claims::claim_signature(const std::string& sha, const std::string& path) {

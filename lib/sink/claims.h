@@ -26,8 +26,10 @@ class Claims {
   enum class Outcome { Owned, Held, Error };
   Outcome claim_key(const std::string& input_sha);
   void release_key(const std::string& input_sha, bool failed, uint64_t bytes);
-  // The key's current claim failed or its owner died: it may be claimed again.
-  bool reclaimable(const std::string& input_sha);
+  // The key's current claim: none, in progress (its owner alive), done, or
+  // free again (its owner failed or died: it may be claimed again).
+  enum class KeyState { None, InProgress, Done, Free };
+  KeyState key_state(const std::string& input_sha);
   // Exclusive: false when another sample of the signature exists already.
   bool claim_signature(const std::string& signature_sha, const std::string& path);
   void unclaim_signature(const std::string& signature_sha);
@@ -42,6 +44,7 @@ class Claims {
   bool ensure_dir();
   bool write_claim(const std::string& path, const std::string& input_sha, const char* state, uint64_t bytes, bool exclusive);
   bool owner_gone(const std::string& claim_path);
+  std::string newest_claim(const std::string& input_sha);  // "" if none
   std::string dir_;
   std::string host_;
   int64_t rank_;

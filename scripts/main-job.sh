@@ -11,6 +11,14 @@ out=${1:-$root/lingprobe-out/reference}
 # The LingBot-World TP1SP4 stand-in at full shapes (704x1280, 4 ranks, 20 chunks) on the meta
 # device: real operator signatures, no tensor data, minutes on 2 cores.
 "$root/scripts/reference-run.sh" --device meta --scale full --select seed --out "$out"
+# The same pipeline at a reduced width with real CPU tensors: every signature snapshotted once
+# across the 4 ranks, each snapshot replayed in isolation and checked (meta tensors have no data).
+cpu_out="$(dirname "$out")/$(basename "$out")-cpu"
+"$root/scripts/reference-run.sh" --device cpu --scale small --select seed --out "$cpu_out"
 echo
 echo "reports: $out/reports/coverage_audit.json, $out/reports/summary.md"
 sed -n '3,8p' "$out/reports/summary.md"
+echo
+echo "real-tensor run: $cpu_out/reports/summary.md (snapshots in $cpu_out/snapshots, replays in $cpu_out/replays)"
+sed -n '3,8p' "$cpu_out/reports/summary.md"
+grep -A2 "^## Snapshots" "$cpu_out/reports/summary.md" | tail -1

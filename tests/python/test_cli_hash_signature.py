@@ -46,3 +46,11 @@ def test_unknown_command_and_help(cli):
     assert bad.returncode == 2 and b"unknown command" in bad.stderr
     ok = subprocess.run([cli, "--help"], capture_output=True)
     assert ok.returncode == 0 and b"hash-signature" in ok.stdout
+
+
+def test_the_usage_docs_show_the_current_configuration_table(cli):
+    # docs/USAGE.md quotes `lingprobe config`; an option added without the docs fails here
+    import pathlib
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "USAGE.md").read_text()
+    table = subprocess.run([cli, "config"], capture_output=True, text=True, check=True).stdout
+    assert table in doc, "docs/USAGE.md's configuration table is stale: paste `lingprobe config` into it"

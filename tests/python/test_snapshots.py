@@ -375,3 +375,18 @@ def test_cuda_snapshots_replay_exactly_on_cuda_and_never_inside_capture(build_di
     assert ops.count("aten.linear.default") >= 2 and "aten.conv3d.default" in ops and "aten.to.dtype" in ops, ops
     assert all(c["exact"] is True and c["device"].startswith("cuda") and c["signature_matches"] for c in comparisons)
     print("\n" + r.stdout)
+
+
+def test_the_30_line_script_of_the_docs_replays_snapshots(ops_run, tmp_path):
+    doc = (ROOT / "docs" / "SNAPSHOTS.md").read_text()
+    code = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len([l for l in code.splitlines() if l.strip()]) <= 30
+    script = tmp_path / "replay30.py"
+    script.write_text(code)
+    results = {}
+    for snap in sorted((ops_run / "snapshots").glob("*.pt")):
+        p = subprocess.run([sys.executable, str(script), str(snap)], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        op, verdict = p.stdout.split(" ", 1)
+        results[op] = verdict.strip()
+    assert len(results) == 6 and set(results.values()) == {"True"}, results

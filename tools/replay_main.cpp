@@ -50,7 +50,18 @@ struct Target {
 
 }  // namespace
 
+int run(int argc, char** argv);
+
 int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "lingprobe replay: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+int run(int argc, char** argv) {
   std::string input, out_dir, device;
   bool quiet = false;
   for (int i = 1; i < argc; ++i) {

@@ -116,6 +116,10 @@ const std::vector<ConfigEntry>& config_table() {
       {"LOG_LEVEL", "trace|debug|info|warn|error|off", "info", "Log level of lingprobe's stderr messages."},
       {"SNAPSHOTS", "bool", "0", "Snapshot sampled calls: their real input and output tensors to "
                                  "RUN_DIR/snapshots/{stage}_rank{R}_{h16}.pt (torch.load-able; `lingprobe replay` reruns them)."},
+      {"PROFILE", "bool", "0", "Measure sampled calls' kernels inline with CUPTI (range profiler, kernel replay): "
+                               "RUN_DIR/profiles/{stage}_rank{R}_{h16}/ (kernels.json, metrics.csv, identity.json)."},
+      {"PROFILE_METRICS", "string", "", "Comma-separated metrics for PROFILE; empty: the capability seed's eight "
+                                        "(gpu__time_duration.sum, sm__/dram/lts throughput %, warps active %, DRAM bytes)."},
       {"SAMPLE_FIRST", "int", "1", "Samples per input key (op, stage, arguments) per launch."},
       {"SAMPLE_SKIP", "int", "0", "Skip the first N calls of each input key before sampling (warm-up: cuDNN "
                                   "heuristics, lazy loading); counted per process."},
@@ -172,6 +176,8 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
     else err = "expected auto, rank, single, launcher or child, got '" + v + "'";
   } else if (name == "RUN_ID") c.run_id = v;
   else if (name == "SNAPSHOTS") err = parse_bool(v, c.snapshots);
+  else if (name == "PROFILE") err = parse_bool(v, c.profile);
+  else if (name == "PROFILE_METRICS") c.profile_metrics = v;
   else if (name == "SAMPLE_FIRST") err = parse_int(v, c.sample_first, 1);
   else if (name == "SAMPLE_SKIP") err = parse_int(v, c.sample_skip, 0);
   else if (name == "SAMPLE_EVERY") err = parse_int(v, c.sample_every, 1);
@@ -260,7 +266,9 @@ format::JsonValue config_json(const Config& c) {
   o.set("role", JsonValue::string(kRoles[static_cast<int>(c.role)]));
   o.set("log_level", JsonValue::string(c.log_level));
   o.set("snapshots", JsonValue::boolean(c.snapshots));
-  if (c.snapshots) {
+  o.set("profile", JsonValue::boolean(c.profile));
+  if (c.profile) o.set("profile_metrics", JsonValue::string(c.profile_metrics));
+  if (c.snapshots || c.profile) {
     static const char* const kCoordination[] = {"claims", "hash", "none"};
     o.set("sample_first", JsonValue::integer(c.sample_first));
     o.set("sample_skip", JsonValue::integer(c.sample_skip));

@@ -39,6 +39,8 @@ struct Config {
   std::string log_level = "info";
   // Sampling (snapshots of sampled calls' tensors; docs/SNAPSHOTS.md).
   bool snapshots = false;
+  bool profile = false;             // inline CUPTI counters of sampled calls
+  std::string profile_metrics;      // "" : the capability seed's eight
   int64_t sample_first = 1;        // samples per input key per launch
   int64_t sample_skip = 0;         // calls of each key skipped first (warm-up)
   int64_t sample_every = 1;        // then every M-th call

@@ -1,5 +1,7 @@
 #include "api/identity.h"
 
+#include "format/file_names.h"
+
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -97,8 +99,12 @@ Identity resolve_identity(const Config& c, GetenvFn getenv_fn, const std::string
     id.role = c.role;
   } else if (!torchrun_worker && looks_like_launcher(cmdline)) {
     id.role = Role::Launcher;  // under srun too: the agent has SLURM_PROCID but no RANK
-  } else if (parent >= 0 && parent != own_pid) {
-    id.role = Role::Child;  // inherits its parent's RANK, and is not that rank
+  } else if (parent >= 0 && parent != own_pid &&
+             !(rank >= 0 && env_int(getenv_fn, "LINGPROBE_PARENT_RANK", -1) < 0)) {
+    // A child inherits its parent rank's RANK and is not that rank. A process
+    // with a RANK whose recording parent was no rank was started by a launcher
+    // lingprobe does not know (accelerate, deepspeed, start_processes): a rank.
+    id.role = Role::Child;
   } else if (rank >= 0 || c.rank >= 0) {
     id.role = Role::Rank;
   } else {
@@ -121,12 +127,7 @@ Identity resolve_identity(const Config& c, GetenvFn getenv_fn, const std::string
 }
 
 std::string sanitize_run_id(const std::string& raw) {
-  std::string id;
-  for (char ch : raw.substr(0, 128)) {
-    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-                    ch == '_' || ch == '-';
-    id += ok ? ch : '_';
-  }
+  std::string id = format::safe_name_part(raw, 128);
   if (id.empty() || id.find_first_not_of('.') == std::string::npos) id = "run_" + id;
   return id;
 }

@@ -5,17 +5,52 @@
 #include <mutex>
 
 #include "capture/sampler.h"
+#include "format/canonical_json.h"
 #include "capture/snapshot_capture.h"
 #include "gpu/cuda_driver.h"
+#ifdef LINGPROBE_HAVE_CUPTI
+#include "gpu/cupti_profiler.h"
+#endif
+
+#include <cxxabi.h>
+#include <chrono>
+#include <cstdlib>
 #include "sink/claims.h"
 #include "sink/snapshot_writer.h"
 
 namespace lingprobe::api {
 namespace {
 
-// capture's GPU needs, over the CUDA driver (loaded on first use).
+std::string demangle(const std::string& mangled) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
+  std::string out = status == 0 && d ? d : mangled;
+  std::free(d);
+  return out;
+}
+
+// The physical GPU index behind a CUDA ordinal (CUDA_VISIBLE_DEVICES), as text.
+std::string physical_index(int ordinal) {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!v || !*v) return std::to_string(ordinal);
+  std::string list = v;
+  size_t pos = 0;
+  for (int i = 0; i <= ordinal; ++i) {
+    const size_t end = list.find(',', pos);
+    const std::string item = list.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    if (i == ordinal) return item;
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return std::to_string(ordinal);
+}
+
+// capture's GPU needs, over the CUDA driver and CUPTI (loaded on first use).
 class CudaAccess : public capture::DeviceAccess {
  public:
+  // `on_probe` gets the counters probe's result once, as a metadata record line.
+  CudaAccess(std::vector<std::string> metrics, std::function<void(std::string)> on_probe)
+      : metrics_(std::move(metrics)), on_probe_(std::move(on_probe)) {}
   Capture stream_capture(void* stream) override {
     gpu::CudaDriver* d = gpu::CudaDriver::get();
     if (!d) return Capture::Unknown;
@@ -40,7 +75,139 @@ class CudaAccess : public capture::DeviceAccess {
     return std::make_unique<Transfer>(d, device, ev, ptr, n);
   }
 
+  std::unique_ptr<capture::CounterWindow> open_counters(int device, void* stream, std::string& reason) override {
+#ifdef LINGPROBE_HAVE_CUPTI
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!unavailable_.empty()) {
+      reason = "counters_unavailable";
+      return nullptr;
+    }
+    gpu::CudaDriver* d = gpu::CudaDriver::get(&reason);
+    if (!d) return nullptr;
+    void* ctx = d->primary_context(device);
+    if (!set_ready_ && !prepare(d, device, ctx)) {
+      reason = "counters_unavailable";
+      return nullptr;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string why = cupti_->begin_window(ctx, stream, set_);
+    if (!why.empty()) {
+      if (why.find("INSUFFICIENT_PRIVILEGES") != std::string::npos || why.find("NOT_SUPPORTED") != std::string::npos)
+        unavailable_ = why;
+      reason = unavailable_.empty() ? "window_not_opened" : "counters_unavailable";
+      log_ += "window not opened: " + why + "\n";
+      return nullptr;
+    }
+    return std::make_unique<Window>(this, d, device, ctx, t0);
+#else
+    (void)device;
+    (void)stream;
+    reason = "not_built_with_cupti";
+    return nullptr;
+#endif
+  }
+
+  // Why counters cannot be read here ("" while they can); the probe's result.
+  std::string unavailable() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return unavailable_;
+  }
+
  private:
+#ifdef LINGPROBE_HAVE_CUPTI
+  // Once per process: CUPTI, the chip, the counter availability, the config image.
+  bool prepare(gpu::CudaDriver* d, int device, void* ctx) {
+    std::string err;
+    cupti_ = gpu::Cupti::get(&err);
+    std::string chip;
+    std::vector<uint8_t> availability;
+    if (cupti_ && err.empty()) err = cupti_->device_chip(device, chip);
+    if (cupti_ && err.empty()) err = cupti_->counter_availability(ctx, availability);
+    if (cupti_ && err.empty()) err = cupti_->build_metric_set(chip, metrics_, availability, set_);
+    if (const char* inj = std::getenv("CUDA_INJECTION64_PATH"); err.empty() && inj && *inj)
+      err = std::string("held by another tool (CUDA_INJECTION64_PATH=") + inj + ")";
+    format::JsonValue probe = format::JsonValue::object();
+    probe.set("kind", format::JsonValue::string("counters_probe"));
+    probe.set("device", format::JsonValue::integer(device));
+    probe.set("available", format::JsonValue::boolean(err.empty()));
+    probe.set("chip", format::JsonValue::string(chip));
+    probe.set("passes", format::JsonValue::integer(static_cast<int64_t>(set_.passes)));
+    probe.set("reason", format::JsonValue::string(err));
+    if (on_probe_) on_probe_(format::canonical_json(probe) + "\n");
+    if (!err.empty()) {
+      unavailable_ = err;
+      return false;
+    }
+    identity_ = format::JsonValue::object();
+    identity_.set("gpu_name", format::JsonValue::string(d->device_name(device)));
+    identity_.set("gpu_uuid", format::JsonValue::string(d->device_uuid(device)));
+    identity_.set("chip", format::JsonValue::string(chip));
+    identity_.set("compute_capability", format::JsonValue::string(d->compute_capability(device)));
+    identity_.set("driver_version", format::JsonValue::integer(d->driver_version()));
+    identity_.set("sm_clock_khz", format::JsonValue::integer(d->clock_rate_khz(device)));
+    format::JsonValue m = format::JsonValue::array();
+    for (const auto& x : set_.metrics) m.push_back(format::JsonValue::string(x));
+    identity_.set("metrics", std::move(m));
+    set_ready_ = true;
+    return true;
+  }
+
+  class Window : public capture::CounterWindow {
+   public:
+    Window(CudaAccess* owner, gpu::CudaDriver* d, int device, void* ctx, std::chrono::steady_clock::time_point t0)
+        : owner_(owner), d_(d), device_(device), ctx_(ctx), t0_(t0) {}
+    format::ProfileData close() override {
+      gpu::WindowResult w = owner_->cupti_->end_window([this] { return d_->synchronize(ctx_); });
+      format::ProfileData p;
+      p.status = gpu::status_name(w.status);
+      p.reason = w.reason;
+      p.metrics = owner_->set_.metrics;
+      p.passes = owner_->set_.passes;
+      p.compute_capability = d_->compute_capability(device_);
+      p.foreign_kernels = w.foreign;
+      for (size_t i = 0; i < w.kernels.size(); ++i) {
+        const gpu::KernelLaunch& k = w.kernels[i];
+        format::ProfiledKernel pk;
+        pk.mangled_name = k.mangled;
+        pk.name = demangle(k.mangled);
+        pk.device = device_;
+        for (int j = 0; j < 3; ++j) pk.grid[j] = k.grid[j], pk.block[j] = k.block[j];
+        pk.registers_per_thread = k.registers;
+        pk.shared_bytes_per_block = static_cast<int64_t>(k.static_shared) + k.dynamic_shared + 1024;
+        if (i < w.values.size()) pk.values = w.values[i];
+        p.kernels.push_back(std::move(pk));
+      }
+      p.window_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      p.identity = owner_->identity_;
+      p.identity.set("cuda_device", format::JsonValue::string(std::to_string(device_)));
+      p.identity.set("allocated", format::JsonValue::string(physical_index(device_)));
+      p.identity.set("graph_guard", format::JsonValue::boolean(w.graph_guard));
+      p.identity.set("ranges", format::JsonValue::integer(static_cast<int64_t>(w.ranges)));
+      p.log = "ranges " + std::to_string(w.ranges) + ", kernels " + std::to_string(w.kernels.size()) + ", passes " +
+              std::to_string(p.passes) + ", graph guard " + (w.graph_guard ? "armed" : "not armed (subscriber held)") +
+              "\n";
+      return p;
+    }
+
+   private:
+    CudaAccess* owner_;
+    gpu::CudaDriver* d_;
+    int device_;
+    void* ctx_;
+    std::chrono::steady_clock::time_point t0_;
+  };
+
+  gpu::Cupti* cupti_ = nullptr;
+  gpu::MetricSet set_;
+  bool set_ready_ = false;
+  format::JsonValue identity_;
+#endif
+  std::vector<std::string> metrics_;
+  std::function<void(std::string)> on_probe_;
+  std::mutex mu_;
+  std::string unavailable_;
+  std::string log_;
+
   class Transfer : public capture::DeviceTransfer {
    public:
     Transfer(gpu::CudaDriver* d, int device, void* ev, const void* ptr, size_t n)
@@ -95,6 +262,21 @@ class WriterSink : public capture::SnapshotSink {
   sink::SnapshotWriter* w_;
 };
 
+std::vector<std::string> metrics_of(const Config& c) {
+#ifdef LINGPROBE_HAVE_CUPTI
+  if (c.profile_metrics.empty()) return gpu::seed_metrics();
+#endif
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= c.profile_metrics.size()) {
+    size_t end = c.profile_metrics.find(',', pos);
+    if (end == std::string::npos) end = c.profile_metrics.size();
+    if (end > pos) out.push_back(c.profile_metrics.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return out;
+}
+
 capture::Coordination coordination_of(SampleCoordination c) {
   switch (c) {
     case SampleCoordination::Hash: return capture::Coordination::Hash;
@@ -114,7 +296,6 @@ struct SamplingSession::Parts {
   CudaAccess cuda;
   capture::Sampler sampler;
   capture::SnapshotCapture snapshots;
-  bool coordinated;
 
   Parts(const Config& c, int64_t rank, const std::string& who, const std::string& run_dir, const std::string& run_id,
         sink::MetadataWriter* metadata)
@@ -122,10 +303,10 @@ struct SamplingSession::Parts {
         broker(&claims, static_cast<uint64_t>(c.sample_budget_run)),
         writer(run_dir, who, metadata, c.sample_coordination == SampleCoordination::Claims ? &claims : nullptr),
         writer_sink(&writer),
+        cuda(metrics_of(c), [metadata](std::string line) { metadata->add_record(std::move(line)); }),
         snapshots(&sampler, &writer_sink, &broker, &cuda,
-                  capture::SnapshotOptions{static_cast<uint64_t>(c.sample_budget_process),
-                                           static_cast<uint64_t>(c.sample_budget_device), rank, run_id}),
-        coordinated(c.sample_coordination == SampleCoordination::Claims) {}
+                  capture::SnapshotOptions{c.snapshots, c.profile, static_cast<uint64_t>(c.sample_budget_process),
+                                           static_cast<uint64_t>(c.sample_budget_device), rank, run_id}) {}
 };
 
 SamplingSession::SamplingSession(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
@@ -134,7 +315,7 @@ SamplingSession::~SamplingSession() { finalize(); }
 std::unique_ptr<SamplingSession> SamplingSession::create(const Config& c, int64_t rank, int64_t world_size,
                                                          const std::string& who, const std::string& run_dir,
                                                          const std::string& run_id, sink::MetadataWriter* metadata) {
-  if (!c.snapshots) return nullptr;
+  if (!c.snapshots && !c.profile) return nullptr;
   auto parts = std::make_unique<Parts>(c, rank, who, run_dir, run_id, metadata);
   capture::SamplingOptions so;
   so.enabled = true;
@@ -177,7 +358,10 @@ void SamplingSession::set_identity(int64_t rank, int64_t world_size, const std::
   parts_->claims.set_rank(rank);
 }
 
-void SamplingSession::finalize() { parts_->writer.finalize(); }
+void SamplingSession::finalize() {
+  if (gpu::CudaDriver* d = gpu::CudaDriver::loaded()) d->set_finishing();  // no exit hangs behind a stuck stream
+  parts_->writer.finalize();
+}
 uint64_t SamplingSession::snapshots_written() const { return parts_->writer.written(); }
 uint64_t SamplingSession::snapshot_bytes() const { return parts_->writer.bytes_written(); }
 

@@ -11,6 +11,8 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "api/load_check.h"
 #include "api/log.h"
@@ -44,7 +46,8 @@ struct Session {
   int64_t start_unix_ns = 0, start_mono_ns = 0;
   std::unique_ptr<WriterSink> sink;
   std::unique_ptr<sink::MetadataWriter> writer;
-  std::unique_ptr<SamplingSession> sampling;  // null when sampling is off
+  std::unique_ptr<SamplingSession> sampling;  // null when sampling is off (or a child)
+  std::atomic<SamplingSession*> sampling_now{nullptr};  // the same, for the writer thread's reads
   std::string control_seen;  // last control-file content acted upon
   bool forked_child = false;
 };
@@ -57,10 +60,23 @@ Session& S() {
 class WriterSink : public capture::RecorderSink {
  public:
   WriterSink(sink::MetadataWriter* writer, bool block) : writer_(writer), block_(block) {}
-  void set_sampling(SamplingSession* sampling) { sampling_ = sampling; }
+  // Sampling that starts later (a child that becomes a rank) gets the signatures seen before.
+  void keep_signatures() { keep_ = true; }
+  void set_sampling(SamplingSession* sampling) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, sha_text] : kept_) sampling->on_new_signature(id, sha_text.first, sha_text.second);
+    kept_.clear();
+    keep_ = false;
+    sampling_.store(sampling);
+  }
   format::RecordBuffer* register_thread_buffer(size_t capacity) override { return writer_->register_buffer(capacity); }
   void on_new_signature(uint32_t id, const std::string& sha, const std::string& json) override {
-    if (sampling_) sampling_->on_new_signature(id, sha, json);  // the snapshot writer names files by it
+    if (SamplingSession* sampling = sampling_.load()) {
+      sampling->on_new_signature(id, sha, json);  // the snapshot writer names files by it
+    } else if (keep_) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (keep_) kept_.emplace_back(id, std::make_pair(sha, json));
+    }
     writer_->add_signature(id, sha, json);
   }
   bool on_buffer_full() override {
@@ -74,7 +90,10 @@ class WriterSink : public capture::RecorderSink {
  private:
   sink::MetadataWriter* writer_;
   bool block_;
-  SamplingSession* sampling_ = nullptr;
+  std::atomic<SamplingSession*> sampling_{nullptr};
+  std::mutex mu_;
+  std::atomic<bool> keep_{false};
+  std::vector<std::pair<uint32_t, std::pair<std::string, std::string>>> kept_;
 };
 
 std::string header_json(const Session& s) {
@@ -127,6 +146,8 @@ std::string who_of(const Identity& id) {
   return id.role == Role::Child ? "child" + std::to_string(getpid()) : "rank" + std::to_string(id.rank);
 }
 
+void start_sampling_locked(Session& s);
+
 // The writer and the file exist from the first start on; the thread and the
 // file start lazily inside the writer.
 void ensure_writer_locked(Session& s) {
@@ -140,17 +161,26 @@ void ensure_writer_locked(Session& s) {
       wo,
       [] {
         format::CountsSnapshot counts = capture::recorder_counts();
-        if (SamplingSession* sampling = S().sampling.get()) sampling->add_counts(counts);
+        if (SamplingSession* sampling = S().sampling_now.load()) sampling->add_counts(counts);
         return counts;
       },
       [] {
         poll_control_file();
-        if (SamplingSession* sampling = S().sampling.get()) sampling->poll();
+        if (SamplingSession* sampling = S().sampling_now.load()) sampling->poll();
       });
   s.sink = std::make_unique<WriterSink>(s.writer.get(), s.config.overflow == OverflowPolicy::Block);
+  // Children do not sample: their calls are not rows, and a key a child claimed first would leave
+  // the rank's signature without evidence. (A child that becomes a rank, mp.spawn, samples from then on.)
+  if (s.identity.role != Role::Child) start_sampling_locked(s);
+  else if (s.config.snapshots || s.config.profile) s.sink->keep_signatures();
+}
+
+void start_sampling_locked(Session& s) {
   s.sampling = SamplingSession::create(s.config, s.identity.rank, s.identity.world_size, who_of(s.identity), s.run_dir,
                                        s.run_id, s.writer.get());
+  if (!s.sampling) return;
   s.sink->set_sampling(s.sampling.get());
+  s.sampling_now.store(s.sampling.get());
 }
 
 capture::RecorderOptions recorder_options(const Config& c, std::string& error) {
@@ -354,7 +384,12 @@ lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t worl
   }
   s.metadata_path = path;
   set_log_rank(id.rank);
-  if (s.sampling) s.sampling->set_identity(id.rank, id.world_size, who_of(id));
+  if (s.sampling) {
+    s.sampling->set_identity(id.rank, id.world_size, who_of(id));
+  } else if (previous.role == Role::Child) {  // a child that became a rank (mp.spawn) samples from now on
+    start_sampling_locked(s);
+    if (s.sampling) capture::enable_sampling(s.sampling->sampler(), s.sampling->hooks());
+  }
   export_for_children(s);
   return LINGPROBE_OK;
 }

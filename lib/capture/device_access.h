@@ -12,7 +12,18 @@
 #include <memory>
 #include <string>
 
+#include "format/profile_files.h"
+
 namespace lingprobe::capture {
+
+// An open counter window (inline CUPTI profiling) around one op call.
+class CounterWindow {
+ public:
+  virtual ~CounterWindow() = default;
+  // After the op: stop, wait for the device, evaluate. Always returns data
+  // (its status says passed, failed, abandoned, contaminated, counters_unavailable).
+  virtual format::ProfileData close() = 0;
+};
 
 class DeviceTransfer {
  public:
@@ -34,6 +45,10 @@ class DeviceAccess {
   // returns a transfer of `nbytes` at `device_ptr` that waits for it.
   virtual std::unique_ptr<DeviceTransfer> transfer(int device, void* stream, const void* device_ptr, size_t nbytes,
                                                    std::string& error) = 0;
+  // Opens a counter window on `device`'s primary context for kernels queued
+  // on `stream`, just before the op; nullptr and `reason` when none opens
+  // (counters unavailable, held by another tool, another window open...).
+  virtual std::unique_ptr<CounterWindow> open_counters(int device, void* stream, std::string& reason) = 0;
 };
 
 }  // namespace lingprobe::capture

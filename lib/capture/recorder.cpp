@@ -125,6 +125,10 @@ struct Global {
   std::atomic<uint64_t> drop_table_full{0};
   std::atomic<uint64_t> drop_error{0};
   std::atomic<uint64_t> drop_buffer_full{0};
+  // Sampling: set at install, or later once (a child that became a rank);
+  // the hooks are published before the sampler, and never change again.
+  std::atomic<SampledCallHooks*> hooks{nullptr};
+  std::atomic<Sampler*> sampler{nullptr};
   // Live threads' states, and the totals of threads that have exited.
   std::mutex threads_mu;
   std::vector<ThreadState*> threads;
@@ -293,7 +297,7 @@ bool resolve_signature(ThreadState* ts, const Frame& f, const uint64_t* key, siz
   const uint64_t* out = key + (f.input_end - f.key_begin);
   entry.outputs.emplace_back(std::vector<uint64_t>(out, key + words), it->second);
   id_out = it->second;
-  if (entry.sample) G.options.sampler->on_signature(entry.sample, id_out, G.signature_sha[id_out]);
+  if (entry.sample) G.sampler.load(std::memory_order_relaxed)->on_signature(entry.sample, id_out, G.signature_sha[id_out]);
   return true;
 }
 
@@ -303,7 +307,7 @@ SampleKey* sample_key(const OpInfo& op, const format::JsonValue& arguments, Stag
   format::JsonValue input = arguments;
   input.set("op", format::JsonValue::string(op.dotted));
   input.set("stage", format::JsonValue::string(stage_name(stage)));
-  return g().options.sampler->key_for(format::canonical_sha256(input), op.name, op.with_overload, stage_name(stage));
+  return g().sampler.load(std::memory_order_relaxed)->key_for(format::canonical_sha256(input), op.name, op.with_overload, stage_name(stage));
 }
 
 bool in_warm_up(Global& G) {
@@ -321,7 +325,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     const uint64_t epoch = G.epoch.load(std::memory_order_relaxed);
     if (ts->epoch != epoch) {  // recording restarted: frames of the last window are stale
       for (uint32_t d = 0; d < ts->depth && d < kMaxDepth; ++d)
-        if (ts->frames[d].recorded && ts->frames[d].sample) G.options.hooks->abandon(ts->frames[d].sample);
+        if (ts->frames[d].recorded && ts->frames[d].sample) G.hooks.load(std::memory_order_relaxed)->abandon(ts->frames[d].sample);
       ts->epoch = epoch;
       ts->depth = 0;
       ts->key.truncate(0);
@@ -370,20 +374,20 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     } else {  // first sighting of these inputs: their JSON now, while the boxed inputs exist
       f.entry = static_cast<uint32_t>(ts->entries.size());
       ts->entries.push_back(InputEntry{build_arguments(op->schema, inputs), {}, nullptr});
-      if (G.options.sampler) ts->entries.back().sample = sample_key(*op, ts->entries.back().arguments, stage);
+      if (G.sampler.load(std::memory_order_acquire)) ts->entries.back().sample = sample_key(*op, ts->entries.back().arguments, stage);
       ts->inputs.insert(h, key, words, f.entry);
     }
     f.recorded = true;
     f.sample = nullptr;
     if (SampleKey* k = ts->entries[f.entry].sample; k && k->active.load(std::memory_order_relaxed) &&
-                                                   G.options.sampler->decide(k)) {
+                                                   G.sampler.load(std::memory_order_relaxed)->decide(k)) {
       SampledCall call;
       call.schema = &op->schema;
       call.inputs = c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size());
       call.op_dotted = &op->dotted;
       call.stage = stage;
       call.key = k;
-      f.sample = G.options.hooks->begin(call);  // before the op, and before t0: the copies are not the op's time
+      f.sample = G.hooks.load(std::memory_order_relaxed)->begin(call);  // before the op, and before t0: the copies are not the op's time
     }
     if (G.options.call_records) f.t0 = now_ns();
   } catch (...) {
@@ -425,7 +429,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     if (!found) found = resolve_signature(ts, f, key, words, fn, id);
     ts->key.truncate(f.key_begin);
     if (!found) {
-      if (f.sample) G.options.hooks->abandon(f.sample);
+      if (f.sample) G.hooks.load(std::memory_order_relaxed)->abandon(f.sample);
       return;
     }
     count_call(ts, id);
@@ -434,7 +438,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
       seq = G.seq.fetch_add(1, std::memory_order_relaxed);
       void* token = f.sample;
       f.sample = nullptr;
-      G.options.hooks->end(token, c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), id, seq);
+      G.hooks.load(std::memory_order_relaxed)->end(token, c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), id, seq);
     } else if (G.options.call_records) {
       seq = G.seq.fetch_add(1, std::memory_order_relaxed);
     }
@@ -462,7 +466,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     }
   } catch (...) {
     ts->key.truncate(f.key_begin);
-    if (f.sample) G.options.hooks->abandon(f.sample);
+    if (f.sample) G.hooks.load(std::memory_order_relaxed)->abandon(f.sample);
     f.sample = nullptr;
     G.drop_error.fetch_add(1, std::memory_order_relaxed);
   }
@@ -476,6 +480,10 @@ void install_recorder(const RecorderOptions& options, RecorderSink* sink) {
   if (G.installed) return;
   g_installed = &G;
   G.options = options;
+  if (options.sampler && options.hooks) {
+    G.hooks.store(options.hooks, std::memory_order_release);
+    G.sampler.store(options.sampler, std::memory_order_release);
+  }
   G.skips_warm_up = options.skip_calls > 0 || options.skip_seconds > 0;
   G.sink = sink;
   G.installed = true;
@@ -504,6 +512,14 @@ void set_recording(bool on) {
 }
 
 bool recording() { return g().active.load(std::memory_order_relaxed); }
+
+void enable_sampling(Sampler* sampler, SampledCallHooks* hooks) {
+  Global& G = g();
+  std::lock_guard<std::mutex> lock(G.mu);
+  if (G.sampler.load() || !sampler || !hooks) return;
+  G.hooks.store(hooks, std::memory_order_release);
+  G.sampler.store(sampler, std::memory_order_release);
+}
 
 void uninstall_recorder() {
   Global& G = g();

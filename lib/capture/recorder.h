@@ -61,6 +61,9 @@ void install_recorder(const RecorderOptions& options, RecorderSink* sink);
 // Starts or stops recording (registers or removes the callback). Thread-safe.
 void set_recording(bool on);
 bool recording();
+// Starts sampling in a recorder installed without it (once; keys first seen
+// before this are not sampled).
+void enable_sampling(Sampler* sampler, SampledCallHooks* hooks);
 // Removes the callback; afterwards the hook never touches the sink again.
 void uninstall_recorder();
 

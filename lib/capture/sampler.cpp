@@ -1,6 +1,9 @@
 #include "capture/sampler.h"
 
+#include <algorithm>
 #include <cstring>
+#include <ctime>
+#include <vector>
 
 namespace lingprobe::capture {
 namespace {
@@ -86,12 +89,21 @@ bool Sampler::decide(SampleKey* k) {
       const auto outcome = broker_->claim_key(k->input_sha);
       lock.lock();
       if (outcome == ClaimBroker::Outcome::HeldElsewhere) next = KeyState::HeldElsewhere;
+      if (outcome == ClaimBroker::Outcome::Owned) k->holds_claim = true;
       if (outcome == ClaimBroker::Outcome::Unavailable) next = KeyState::Owned;  // no directory: sample here
     }
     if (k->state == KeyState::Candidate) set_state(k, next);
   }
   const bool go = k->state == KeyState::Owned || k->state == KeyState::Reopened;
-  if (!go) k->in_flight.store(false);
+  if (!go) {
+    k->in_flight.store(false);
+    if (k->holds_claim && k->state == KeyState::Stopped) {  // stopped while the claim was being made
+      k->holds_claim = false;
+      const std::string input = k->input_sha;
+      lock.unlock();
+      broker_->release_key(input, true, 0);
+    }
+  }
   return go;
 }
 
@@ -101,19 +113,19 @@ void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, Sample
   const bool has_signature = result == SampleResult::Kept || result == SampleResult::Duplicate;
   if (has_signature && !sha.empty()) signature_sha_[id] = sha;
   if (has_signature) k->seen_signatures.insert(id);
-  bool release = false, failed = false;
   if (result == SampleResult::Kept) {
     ++k->taken;
     ++samples_;
     k->sampled_signatures.insert(id);
   } else if (result == SampleResult::Duplicate) {
+    // That signature has its sample in the launch already: for this key's
+    // owner that settles it as much as a sample of its own would (else the
+    // key would be sampled again at every call).
     k->sampled_signatures.insert(id);
-  } else {
+    if (k->state == KeyState::Owned) k->taken = std::max<uint64_t>(k->taken, options_.first);
+  } else if (k->state != KeyState::Reopened) {
     k->stop_reason = "dropped";
-    if (k->state != KeyState::Reopened) {
-      set_state(k, KeyState::Stopped);
-      release = failed = true;
-    }
+    set_state(k, KeyState::Stopped);
   }
   if (k->state == KeyState::Reopened) {
     if (k->attempts_left > 0) --k->attempts_left;
@@ -122,12 +134,17 @@ void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, Sample
     if (!missing || k->attempts_left == 0) set_state(k, KeyState::Done);
   } else if (k->state == KeyState::Owned && k->taken >= options_.first) {
     set_state(k, KeyState::Done);
-    release = true;
   }
+  // The claim is released once, whenever the key is settled here (done, or
+  // stopped: a failure others may retry), whichever path settled it.
+  const bool settled = k->state == KeyState::Done || k->state == KeyState::Stopped;
+  const bool release = k->holds_claim && settled;
+  const bool failed = k->state == KeyState::Stopped && k->taken == 0;
+  if (release) k->holds_claim = false;
   const std::string input = k->input_sha;
   const bool stop_process = result == SampleResult::StopProcess;
   lock.unlock();
-  if (release && broker_ && options_.coordination == Coordination::Claims) broker_->release_key(input, failed, bytes);
+  if (release && broker_) broker_->release_key(input, failed, bytes);
   if (stop_process) stop_all("budget");
 }
 
@@ -145,12 +162,19 @@ void Sampler::on_signature(SampleKey* k, uint32_t id, const std::string& sha) {
 
 void Sampler::poll() {
   if (!broker_ || options_.coordination != Coordination::Claims) return;
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
   std::vector<SampleKey*> held;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_) return;
+    if (stopped_ || now - last_poll_ns_ < options_.poll_interval_ms * 1000000) return;
+    last_poll_ns_ = now;
+    std::vector<SampleKey*> all;
     for (auto& [sha, k] : keys_)
-      if (k->state == KeyState::HeldElsewhere) held.push_back(k.get());
+      if (k->state == KeyState::HeldElsewhere) all.push_back(k.get());
+    for (size_t i = 0; i < all.size() && held.size() < 64; ++i) held.push_back(all[(poll_cursor_ + i) % all.size()]);
+    poll_cursor_ += held.size();
   }
   for (SampleKey* k : held) {
     const auto progress = broker_->key_progress(k->input_sha);
@@ -184,15 +208,24 @@ void Sampler::poll() {
 }
 
 void Sampler::stop_all(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_) return;
-  stopped_ = true;
-  stop_reason_ = reason;
-  for (auto& [sha, k] : keys_)
-    if (k->state != KeyState::Done) {
-      k->stop_reason = reason;
-      set_state(k.get(), KeyState::Stopped);
-    }
+  std::vector<std::string> release;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    stop_reason_ = reason;
+    for (auto& [sha, k] : keys_)
+      if (k->state != KeyState::Done) {
+        k->stop_reason = reason;
+        set_state(k.get(), KeyState::Stopped);
+        // An idle claim is released now; one in flight when its sample finishes.
+        if (k->holds_claim && !k->in_flight.load()) {
+          k->holds_claim = false;
+          release.push_back(sha);
+        }
+      }
+  }
+  for (const auto& sha : release) broker_->release_key(sha, true, 0);
 }
 
 SamplingStats Sampler::stats() const {
@@ -200,13 +233,7 @@ SamplingStats Sampler::stats() const {
   SamplingStats s;
   s.keys = keys_.size();
   s.samples = samples_;
-  for (const auto& [sha, k] : keys_) {
-    if (k->taken > 0) ++s.sampled;
-    else if (k->state == KeyState::HeldElsewhere) ++s.held_elsewhere;
-    else if (k->state == KeyState::OtherRank) ++s.other_rank;
-    else if (k->state == KeyState::Stopped) ++s.stopped;
-    else ++s.waiting_for_rule;
-  }
+  for (const auto& [sha, k] : keys_) s.sampled += k->taken > 0;
   return s;
 }
 

@@ -43,6 +43,7 @@ struct SamplingOptions {
   OpSelection selection;      // which (stage, op) may be sampled; default everything recorded
   Coordination coordination = Coordination::Claims;
   uint32_t extra_signature_attempts = 8;  // per key, to find its other signatures
+  int64_t poll_interval_ms = 2000;        // the claims poll's pace (tests: 0)
 };
 
 // Cross-process coordination of one launch (the sink's claims directory).
@@ -81,6 +82,7 @@ struct SampleKey {
   // Under Sampler's mutex:
   uint64_t taken = 0;
   uint32_t attempts_left = 0;
+  bool holds_claim = false;  // this process's claim of the key is open (released once, done or failed)
   std::set<uint32_t> seen_signatures, sampled_signatures;  // process-local signature ids
   std::string stop_reason;
 };
@@ -93,8 +95,7 @@ enum class SampleResult {
 };
 
 struct SamplingStats {
-  uint64_t keys = 0, sampled = 0, held_elsewhere = 0, other_rank = 0, waiting_for_rule = 0, stopped = 0;
-  uint64_t samples = 0;
+  uint64_t keys = 0, sampled = 0, samples = 0;  // what stays unsampled and why: unsampled_reasons()
 };
 
 class Sampler {
@@ -114,9 +115,10 @@ class Sampler {
                 uint64_t bytes);
   // A thread's first sighting of (key, signature).
   void on_signature(SampleKey* key, uint32_t signature_id, const std::string& signature_sha);
-  // The writer thread, every flush: keys whose claimer failed or died become
-  // claimable; held keys whose owner is done but left a signature this
-  // process sees unsampled reopen (never while the owner is still at work).
+  // The writer thread: keys whose claimer failed or died become claimable;
+  // held keys whose owner is done but left a signature this process sees
+  // unsampled reopen (never while the owner is still at work). At most every
+  // 2 s and 64 keys a time, so that its file reads never hold up a flush.
   void poll();
   // Nothing more is sampled in this process (e.g. its byte budget is spent).
   void stop_all(const std::string& reason);
@@ -136,6 +138,8 @@ class Sampler {
   bool stopped_ = false;
   std::string stop_reason_;
   uint64_t samples_ = 0;
+  int64_t last_poll_ns_ = 0;
+  size_t poll_cursor_ = 0;
 };
 
 }  // namespace lingprobe::capture

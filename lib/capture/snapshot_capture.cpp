@@ -25,7 +25,9 @@ using format::PickleValue;
 
 namespace {
 
-constexpr bool kHasStreamNativeHandle = TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2);
+// c10::Stream::native_handle() exists from torch 2.2 on; before, CUDA tensors are not snapshotted.
+#define LINGPROBE_STREAM_HANDLE (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2))
+constexpr bool kHasStreamNativeHandle = LINGPROBE_STREAM_HANDLE;
 
 std::string bool_text(bool b) { return b ? "true" : "false"; }
 
@@ -37,7 +39,7 @@ std::string setting_text(T v) {
 
 // The current stream of a CUDA device as a cudaStream_t, or nullptr.
 void* current_stream_handle(const c10::Device& device) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+#if LINGPROBE_STREAM_HANDLE
   const auto* impl = c10::impl::getDeviceGuardImpl(device.type());
   return impl->getStream(device).native_handle();
 #else
@@ -124,6 +126,7 @@ struct SnapshotCapture::Captured {
 };
 
 struct SnapshotCapture::Pending {
+  std::unique_ptr<CounterWindow> window;  // open while the op runs
   SampleKey* key = nullptr;
   const c10::FunctionSchema* schema = nullptr;
   std::string op;
@@ -177,10 +180,16 @@ void SnapshotCapture::count_drop(const std::string& reason) {
   ++drops_[reason];
 }
 
+void SnapshotCapture::count_profile(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++profile_drops_[reason];
+}
+
 format::DropCounts SnapshotCapture::drops() const {
   std::lock_guard<std::mutex> lock(mu_);
   format::DropCounts d;
   if (!drops_.empty()) d["snapshots"] = drops_;
+  if (!profile_drops_.empty()) d["profiles"] = profile_drops_;
   return d;
 }
 
@@ -322,7 +331,14 @@ struct ValueWriter {
 }  // namespace
 
 void* SnapshotCapture::begin(const SampledCall& call) {
-  auto p = std::make_unique<Pending>();
+  std::unique_ptr<Pending> p;
+  try {
+    p = std::make_unique<Pending>();
+  } catch (...) {
+    count_drop("internal_error");
+    if (call.key) sampler_->finished(call.key, 0, "", SampleResult::Dropped, 0);
+    return nullptr;
+  }
   p->key = call.key;
   p->schema = call.schema;
   p->op = *call.op_dotted;
@@ -351,6 +367,7 @@ void* SnapshotCapture::begin(const SampledCall& call) {
       drop(p.get(), reason);
       return nullptr;
     }
+    if (!options_.snapshots) bytes = device_bytes = 0;  // counters only: nothing is copied
     if (!reserve(bytes, device_bytes, reason)) {
       drop(p.get(), reason);
       return nullptr;
@@ -364,10 +381,25 @@ void* SnapshotCapture::begin(const SampledCall& call) {
     at::RecordFunctionGuard no_observers(false);
     c10::InferenceMode inference;
     std::shared_ptr<void> relaxed = device_bytes ? device_->relax_capture_mode() : nullptr;
+    std::vector<at::Tensor> written_tensors;
+    if (options_.snapshots && matches)
+      for (size_t i = 0; i < call.inputs.size(); ++i)
+        if (is_written(params[i]))
+          for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {
+            if (t.defined()) written_tensors.push_back(t);
+          });
+    // An argument that shares memory with a written one (x.add_(x), out=b) changes too: copied before as well.
+    auto aliases_written = [&](const c10::IValue& v) {
+      bool alias = false;
+      for_each_tensor(v, [&](const at::Tensor& t) {
+        for (const auto& w : written_tensors) alias = alias || (t.defined() && t.is_alias_of(w));
+      });
+      return alias;
+    };
     for (size_t i = 0; i < call.inputs.size(); ++i) {
       Captured c;
       c.value = call.inputs[i];
-      if (matches && is_written(params[i])) {
+      if (options_.snapshots && matches && (is_written(params[i]) || aliases_written(call.inputs[i]))) {
         c.copied = true;
         p->written.push_back(static_cast<int64_t>(i));
         for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {
@@ -376,6 +408,7 @@ void* SnapshotCapture::begin(const SampledCall& call) {
       }
       p->args.push_back(std::move(c));
     }
+    if (options_.profile) open_window(*p, call);
   } catch (const c10::OutOfMemoryError&) {
     give_back(p->reserved);
     drop(p.get(), "device_oom");
@@ -390,8 +423,29 @@ void* SnapshotCapture::begin(const SampledCall& call) {
 
 void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id,
                           uint64_t seq) {
-  std::unique_ptr<Pending> p(static_cast<Pending*>(token));
+  SampleKey* key = static_cast<Pending*>(token)->key;
+  try {
+    finish(std::unique_ptr<Pending>(static_cast<Pending*>(token)), outputs, signature_id, seq);
+  } catch (...) {  // never into torch; the key must not stay in flight
+    count_drop("internal_error");
+    if (key) sampler_->finished(key, 0, "", SampleResult::Dropped, 0);
+  }
+}
+
+void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id,
+                             uint64_t seq) {
   format::SnapshotJob job;
+  if (p->window) {  // first, so that lingprobe's own copies stay outside the window
+    job.profiled = true;
+    job.profile = p->window->close();
+    p->window.reset();
+    if (job.profile.status != "passed") count_profile(job.profile.status);
+  }
+  job.snapshot = options_.snapshots;
+  if (!options_.snapshots) {
+    finish_profile_only(std::move(p), std::move(job), outputs, signature_id, seq);
+    return;
+  }
   try {
     uint64_t out_bytes = 0, out_device = 0;
     std::string reason;
@@ -401,12 +455,25 @@ void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs,
         reason = unsupported(t);
         if (reason.empty()) {
           out_bytes += stored_bytes(t);
-          if (t.is_cuda()) out_device += stored_bytes(t);
+          if (t.is_cuda()) {
+            out_device += stored_bytes(t);
+            // factory ops and to(cuda) have CUDA outputs only: the same rules as inputs
+            if (!device_ || !kHasStreamNativeHandle) reason = "no_gpu_access";
+            else if (device_->stream_capture(current_stream_handle(t.device())) != DeviceAccess::Capture::None)
+              reason = "stream_capturing";
+          }
         }
       });
     if (reason.empty() && !reserve(out_bytes, out_device, reason)) out_bytes = 0;
     if (!reason.empty()) {
       give_back(p->reserved);
+      if (job.profiled) {  // the counters are still worth keeping
+        count_drop(reason);
+        p->reserved = 0;
+        job.snapshot = false;
+        submit(std::move(p), std::move(job), signature_id, seq);
+        return;
+      }
       drop(p.get(), reason);
       return;
     }
@@ -471,9 +538,23 @@ void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs,
     drop(p.get(), "copy_error");
     return;
   }
+  submit(std::move(p), std::move(job), signature_id, seq);
+}
+
+void SnapshotCapture::finish_profile_only(std::unique_ptr<Pending> p, format::SnapshotJob job,
+                                          c10::ArrayRef<const c10::IValue>, uint32_t signature_id, uint64_t seq) {
+  if (!job.profiled) {  // nothing was measured (the reason is counted): no files
+    drop(p.get(), "no_counters");
+    return;
+  }
+  submit(std::move(p), std::move(job), signature_id, seq);
+}
+
+void SnapshotCapture::submit(std::unique_ptr<Pending> p, format::SnapshotJob job, uint32_t signature_id, uint64_t seq) {
   job.signature_id = signature_id;
   job.seq = seq;
   job.stage = stage_name(p->stage);
+  job.rank = rank_.load();
   for (const auto& b : job.blobs) job.bytes += b->nbytes();
   // The device bytes were reserved up front; the blobs give them back as they stream.
   const uint64_t reserved = p->reserved;
@@ -497,8 +578,40 @@ void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs,
   sink_->submit(std::move(job));
 }
 
+// The counter window: the op's CUDA device and current stream, unless the
+// op is a collective (a replayed NCCL kernel would wait for its peers
+// forever) or another RecordFunction consumer (torch.profiler) is active on
+// this thread (its Activity callbacks must not be replaced mid-session).
+void SnapshotCapture::open_window(Pending& p, const SampledCall& call) {
+  const std::string name = call.schema->name();
+  if (name.rfind("c10d::", 0) == 0 || name.rfind("_c10d_functional::", 0) == 0) {
+    count_profile("collective");
+    return;
+  }
+  if (at::hasThreadLocalCallbacks()) {
+    count_profile("profiler_active");
+    return;
+  }
+  at::Tensor cuda;
+  for (const auto& v : call.inputs)
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (!cuda.defined() && t.defined() && t.is_cuda()) cuda = t;
+    });
+  if (!cuda.defined()) {
+    count_profile("no_cuda_tensor");
+    return;
+  }
+  std::string reason;
+  p.window = device_->open_counters(cuda.get_device(), current_stream_handle(cuda.device()), reason);
+  if (!p.window) count_profile(reason.empty() ? "window_not_opened" : reason);
+}
+
 void SnapshotCapture::abandon(void* token) {
   std::unique_ptr<Pending> p(static_cast<Pending*>(token));
+  if (p->window) {
+    p->window->close();  // the profiler must not stay started
+    count_profile("abandoned");
+  }
   give_back(p->reserved);
   drop(p.get(), "abandoned");
 }

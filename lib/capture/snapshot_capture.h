@@ -1,5 +1,7 @@
-// Snapshots of sampled calls (SPEC section 4): the real tensors of the call,
-// captured on the calling thread and handed to the sink's snapshot writer.
+// Sampled calls (SPEC section 4): their real tensors (snapshots) and their
+// kernels' hardware counters (a counter window opened last before the op
+// and closed first after it, so that lingprobe's own copies stay outside
+// it), captured on the calling thread and handed to the sink's writer.
 // Arguments the schema marks as written are copied in the start callback,
 // before the op changes them; the others are held by reference then and
 // copied in the end callback (the op did not write them), with the outputs.
@@ -15,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -41,6 +44,8 @@ class RunBudget {
 };
 
 struct SnapshotOptions {
+  bool snapshots = true;   // copy the tensors (LINGPROBE_SNAPSHOTS)
+  bool profile = false;    // measure the kernels' counters (LINGPROBE_PROFILE)
   uint64_t budget_process = 4ull << 30;
   uint64_t budget_device = 2ull << 30;  // device copies waiting for the writer
   int64_t rank = 0;
@@ -57,9 +62,7 @@ class SnapshotCapture : public SampledCallHooks {
 
   void set_rank(int64_t rank) { rank_.store(rank); }
   void count_drop(const std::string& reason);
-  format::DropCounts drops() const;  // {"snapshots": {reason: n}}
-  uint64_t bytes_captured() const { return process_bytes_.load(); }
-  uint64_t device_bytes_in_flight() const { return device_bytes_.load(); }
+  format::DropCounts drops() const;  // {"snapshots": {reason: n}, "profiles": {reason: n}}
 
  private:
   struct Pending;
@@ -67,6 +70,11 @@ class SnapshotCapture : public SampledCallHooks {
   bool reserve(uint64_t bytes, uint64_t device_bytes, std::string& reason);
   void give_back(uint64_t bytes);
   void drop(Pending* p, const std::string& reason, SampleResult result = SampleResult::Dropped);
+  void open_window(Pending& p, const SampledCall& call);
+  void finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id, uint64_t seq);
+  void submit(std::unique_ptr<Pending> p, format::SnapshotJob job, uint32_t signature_id, uint64_t seq);
+  void finish_profile_only(std::unique_ptr<Pending> p, format::SnapshotJob job, c10::ArrayRef<const c10::IValue> outputs,
+                           uint32_t signature_id, uint64_t seq);
 
   Sampler* sampler_;
   SnapshotSink* sink_;
@@ -75,8 +83,9 @@ class SnapshotCapture : public SampledCallHooks {
   SnapshotOptions options_;
   std::atomic<int64_t> rank_;
   std::atomic<uint64_t> process_bytes_{0}, device_bytes_{0};
+  void count_profile(const std::string& reason);
   mutable std::mutex mu_;
-  std::map<std::string, uint64_t> drops_;
+  std::map<std::string, uint64_t> drops_, profile_drops_;
 };
 
 // The math settings of at::globalContext() that change which GEMM, conv and

@@ -1,5 +1,6 @@
 #include "format/pickle.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace lingprobe::format {
@@ -136,6 +137,7 @@ struct Global {
 struct Cell {
   enum class Kind { Value, Global, Storage, Mark } kind = Kind::Value;
   PickleValue value;
+  int depth = 0;  // of nested containers in `value` (bounded: the destructor recurses)
   Global global;
   PickleTensor storage;  // storage_class, key, numel
 };
@@ -173,13 +175,16 @@ class Reader {
     pos_ = nl + 1;
     return "";
   }
-  std::string push(PickleValue v) {
+  std::string push(PickleValue v, int depth = 0) {
     if (++count_ > 10000000) return "too many items";
+    if (depth > kMaxDepth) return "nested too deeply";
     Cell c;
     c.value = std::move(v);
+    c.depth = depth;
     stack_.push_back(std::move(c));
     return "";
   }
+  static constexpr int kMaxDepth = 64;
   std::string pop_mark(std::vector<Cell>& items) {
     size_t m = stack_.size();
     while (m > 0 && stack_[m - 1].kind != Cell::Kind::Mark) --m;
@@ -267,12 +272,14 @@ class Reader {
         const size_t n = static_cast<size_t>(op - TUPLE1 + 1);
         if (stack_.size() < n) return "stack underflow";
         std::vector<PickleValue> items;
+        int depth = 0;
         for (size_t i = stack_.size() - n; i < stack_.size(); ++i) {
           if (stack_[i].kind != Cell::Kind::Value) return "tuple of non-values";
+          depth = std::max(depth, stack_[i].depth + 1);
           items.push_back(std::move(stack_[i].value));
         }
         stack_.resize(stack_.size() - n);
-        return push(PickleValue::tuple(std::move(items)));
+        return push(PickleValue::tuple(std::move(items)), depth);
       }
       case TUPLE: {
         std::vector<Cell> cells;
@@ -294,7 +301,9 @@ class Reader {
           return "";
         }
         std::vector<PickleValue> items;
+        int depth = 0;
         for (auto& c : cells) {
+          depth = std::max(depth, c.depth + 1);
           if (c.kind == Cell::Kind::Value) items.push_back(std::move(c.value));
           else if (c.kind == Cell::Kind::Storage) {
             // inside the arguments of _rebuild_tensor_v2: keep as a tensor placeholder
@@ -306,7 +315,7 @@ class Reader {
             return "malformed tuple";
           }
         }
-        return push(PickleValue::tuple(std::move(items)));
+        return push(PickleValue::tuple(std::move(items)), depth);
       }
       case BINPERSID: {
         if (stack_.empty() || stack_.back().kind != Cell::Kind::Storage) return "persistent id is not a storage";
@@ -338,11 +347,14 @@ class Reader {
       }
       case APPEND: {
         if (stack_.size() < 2 || stack_.back().kind != Cell::Kind::Value) return "stack underflow";
+        const int depth = stack_.back().depth + 1;
         PickleValue item = std::move(stack_.back().value);
         stack_.pop_back();
         PickleValue* list = nullptr;
         if (auto e = top_value(list); !e.empty()) return e;
         if (list->kind() != PickleValue::Kind::List) return "APPEND to a non-list";
+        if (depth > kMaxDepth) return "nested too deeply";
+        stack_.back().depth = std::max(stack_.back().depth, depth);
         list->push_back(std::move(item));
         return "";
       }
@@ -354,6 +366,8 @@ class Reader {
         if (list->kind() != PickleValue::Kind::List) return "APPENDS to a non-list";
         for (auto& c : cells) {
           if (c.kind != Cell::Kind::Value) return "APPENDS of a non-value";
+          if (c.depth + 1 > kMaxDepth) return "nested too deeply";
+          stack_.back().depth = std::max(stack_.back().depth, c.depth + 1);
           list->push_back(std::move(c.value));
         }
         return "";
@@ -376,27 +390,11 @@ class Reader {
           if (cells[i].kind != Cell::Kind::Value || cells[i].value.kind() != PickleValue::Kind::String ||
               cells[i + 1].kind != Cell::Kind::Value)
             return "dict key is not a string";
+          if (cells[i + 1].depth + 1 > kMaxDepth) return "nested too deeply";
+          stack_.back().depth = std::max(stack_.back().depth, cells[i + 1].depth + 1);
           dict->set(cells[i].value.as_string(), std::move(cells[i + 1].value));
         }
         return "";
-      }
-      case BINPUT:
-      case LONG_BINPUT: {
-        const size_t n = op == BINPUT ? 1 : 4;
-        if (!need(n)) return "truncated";
-        const uint32_t idx = n == 1 ? static_cast<unsigned char>(b_[pos_++]) : u32();
-        if (stack_.empty() || stack_.back().kind != Cell::Kind::Value || idx > 1000000) return "bad memo put";
-        if (memo_.size() <= idx) memo_.resize(idx + 1);
-        memo_[idx] = stack_.back().value;
-        return "";
-      }
-      case BINGET:
-      case LONG_BINGET: {
-        const size_t n = op == BINGET ? 1 : 4;
-        if (!need(n)) return "truncated";
-        const uint32_t idx = n == 1 ? static_cast<unsigned char>(b_[pos_++]) : u32();
-        if (idx >= memo_.size()) return "bad memo get";
-        return push(memo_[idx]);
       }
       default: {
         char buf[64];
@@ -411,7 +409,6 @@ class Reader {
   size_t count_ = 0;
   int marks_ = 0;
   std::vector<Cell> stack_;
-  std::vector<PickleValue> memo_;
 };
 
 }  // namespace

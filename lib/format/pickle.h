@@ -4,8 +4,8 @@
 // bool, None, and tensors rebuilt by torch._utils._rebuild_tensor_v2 from a
 // typed storage (persistent id ('storage', torch.<Type>Storage, key, 'cpu',
 // numel)). No floats (torch 1.13's weights_only unpickler rejects BINFLOAT),
-// no dtype objects, no custom classes. The reader parses exactly what the
-// writer writes (plus memo opcodes), with limits; anything else is an error.
+// no dtype objects, no custom classes, no memo. The reader parses exactly
+// what the writer writes, with limits; anything else is an error.
 // Pure: no torch.
 #pragma once
 
@@ -67,7 +67,8 @@ class PickleValue {
 void write_pickle(const PickleValue& value, std::string& out);
 
 // Parses a pickle written by write_pickle. Returns "" or the error (with the
-// byte offset). Limits: 64 levels of nesting, 10^7 items, strings up to 256 MiB.
+// byte offset). Limits: 64 levels of nesting (of marks and of containers),
+// 10^7 items, strings up to 256 MiB.
 std::string read_pickle(const std::string& bytes, PickleValue& out);
 
 }  // namespace lingprobe::format

@@ -81,7 +81,10 @@ std::string check_tensor(const PickleValue& v, const std::string& path) {
   if (want_class.empty()) return path + ": dtype " + dtype->as_string() + " must be stored raw";
   if (t.storage_class != want_class) return path + ".data: storage " + t.storage_class + ", expected " + want_class;
   const int64_t stored = layout->as_string() == "span" ? span_of(shape, stride) : numel_of(shape);
-  const int64_t want_numel = raw ? stored * di->size : stored;
+  int64_t want_numel = stored;
+  if (stored < 0 || numel_of(t.size) < 0 || (raw && __builtin_mul_overflow(stored, di->size, &want_numel)) ||
+      format::span_of(shape, stride) < 0 || offset->as_int() > (int64_t(1) << 48))
+    return path + ": its size overflows";
   if (t.storage_numel != want_numel || t.storage_offset != 0 || numel_of(t.size) != want_numel)
     return path + ".data: holds " + std::to_string(t.storage_numel) + " elements, the metadata says " +
            std::to_string(want_numel);
@@ -230,9 +233,10 @@ std::string SnapshotReader::read_data(const PickleValue& tensor_value, std::stri
   int64_t esize = 1;
   for (const auto& d : kDtypes)
     if (cls == d.storage) esize = d.size;
-  if (e->size != static_cast<uint64_t>(t.storage_numel * esize))
+  int64_t want = 0;
+  if (__builtin_mul_overflow(t.storage_numel, esize, &want) || e->size != static_cast<uint64_t>(want))
     return "tensor data record data/" + t.storage_key + " has " + std::to_string(e->size) + " bytes, expected " +
-           std::to_string(t.storage_numel * esize);
+           std::to_string(want);
   return zip_.read_entry(*e, bytes, 1ull << 40);
 }
 

@@ -1,13 +1,15 @@
 #include "format/tensor_layout.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 namespace lingprobe::format {
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape)
+    if (s < 0 || __builtin_mul_overflow(n, s, &n)) return -1;
   return n;
 }
 
@@ -15,9 +17,12 @@ int64_t span_of(const std::vector<int64_t>& shape, const std::vector<int64_t>& s
   int64_t last = 0;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == 0) return 0;
-    last += (shape[i] - 1) * stride[i];
+    int64_t step = 0;
+    if (shape[i] < 0 || stride[i] < 0 || __builtin_mul_overflow(shape[i] - 1, stride[i], &step) ||
+        __builtin_add_overflow(last, step, &last))
+      return -1;
   }
-  return last + 1;
+  return last == INT64_MAX ? -1 : last + 1;
 }
 
 bool non_overlapping(const std::vector<int64_t>& shape, const std::vector<int64_t>& stride) {

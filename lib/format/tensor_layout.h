@@ -11,6 +11,7 @@
 
 namespace lingprobe::format {
 
+// Both return -1 when the result overflows int64 (or a size or stride is negative).
 int64_t numel_of(const std::vector<int64_t>& shape);
 // Elements from the first to the last one the view touches, inclusive (0 if empty).
 int64_t span_of(const std::vector<int64_t>& shape, const std::vector<int64_t>& stride);

@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
+#include <thread>
+
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
@@ -17,6 +20,7 @@ using CUevent = void*;
 using CUdeviceptr = unsigned long long;
 
 constexpr int kCaptureStatusNone = 0;
+constexpr int kNotReady = 600;  // CUDA_ERROR_NOT_READY
 constexpr int kCaptureModeRelaxed = 2;
 constexpr unsigned kEventDisableTiming = 0x2;
 constexpr unsigned kStreamNonBlocking = 0x1;
@@ -33,9 +37,9 @@ struct CudaDriver::Api {
   CUresult (*cuThreadExchangeStreamCaptureMode)(int*);
   CUresult (*cuEventCreate)(CUevent*, unsigned);
   CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventQuery)(CUevent);
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuStreamCreate)(CUstream*, unsigned);
-  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
@@ -43,17 +47,30 @@ struct CudaDriver::Api {
   CUresult (*cuDeviceGetName)(char*, int, CUdevice);
   CUresult (*cuDeviceGetUuid)(unsigned char*, CUdevice);
   CUresult (*cuDriverGetVersion)(int*);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
 };
 
+namespace {
+std::atomic<CudaDriver*> g_loaded{nullptr};
+}  // namespace
+
+CudaDriver* CudaDriver::loaded() { return g_loaded.load(); }
+
 CudaDriver* CudaDriver::get(std::string* error) {
+  if (CudaDriver* d = g_loaded.load()) return d;
   static std::mutex mu;
   static CudaDriver* driver = nullptr;
   static std::string load_error;
   std::lock_guard<std::mutex> lock(mu);
   if (!driver && load_error.empty()) {
     auto* d = new CudaDriver;
-    if (d->load(load_error)) driver = d;
-    else delete d;
+    if (d->load(load_error)) {
+      driver = d;
+      g_loaded.store(d);
+    } else {
+      delete d;
+    }
   }
   if (!driver && error) *error = load_error;
   return driver;
@@ -83,15 +100,17 @@ bool CudaDriver::load(std::string& error) {
   sym(api->cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
   sym(api->cuEventCreate, "cuEventCreate");
   sym(api->cuEventRecord, "cuEventRecord");
+  sym(api->cuEventQuery, "cuEventQuery");
   sym(api->cuEventDestroy, "cuEventDestroy_v2");
   sym(api->cuStreamCreate, "cuStreamCreate");
-  sym(api->cuStreamWaitEvent, "cuStreamWaitEvent");
   sym(api->cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
   sym(api->cuStreamSynchronize, "cuStreamSynchronize");
   sym(api->cuMemHostAlloc, "cuMemHostAlloc");
   sym(api->cuGetErrorString, "cuGetErrorString");
   sym(api->cuDeviceGetName, "cuDeviceGetName");
   sym(api->cuDriverGetVersion, "cuDriverGetVersion");
+  sym(api->cuCtxSynchronize, "cuCtxSynchronize");
+  sym(api->cuDeviceGetAttribute, "cuDeviceGetAttribute");
   // Optional: identity only.
   api->cuDeviceGetUuid = reinterpret_cast<CUresult (*)(unsigned char*, CUdevice)>(dlsym(lib, "cuDeviceGetUuid_v2"));
   if (!api->cuDeviceGetUuid)
@@ -119,7 +138,7 @@ std::string CudaDriver::describe(int code) const {
 
 void* CudaDriver::context(int device) {
   if (device < 0 || device >= 64) return nullptr;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(context_mu_);
   if (!contexts_[device]) {
     CUdevice dev = 0;
     CUcontext ctx = nullptr;
@@ -182,15 +201,34 @@ std::string CudaDriver::copy_to_host(int device, void* event, const void* device
                                      const std::function<bool(const void*, size_t)>& out) {
   CUcontext ctx = context(device);
   if (!ctx) return "no context for device " + std::to_string(device);
-  std::lock_guard<std::mutex> lock(mu_);  // one staging buffer
+  std::lock_guard<std::mutex> lock(copy_mu_);  // one staging buffer; never a lock the calling thread takes
   if (api_->cuCtxPushCurrent(ctx) != 0) return "cannot make device " + std::to_string(device) + "'s context current";
   std::string err;
   const int previous = relax_capture_mode();
-  CUstream s = own_stream(device);
-  if (!staging_ && api_->cuMemHostAlloc(&staging_, kStagingBytes, 0) != 0) staging_ = nullptr;
-  if (!s) err = "cannot create a stream";
-  else if (!staging_) err = "cannot allocate pinned staging";
-  else if (CUresult r = api_->cuStreamWaitEvent(s, event, 0); r != 0) err = "waiting for the op's stream: " + describe(r);
+  // The op's stream must have made the copy: poll its event (capture-safe),
+  // with a deadline once the process is exiting.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    const CUresult r = api_->cuEventQuery(event);
+    if (r == 0) break;
+    if (r != kNotReady) {
+      err = "waiting for the op's stream: " + describe(r);
+      break;
+    }
+    if (finishing_.load() && std::chrono::steady_clock::now() > deadline) {
+      err = "the op's stream did not finish within 5 s of exit";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  CUstream s = err.empty() ? own_stream(device) : nullptr;
+  if (err.empty() && !staging_ && api_->cuMemHostAlloc(&staging_, kStagingBytes, 0) != 0) staging_ = nullptr;
+  if (!err.empty()) {
+  } else if (!s) {
+    err = "cannot create a stream";
+  } else if (!staging_) {
+    err = "cannot allocate pinned staging";
+  }
   for (size_t off = 0; err.empty() && off < nbytes; off += kStagingBytes) {
     const size_t n = nbytes - off < kStagingBytes ? nbytes - off : kStagingBytes;
     CUresult r = api_->cuMemcpyDtoHAsync(staging_, reinterpret_cast<CUdeviceptr>(device_ptr) + off, n, s);
@@ -228,6 +266,35 @@ std::string CudaDriver::device_uuid(int device) {
 int CudaDriver::driver_version() {
   int v = 0;
   return api_->cuDriverGetVersion(&v) == 0 ? v : 0;
+}
+
+}  // namespace lingprobe::gpu
+
+namespace lingprobe::gpu {
+
+bool CudaDriver::synchronize(void* ctx) {
+  if (!ctx || api_->cuCtxPushCurrent(ctx) != 0) return false;
+  const bool ok = api_->cuCtxSynchronize() == 0;
+  void* popped = nullptr;
+  api_->cuCtxPopCurrent(&popped);
+  return ok;
+}
+
+std::string CudaDriver::compute_capability(int device) {
+  constexpr int kMajor = 75, kMinor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR
+  CUdevice dev = 0;
+  int major = 0, minor = 0;
+  if (api_->cuDeviceGet(&dev, device) != 0 || api_->cuDeviceGetAttribute(&major, kMajor, dev) != 0 ||
+      api_->cuDeviceGetAttribute(&minor, kMinor, dev) != 0)
+    return "";
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+int CudaDriver::clock_rate_khz(int device) {
+  constexpr int kClockRate = 13;  // CU_DEVICE_ATTRIBUTE_CLOCK_RATE
+  CUdevice dev = 0;
+  int khz = 0;
+  return api_->cuDeviceGet(&dev, device) == 0 && api_->cuDeviceGetAttribute(&khz, kClockRate, dev) == 0 ? khz : 0;
 }
 
 }  // namespace lingprobe::gpu

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,8 @@ class CudaDriver {
   // The process's driver, loaded on first call; nullptr (with `error`) when
   // libcuda.so.1 cannot be loaded or initialised.
   static CudaDriver* get(std::string* error = nullptr);
+  // The driver if something loaded it already, else nullptr (never loads).
+  static CudaDriver* loaded();
 
   enum class Capture { None, Active, Unknown };
   Capture stream_capture(void* stream);
@@ -38,6 +41,14 @@ class CudaDriver {
   std::string copy_to_host(int device, void* event, const void* device_ptr, size_t nbytes,
                            const std::function<bool(const void*, size_t)>& out);
 
+  // The device's primary context (retained once for the process); nullptr if none.
+  void* primary_context(int device) { return context(device); }
+  // Waits until `ctx` has finished all its work; false on error.
+  bool synchronize(void* ctx);
+  // "9.0"; the SM clock rate in kHz as the driver reports it.
+  std::string compute_capability(int device);
+  int clock_rate_khz(int device);
+
   // Identity of a device (CUDA ordinal as this process sees it): its name,
   // "GPU-xxxxxxxx-..." UUID as nvidia-smi prints it; the driver's version (13000).
   std::string device_name(int device);
@@ -45,6 +56,9 @@ class CudaDriver {
   int driver_version();
 
   static constexpr size_t kStagingBytes = 64u << 20;
+  // At exit: copies still waiting for their op's stream give up after a few
+  // seconds (a peer's NCCL op that never completes must not hang the exit).
+  void set_finishing() { finishing_.store(true); }
 
  private:
   CudaDriver() = default;
@@ -55,10 +69,12 @@ class CudaDriver {
 
   struct Api;
   Api* api_ = nullptr;
-  std::mutex mu_;  // contexts, streams, staging
+  std::mutex context_mu_;  // contexts_: held only to look one up (the calling thread needs it)
+  std::mutex copy_mu_;     // streams_, staging_: held through a whole copy (writer threads only)
   void* contexts_[64] = {};
   void* streams_[64] = {};
   void* staging_ = nullptr;
+  std::atomic<bool> finishing_{false};
 };
 
 }  // namespace lingprobe::gpu

@@ -335,6 +335,10 @@ JsonValue identity_json(const std::string& device_str, const std::string& snapsh
 
 }  // namespace
 
+namespace {
+ReplayResult replay_one(const std::string& path, const ReplayOptions& options);
+}  // namespace
+
 std::string nondeterminism(const std::string& op, const std::string& device_type, bool cudnn_benchmark,
                            bool deterministic_algorithms, bool has_generator) {
   auto starts = [&](const char* p) { return op.rfind(p, 0) == 0; };
@@ -362,6 +366,22 @@ std::string nondeterminism(const std::string& op, const std::string& device_type
 }
 
 ReplayResult replay_snapshot(const std::string& path, const ReplayOptions& options) {
+  try {
+    return replay_one(path, options);
+  } catch (const std::exception& e) {  // a c10::Error (an asynchronous CUDA fault, ...) fails this snapshot only
+    ReplayResult r;
+    r.error = path + ": " + e.what();
+    return r;
+  } catch (...) {
+    ReplayResult r;
+    r.error = path + ": unknown error";
+    return r;
+  }
+}
+
+namespace {
+
+ReplayResult replay_one(const std::string& path, const ReplayOptions& options) {
   ReplayResult r;
   Context ctx;
   format::SnapshotReader reader;
@@ -518,5 +538,7 @@ ReplayResult replay_snapshot(const std::string& path, const ReplayOptions& optio
   }
   return r;
 }
+
+}  // namespace
 
 }  // namespace lingprobe::replay

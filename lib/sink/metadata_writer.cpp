@@ -147,11 +147,6 @@ bool MetadataWriter::retarget(const std::string& path, const std::string& header
   return true;
 }
 
-bool MetadataWriter::opened() const {
-  std::lock_guard<std::mutex> io(io_mu_);
-  return fd_ >= 0 || open_failed_;
-}
-
 std::string MetadataWriter::path() const {
   std::lock_guard<std::mutex> io(io_mu_);
   return options_.path;

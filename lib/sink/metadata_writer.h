@@ -69,7 +69,6 @@ class MetadataWriter {
   // Changes the file's path and header while it is not yet created (a late
   // rank assignment); false once it exists (the first cycle with data).
   bool retarget(const std::string& path, const std::string& header_json);
-  bool opened() const;
 
   bool finalized() const { return finalized_.load(std::memory_order_acquire); }
   WriterStats stats() const;

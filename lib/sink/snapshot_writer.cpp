@@ -1,6 +1,7 @@
 #include "sink/snapshot_writer.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <openssl/evp.h>
 #include <unistd.h>
 
@@ -9,17 +10,15 @@
 #include <cstring>
 #include <memory>
 
+#include "format/canonical_json.h"
+#include "format/file_names.h"
+#include "format/sha256.h"
 #include "sink/run_directory.h"
 
 namespace lingprobe::sink {
 
 std::string file_name_part(const std::string& s) {
-  std::string out;
-  for (char c : s.substr(0, 64)) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                    c == '_' || c == '.';
-    out += ok ? c : '_';
-  }
+  std::string out = format::safe_name_part(s, 64);
   if (out.empty() || out[0] == '.') out = "_" + out;
   return out;
 }
@@ -47,8 +46,14 @@ void SnapshotWriter::submit(format::SnapshotJob job) {
     return;
   }
   if (!started_) {
-    started_ = true;
-    thread_ = std::thread([this] { run(); });
+    try {
+      thread_ = std::thread([this] { run(); });
+      started_ = true;
+    } catch (const std::exception&) {  // no thread: nothing can be written; say so to the sampler
+      lock.unlock();
+      if (job.done) job.done(format::SnapshotJob::Result::Dropped, "no_writer_thread", "");
+      return;
+    }
   }
   queue_.push_back(std::move(job));
   cv_.notify_one();
@@ -63,7 +68,14 @@ void SnapshotWriter::run() {
     queue_.pop_front();
     busy_ = true;
     lock.unlock();
-    write_one(job);
+    try {
+      write_one(job);
+    } catch (...) {  // never let the writer thread take the process down
+      try {
+        if (job.done) job.done(format::SnapshotJob::Result::Dropped, "internal_error", "");
+      } catch (...) {
+      }
+    }
     lock.lock();
     busy_ = false;
     idle_cv_.notify_all();
@@ -80,48 +92,50 @@ void SnapshotWriter::finalize() {
   if (thread_.joinable()) thread_.join();
 }
 
-void SnapshotWriter::write_one(format::SnapshotJob& job) {
-  using Result = format::SnapshotJob::Result;
-  std::string sha, text, who;
-  bool already_mine = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = signatures_.find(job.signature_id);
-    if (it != signatures_.end()) sha = it->second.first, text = it->second.second;
-    who = who_;
-    already_mine = mine_.count(sha) > 0;
+namespace {
+
+std::string hex_of(EVP_MD_CTX* digest) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned md_len = 0;
+  EVP_DigestFinal_ex(digest, md, &md_len);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < md_len; ++i) out += kHex[md[i] >> 4], out += kHex[md[i] & 15];
+  return out;
+}
+
+// Renames without ever replacing an existing file (another process's, e.g. a
+// restarted rank's, under the same name): false with errno EEXIST then.
+bool rename_new(const std::string& from, const std::string& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return true;
+  if (errno != EINVAL && errno != ENOSYS) return false;
+  struct stat st;  // a filesystem without RENAME_NOREPLACE: check, then rename (a narrow race, no worse)
+  if (::lstat(to.c_str(), &st) == 0) {
+    errno = EEXIST;
+    return false;
   }
-  if (sha.empty()) {
-    job.done(Result::Dropped, "internal_error", "");
-    return;
-  }
-  std::string name = file_name_part(job.stage) + "_" + who + "_" + sha.substr(0, 16);
-  if (already_mine) name += "_s" + std::to_string(job.seq);
-  name += ".pt";
-  const std::string rel = "snapshots/" + name;
-  if (!already_mine && claims_ && !claims_->claim_signature(sha, rel)) {
-    job.done(Result::Duplicate, "", sha);
-    return;
-  }
-  auto unclaim = [&] {
-    if (!already_mine && claims_) claims_->unclaim_signature(sha);
-  };
+  return std::rename(from.c_str(), to.c_str()) == 0;
+}
+
+bool write_whole(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+// snapshots/{stem}.pt through a temporary name; "" or the drop reason.
+std::string SnapshotWriter::write_snapshot(format::SnapshotJob& job, const std::string& stem, std::string& file_sha,
+                                           uint64_t& bytes) {
   const std::string dir = run_dir_ + "/snapshots";
-  if (!make_directories(dir).empty()) {
-    unclaim();
-    job.done(Result::Dropped, "write_error", sha);
-    return;
-  }
-  job.document.set("signature", format::PickleValue::string(text));
-  job.document.set("signature_sha256", format::PickleValue::string(sha));
-  const std::string final_path = dir + "/" + name;
-  const std::string tmp = dir + "/." + name + ".tmp" + std::to_string(getpid());
+  if (!make_directories(dir).empty()) return "write_error";
+  const std::string final_path = dir + "/" + stem + ".pt";
+  const std::string tmp = dir + "/." + stem + ".pt.tmp" + std::to_string(getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    unclaim();
-    job.done(Result::Dropped, "write_error", sha);
-    return;
-  }
+  if (fd < 0) return "write_error";
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> digest(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   EVP_DigestInit_ex(digest.get(), EVP_sha256(), nullptr);
   int write_errno = 0;
@@ -146,33 +160,149 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
   job.blobs.clear();  // device copies go back now, whatever happened
   if (err.empty() && ::fsync(fd) != 0) err = std::string("fsync: ") + std::strerror(errno);
   ::close(fd);
-  if (err.empty() && std::rename(tmp.c_str(), final_path.c_str()) != 0) err = std::strerror(errno);
+  if (err.empty() && !rename_new(tmp, final_path)) err = std::strerror(errno);
   if (!err.empty()) {
     ::unlink(tmp.c_str());
-    unclaim();
-    const bool too_large = err.find("4 GiB") != std::string::npos;
-    job.done(Result::Dropped, too_large ? "too_large" : write_errno == ENOSPC ? "disk_full" : "write_error", sha);
+    return err.find("4 GiB") != std::string::npos ? "too_large" : write_errno == ENOSPC ? "disk_full" : "write_error";
+  }
+  file_sha = hex_of(digest.get());
+  bytes = zip.bytes_written();
+  return "";
+}
+
+// profiles/{stem}/ through a temporary directory renamed at the end; "" or the drop reason.
+std::string SnapshotWriter::write_profile(const format::SnapshotJob& job, const std::string& stem, const std::string& sha,
+                                          const std::string& text, const std::string& snapshot_rel,
+                                          std::string& manifest_sha) {
+  using format::JsonValue;
+  const std::string dir = run_dir_ + "/profiles";
+  if (!make_directories(dir).empty()) return "write_error";
+  const std::string tmp = dir + "/." + stem + ".tmp" + std::to_string(getpid());
+  if (::mkdir(tmp.c_str(), 0755) != 0) return "write_error";
+  const format::ProfileData& p = job.profile;
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  JsonValue identity = p.identity.kind() == JsonValue::Kind::Object ? p.identity : JsonValue::object();
+  identity.set("signature_sha256", JsonValue::string(sha));
+  identity.set("signature_json", JsonValue::string(text));
+  identity.set("stage", JsonValue::string(job.stage));
+  identity.set("rank", JsonValue::integer(job.rank));
+  identity.set("seq", JsonValue::integer(static_cast<int64_t>(job.seq)));
+  identity.set("pid", JsonValue::integer(getpid()));
+  identity.set("host", JsonValue::string(host));
+  identity.set("status", JsonValue::string(p.status));
+  if (!p.reason.empty()) identity.set("reason", JsonValue::string(p.reason));
+  identity.set("snapshot", snapshot_rel.empty() ? JsonValue::null() : JsonValue::string(snapshot_rel));
+  identity.set("passes", JsonValue::integer(static_cast<int64_t>(p.passes)));
+  identity.set("window_seconds", JsonValue::floating(p.window_seconds));
+  JsonValue foreign = JsonValue::array();
+  for (const auto& f : p.foreign_kernels) foreign.push_back(JsonValue::string(f));
+  identity.set("foreign_kernels", std::move(foreign));
+  std::string log = p.log;
+  log += "status " + p.status + (p.reason.empty() ? "" : ": " + p.reason) + "\n";
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"kernels.json", format::pretty_json(format::kernels_json(p)) + "\n"},
+      {"metrics.csv", format::metrics_csv(p, getpid(), "python3", host)},
+      {"identity.json", format::pretty_json(identity) + "\n"},
+      {"run.log", log},
+  };
+  JsonValue sums = JsonValue::object();
+  bool ok = true;
+  for (const auto& [name, content] : files) {
+    ok = ok && write_whole(tmp + "/" + name, content);
+    sums.set(name, JsonValue::string(format::sha256_hex(content)));
+  }
+  const std::string manifest = format::pretty_json(JsonValue::object({{"status", JsonValue::string(p.status)},
+                                                                      {"sha256", std::move(sums)}})) + "\n";
+  ok = ok && write_whole(tmp + "/manifest.json", manifest);
+  const std::string final_dir = dir + "/" + stem;
+  if (!ok || !rename_new(tmp, final_dir)) {
+    for (const char* name : {"kernels.json", "metrics.csv", "identity.json", "run.log", "manifest.json"})
+      ::unlink((tmp + "/" + name).c_str());
+    ::rmdir(tmp.c_str());
+    return "write_error";
+  }
+  manifest_sha = format::sha256_hex(manifest);
+  return "";
+}
+
+void SnapshotWriter::write_one(format::SnapshotJob& job) {
+  using Result = format::SnapshotJob::Result;
+  std::string sha, text, who;
+  bool already_mine = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = signatures_.find(job.signature_id);
+    if (it != signatures_.end()) sha = it->second.first, text = it->second.second;
+    who = who_;
+    already_mine = mine_.count(sha) > 0;
+  }
+  if (sha.empty()) {
+    job.done(Result::Dropped, "internal_error", "");
     return;
   }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned md_len = 0;
-  EVP_DigestFinal_ex(digest.get(), md, &md_len);
-  static const char kHex[] = "0123456789abcdef";
-  std::string file_sha;
-  for (unsigned i = 0; i < md_len; ++i) file_sha += kHex[md[i] >> 4], file_sha += kHex[md[i] & 15];
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "{\"bytes\":%llu,\"id\":%u,\"kind\":\"snapshot\",\"path\":\"%s\",\"seq\":%llu,\"sha256\":\"%s\"}\n",
-                static_cast<unsigned long long>(zip.bytes_written()), job.signature_id, rel.c_str(),
-                static_cast<unsigned long long>(job.seq), file_sha.c_str());
-  metadata_->add_record(line);
+  std::string stem = file_name_part(job.stage) + "_" + who + "_" + sha.substr(0, 16);
+  if (already_mine) stem += "_s" + std::to_string(job.seq);
+  struct stat existing;
+  if (::stat((run_dir_ + "/snapshots/" + stem + ".pt").c_str(), &existing) == 0 ||
+      ::stat((run_dir_ + "/profiles/" + stem).c_str(), &existing) == 0)
+    stem += "_p" + std::to_string(getpid());  // the same name from another process (hash/none coordination)
+  const std::string snapshot_rel = job.snapshot ? "snapshots/" + stem + ".pt" : "";
+  if (!already_mine && claims_ && !claims_->claim_signature(sha, job.snapshot ? snapshot_rel : "profiles/" + stem)) {
+    job.done(Result::Duplicate, "", sha);
+    return;
+  }
+  auto unclaim = [&] {
+    if (!already_mine && claims_) claims_->unclaim_signature(sha);
+  };
+  uint64_t bytes = 0;
+  bool kept = false;
+  if (job.snapshot) {
+    job.document.set("signature", format::PickleValue::string(text));
+    job.document.set("signature_sha256", format::PickleValue::string(sha));
+    std::string file_sha;
+    if (std::string why = write_snapshot(job, stem, file_sha, bytes); !why.empty()) {
+      if (!job.profiled) {
+        unclaim();
+        job.done(Result::Dropped, why, sha);
+        return;
+      }
+    } else {
+      char line[512];
+      std::snprintf(line, sizeof line,
+                    "{\"bytes\":%llu,\"id\":%u,\"kind\":\"snapshot\",\"path\":\"%s\",\"seq\":%llu,\"sha256\":\"%s\"}\n",
+                    static_cast<unsigned long long>(bytes), job.signature_id, snapshot_rel.c_str(),
+                    static_cast<unsigned long long>(job.seq), file_sha.c_str());
+      metadata_->add_record(line);
+      kept = true;
+    }
+  }
+  if (job.profiled) {
+    std::string manifest_sha;
+    if (write_profile(job, stem, sha, text, kept ? snapshot_rel : "", manifest_sha).empty()) {
+      std::string status;
+      format::write_json_string(job.profile.status, status);
+      char line[512];
+      std::snprintf(line, sizeof line,
+                    "{\"id\":%u,\"kind\":\"profile\",\"path\":\"profiles/%s\",\"seq\":%llu,\"sha256\":\"%s\",\"status\":%s}\n",
+                    job.signature_id, stem.c_str(), static_cast<unsigned long long>(job.seq), manifest_sha.c_str(),
+                    status.c_str());
+      metadata_->add_record(line);
+      kept = true;
+    }
+  }
+  if (!kept) {
+    unclaim();
+    job.done(Result::Dropped, "write_error", sha);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     mine_.insert(sha);
     ++written_;
-    bytes_ += zip.bytes_written();
+    bytes_ += bytes;
   }
-  job.done(Result::Kept, rel, sha);
+  job.done(Result::Kept, job.snapshot ? snapshot_rel : "profiles/" + stem, sha);
 }
 
 uint64_t SnapshotWriter::written() const {
@@ -183,11 +313,6 @@ uint64_t SnapshotWriter::written() const {
 uint64_t SnapshotWriter::bytes_written() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;
-}
-
-size_t SnapshotWriter::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return queue_.size() + (busy_ ? 1 : 0);
 }
 
 }  // namespace lingprobe::sink

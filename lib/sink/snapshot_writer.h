@@ -1,8 +1,10 @@
-// The snapshot writer thread of one process: takes finished SnapshotJobs
-// from the capture side, writes each to RUN_DIR/snapshots/
-// {stage}_{who}_{h16}[_s{seq}].pt (who: rank{R}, or child{PID}) through a
-// temporary name, fsyncs and renames it, and only then queues its "snapshot"
-// record into the metadata file, so nothing half-written is ever named. One
+// The evidence writer thread of one process: takes finished SnapshotJobs
+// from the capture side, writes each one's snapshot to RUN_DIR/snapshots/
+// {stem}.pt and its counters to RUN_DIR/profiles/{stem}/ (stem:
+// {stage}_{who}_{h16}[_s{seq}], who: rank{R} or child{PID}) through
+// temporary names, fsyncs and renames them, and only then queues their
+// "snapshot" and "profile" records into the metadata file, so nothing
+// half-written is ever named. One
 // sample per signature per launch: the signature's claim is taken before
 // writing (a second process's sample of it is a counted duplicate). Starts
 // lazily; finalize() drains the queue (before the metadata writer's final
@@ -38,11 +40,13 @@ class SnapshotWriter {
 
   uint64_t written() const;
   uint64_t bytes_written() const;
-  size_t queued() const;
 
  private:
   void run();
   void write_one(format::SnapshotJob& job);
+  std::string write_snapshot(format::SnapshotJob& job, const std::string& stem, std::string& file_sha, uint64_t& bytes);
+  std::string write_profile(const format::SnapshotJob& job, const std::string& stem, const std::string& sha,
+                            const std::string& text, const std::string& snapshot_rel, std::string& manifest_sha);
 
   std::string run_dir_, who_;
   MetadataWriter* metadata_;

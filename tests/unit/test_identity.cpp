@@ -59,6 +59,12 @@ TEST_CASE("identity: a process started by a recording process is a child, not it
   // torchrun started by a recording driver: the agent is still the launcher
   g_env = {{"LINGPROBE_PARENT_PID", "77"}};
   CHECK(resolve("torchrun --nproc_per_node=4 job.py", 100).role == api::Role::Launcher);
+  // a launcher lingprobe does not know: its workers have their own RANK, their recording parent none
+  g_env = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LINGPROBE_PARENT_PID", "77"}, {"LINGPROBE_PARENT_RANK", "-1"}};
+  id = resolve("python3 train.py", 100);
+  CHECK((id.role == api::Role::Rank && id.rank == 1 && id.world_size == 2));
+  g_env = {{"LINGPROBE_PARENT_PID", "77"}, {"LINGPROBE_PARENT_RANK", "-1"}};  // mp.spawn: no RANK yet
+  CHECK(resolve("python3 -c spawn_main", 100).role == api::Role::Child);
   // an explicit role wins
   api::Config c;
   c.role = api::Role::Rank;

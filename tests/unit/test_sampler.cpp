@@ -39,6 +39,7 @@ const std::string kKey = "0123456789abcdef0123456789abcdef0123456789abcdef012345
 SamplingOptions on() {
   SamplingOptions o;
   o.enabled = true;
+  o.poll_interval_ms = 0;
   return o;
 }
 
@@ -181,4 +182,46 @@ TEST_CASE("sampler: stop_all deactivates every key, now and later", "[sampler]")
   SampleKey* later = s.key_for(kKey.substr(1) + "0", "aten::mm", "aten::mm", "unstaged");
   CHECK_FALSE(later->active.load());
   CHECK(s.unsampled_reasons().at("budget") == 2);
+}
+
+TEST_CASE("sampler: a duplicate settles the owner's key (no sampling at every call)", "[sampler]") {
+  Sampler s;
+  FakeBroker b;
+  s.configure(on(), &b, 0, 1);
+  SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
+  REQUIRE(s.decide(k));
+  s.finished(k, 0, "sig", SampleResult::Duplicate, 0);  // another process stored that signature first
+  CHECK_FALSE(k->active.load());
+  CHECK(b.progress[kKey] == ClaimBroker::KeyProgress::Done);
+}
+
+TEST_CASE("sampler: a claim is released when stop_all stops its key, in flight or not", "[sampler]") {
+  Sampler s;
+  FakeBroker b;
+  s.configure(on(), &b, 0, 1);
+  SampleKey* idle = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
+  SampleKey* busy = s.key_for("ff" + kKey.substr(2), "aten::mm", "aten::mm", "unstaged");
+  REQUIRE(s.decide(idle));
+  s.finished(idle, 0, "", SampleResult::Dropped, 0);  // failed: released as failed at once
+  CHECK(b.progress[kKey] == ClaimBroker::KeyProgress::Free);
+  REQUIRE(s.decide(busy));
+  s.stop_all("budget");
+  CHECK(b.progress.count("ff" + kKey.substr(2)) == 0);  // in flight: not yet
+  s.finished(busy, 1, "sig", SampleResult::Kept, 10);
+  CHECK(b.progress["ff" + kKey.substr(2)] == ClaimBroker::KeyProgress::Done);
+}
+
+TEST_CASE("sampler: the claims poll keeps its pace", "[sampler]") {
+  SamplingOptions o = on();
+  o.poll_interval_ms = 60000;
+  FakeBroker b;
+  b.owner[kKey] = 99;
+  Sampler s;
+  s.configure(o, &b, 0, 1);
+  SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
+  CHECK_FALSE(s.decide(k));
+  b.progress[kKey] = ClaimBroker::KeyProgress::Free;
+  b.owner.erase(kKey);
+  s.poll();  // the first poll runs
+  CHECK(k->active.load());
 }

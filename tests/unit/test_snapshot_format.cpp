@@ -130,6 +130,13 @@ TEST_CASE("pickle: lingprobe's subset round-trips, integers of every width", "[s
   CHECK(read_pickle(std::string("\x80\x02" "cos\nsystem\n" "X\x02\x00\x00\x00ls" "\x85" "R.", 24), x).find("os.system") !=
         std::string::npos);
   CHECK_FALSE(read_pickle("\x80\x02G", x).empty());  // BINFLOAT: not ours
+  // containers nested by APPEND alone (no MARK): bounded too (the destructor recurses)
+  std::string deep = "\x80\x02";
+  for (int i = 0; i < 200; ++i) deep += "]";
+  for (int i = 0; i < 199; ++i) deep += "a";
+  deep += ".";
+  CHECK(read_pickle(deep, x).find("nested too deeply") != std::string::npos);
+  CHECK(read_pickle(std::string("\x80\x02]q\x00h\x00.", 8), x).find("unsupported opcode") != std::string::npos);  // no memo
   CHECK_FALSE(read_pickle(bytes.substr(0, bytes.size() / 2), x).empty());
 }
 
@@ -174,6 +181,8 @@ TEST_CASE("tensor layout: spans, overlap, contiguous strides, pointer alignment"
   CHECK(span_of({4, 3}, {0, 1}) == 3);
   CHECK(non_overlapping({3, 4}, {1, 3}));  // transposed
   CHECK(span_of({0, 5}, {5, 1}) == 0);
+  CHECK(numel_of({int64_t(1) << 40, int64_t(1) << 40}) == -1);  // overflow, not undefined behaviour
+  CHECK(span_of({int64_t(1) << 40, 2}, {int64_t(1) << 40, 1}) == -1);
   CHECK(contiguous_strides({2, 3, 4}) == std::vector<int64_t>{12, 4, 1});
   CHECK(pointer_alignment(0x7f0000001040) == 64);
   CHECK(pointer_alignment(0x7f0000000000) == 4096);

@@ -1,0 +1,517 @@
+#include "gpu/cupti_profiler.h"
+
+#include <cupti_activity.h>
+#include <cupti_callbacks.h>
+#include <cupti_driver_cbid.h>
+#include <cupti_profiler_host.h>
+#include <cupti_profiler_target.h>
+#include <cupti_range_profiler.h>
+#include <cupti_target.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <type_traits>
+
+namespace lingprobe::gpu {
+
+const std::vector<std::string>& seed_metrics() {
+  static const std::vector<std::string> m = {
+      "gpu__time_duration.sum",
+      "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+      "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+      "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+      "sm__warps_active.avg.pct_of_peak_sustained_active",
+      "dram__bytes_read.sum",
+      "dram__bytes_write.sum",
+      "dram__bytes.sum.per_second",
+  };
+  return m;
+}
+
+const char* status_name(WindowResult::Status s) {
+  switch (s) {
+    case WindowResult::Status::Passed: return "passed";
+    case WindowResult::Status::Abandoned: return "abandoned";
+    case WindowResult::Status::Contaminated: return "contaminated";
+    case WindowResult::Status::Unavailable: return "counters_unavailable";
+    case WindowResult::Status::Failed: break;
+  }
+  return "failed";
+}
+
+struct Cupti::Api {
+  CUptiResult (*GetResultString)(CUptiResult, const char**);
+  CUptiResult (*ProfilerInitialize)(CUpti_Profiler_Initialize_Params*);
+  CUptiResult (*DeviceGetChipName)(CUpti_Device_GetChipName_Params*);
+  CUptiResult (*GetCounterAvailability)(CUpti_Profiler_GetCounterAvailability_Params*);
+  CUptiResult (*HostInitialize)(CUpti_Profiler_Host_Initialize_Params*);
+  CUptiResult (*HostDeinitialize)(CUpti_Profiler_Host_Deinitialize_Params*);
+  CUptiResult (*HostConfigAddMetrics)(CUpti_Profiler_Host_ConfigAddMetrics_Params*);
+  CUptiResult (*HostGetConfigImageSize)(CUpti_Profiler_Host_GetConfigImageSize_Params*);
+  CUptiResult (*HostGetConfigImage)(CUpti_Profiler_Host_GetConfigImage_Params*);
+  CUptiResult (*HostGetNumOfPasses)(CUpti_Profiler_Host_GetNumOfPasses_Params*);
+  CUptiResult (*HostEvaluateToGpuValues)(CUpti_Profiler_Host_EvaluateToGpuValues_Params*);
+  CUptiResult (*RangeEnable)(CUpti_RangeProfiler_Enable_Params*);
+  CUptiResult (*RangeDisable)(CUpti_RangeProfiler_Disable_Params*);
+  CUptiResult (*RangeGetCounterDataSize)(CUpti_RangeProfiler_GetCounterDataSize_Params*);
+  CUptiResult (*RangeCounterDataImageInitialize)(CUpti_RangeProfiler_CounterDataImage_Initialize_Params*);
+  CUptiResult (*RangeSetConfig)(CUpti_RangeProfiler_SetConfig_Params*);
+  CUptiResult (*RangeStart)(CUpti_RangeProfiler_Start_Params*);
+  CUptiResult (*RangeStop)(CUpti_RangeProfiler_Stop_Params*);
+  CUptiResult (*RangeDecodeData)(CUpti_RangeProfiler_DecodeData_Params*);
+  CUptiResult (*RangeGetCounterDataInfo)(CUpti_RangeProfiler_GetCounterDataInfo_Params*);
+  CUptiResult (*ActivityRegisterCallbacks)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc);
+  CUptiResult (*ActivityEnable)(CUpti_ActivityKind);
+  CUptiResult (*ActivityDisable)(CUpti_ActivityKind);
+  CUptiResult (*ActivityFlushAll)(uint32_t);
+  CUptiResult (*ActivityGetNextRecord)(uint8_t*, size_t, CUpti_Activity**);
+  CUptiResult (*GetContextId)(CUcontext, uint32_t*);
+  CUptiResult (*GetStreamId)(CUcontext, CUstream, uint32_t*);
+  CUptiResult (*Subscribe)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*);
+  CUptiResult (*Unsubscribe)(CUpti_SubscriberHandle);
+  CUptiResult (*EnableCallback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId);
+};
+
+namespace {
+
+// The one window of the process (kernel replay serialises the device anyway).
+struct Window {
+  std::mutex mu;  // records, open
+  bool open = false;
+  bool collecting = false;
+  CUcontext ctx = nullptr;
+  uint32_t context_id = 0, stream_id = 0;
+  CUpti_RangeProfiler_Object* object = nullptr;
+  std::vector<uint8_t> counter_data;
+  const MetricSet* set = nullptr;
+  CUpti_SubscriberHandle subscriber = nullptr;
+  std::atomic<bool> stopped{false}, graph_launched{false};
+  std::vector<KernelLaunch> records;
+  size_t dropped_records = 0;
+};
+
+Window& window() {
+  static Window* w = new Window;  // used from CUPTI's threads: never destroyed
+  return *w;
+}
+
+Cupti::Api* g_api = nullptr;
+
+constexpr size_t kActivityBuffer = 4u << 20;
+constexpr size_t kMaxRanges = 256;
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kActivityBuffer));
+  *size = *buffer ? kActivityBuffer : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  Window& w = window();
+  CUpti_Activity* record = nullptr;
+  std::lock_guard<std::mutex> lock(w.mu);
+  while (valid && g_api && g_api->ActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    if (!w.collecting) continue;
+    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
+    const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+    KernelLaunch l;
+    l.mangled = k->name ? k->name : "";
+    l.correlation = k->correlationId;
+    l.stream = k->streamId;
+    l.device = k->deviceId;
+    l.context = k->contextId;
+    l.graph = k->graphId;
+    l.grid[0] = k->gridX, l.grid[1] = k->gridY, l.grid[2] = k->gridZ;
+    l.block[0] = k->blockX, l.block[1] = k->blockY, l.block[2] = k->blockZ;
+    l.registers = k->registersPerThread;
+    l.static_shared = k->staticSharedMemory;
+    l.dynamic_shared = k->dynamicSharedMemory;
+    l.device_launched = k->isDeviceLaunched != 0;
+    w.records.push_back(std::move(l));
+  }
+  std::free(buffer);
+}
+
+// A graph launch inside the window: auto range + kernel replay would run
+// only its first node, so the window ends here, at the launch's entry.
+void CUPTIAPI on_driver_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+  if (cbid != CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch && cbid != CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz) return;
+  const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  if (cb->callbackSite != CUPTI_API_ENTER) return;
+  Window& w = window();
+  if (!w.object || w.stopped.exchange(true)) return;
+  w.graph_launched.store(true);
+  CUpti_RangeProfiler_Stop_Params stop{};
+  stop.structSize = CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE;
+  stop.pRangeProfilerObject = w.object;
+  g_api->RangeStop(&stop);
+}
+
+template <typename P>
+P params(size_t size) {
+  P p;
+  std::memset(&p, 0, sizeof p);
+  p.structSize = size;
+  return p;
+}
+
+}  // namespace
+
+Cupti* Cupti::get(std::string* error) {
+  static std::mutex mu;
+  static Cupti* cupti = nullptr;
+  static std::string load_error;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!cupti && load_error.empty()) {
+    auto* c = new Cupti;
+    if (c->load(load_error)) {
+      cupti = c;
+      g_api = c->api_;
+    } else {
+      delete c;
+    }
+  }
+  if (!cupti && error) *error = load_error;
+  return cupti;
+}
+
+bool Cupti::load(std::string& error) {
+  // The process's copy first (torch's Kineto loaded one), then the loader's search, then the toolkit's.
+  void* lib = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD);
+  for (const char* candidate : {"libcupti.so.13", "libcupti.so", "/usr/local/cuda/lib64/libcupti.so.13",
+                                "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13"})
+    if (!lib) lib = dlopen(candidate, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    error = "libcupti.so.13 not found (install the CUDA toolkit's CUPTI, or set LD_LIBRARY_PATH)";
+    return false;
+  }
+  auto* api = new Api;
+  bool ok = true;
+  auto sym = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+    if (!fn && ok) {
+      ok = false;
+      error = std::string("libcupti lacks ") + name + " (CUPTI 13 is needed)";
+    }
+  };
+  sym(api->GetResultString, "cuptiGetResultString");
+  sym(api->ProfilerInitialize, "cuptiProfilerInitialize");
+  sym(api->DeviceGetChipName, "cuptiDeviceGetChipName");
+  sym(api->GetCounterAvailability, "cuptiProfilerGetCounterAvailability");
+  sym(api->HostInitialize, "cuptiProfilerHostInitialize");
+  sym(api->HostDeinitialize, "cuptiProfilerHostDeinitialize");
+  sym(api->HostConfigAddMetrics, "cuptiProfilerHostConfigAddMetrics");
+  sym(api->HostGetConfigImageSize, "cuptiProfilerHostGetConfigImageSize");
+  sym(api->HostGetConfigImage, "cuptiProfilerHostGetConfigImage");
+  sym(api->HostGetNumOfPasses, "cuptiProfilerHostGetNumOfPasses");
+  sym(api->HostEvaluateToGpuValues, "cuptiProfilerHostEvaluateToGpuValues");
+  sym(api->RangeEnable, "cuptiRangeProfilerEnable");
+  sym(api->RangeDisable, "cuptiRangeProfilerDisable");
+  sym(api->RangeGetCounterDataSize, "cuptiRangeProfilerGetCounterDataSize");
+  sym(api->RangeCounterDataImageInitialize, "cuptiRangeProfilerCounterDataImageInitialize");
+  sym(api->RangeSetConfig, "cuptiRangeProfilerSetConfig");
+  sym(api->RangeStart, "cuptiRangeProfilerStart");
+  sym(api->RangeStop, "cuptiRangeProfilerStop");
+  sym(api->RangeDecodeData, "cuptiRangeProfilerDecodeData");
+  sym(api->RangeGetCounterDataInfo, "cuptiRangeProfilerGetCounterDataInfo");
+  sym(api->ActivityRegisterCallbacks, "cuptiActivityRegisterCallbacks");
+  sym(api->ActivityEnable, "cuptiActivityEnable");
+  sym(api->ActivityDisable, "cuptiActivityDisable");
+  sym(api->ActivityFlushAll, "cuptiActivityFlushAll");
+  sym(api->ActivityGetNextRecord, "cuptiActivityGetNextRecord");
+  sym(api->GetContextId, "cuptiGetContextId");
+  sym(api->GetStreamId, "cuptiGetStreamId");
+  sym(api->Subscribe, "cuptiSubscribe");
+  sym(api->Unsubscribe, "cuptiUnsubscribe");
+  sym(api->EnableCallback, "cuptiEnableCallback");
+  if (!ok) {
+    delete api;
+    return false;
+  }
+  api_ = api;
+  return true;
+}
+
+std::string Cupti::describe(int r) const {
+  const char* s = nullptr;
+  if (api_ && api_->GetResultString(static_cast<CUptiResult>(r), &s) == CUPTI_SUCCESS && s) return s;
+  return "CUPTI error " + std::to_string(r);
+}
+
+std::string Cupti::build_metric_set(const std::string& chip, const std::vector<std::string>& metrics,
+                                    const std::vector<uint8_t>& availability, MetricSet& out) {
+  std::lock_guard<std::mutex> lock(host_mu_);
+  if (host_object_ && (host_chip_ != chip || host_metrics_ != metrics)) {
+    auto d = params<CUpti_Profiler_Host_Deinitialize_Params>(CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE);
+    d.pHostObject = static_cast<CUpti_Profiler_Host_Object*>(host_object_);
+    api_->HostDeinitialize(&d);
+    host_object_ = nullptr;
+  }
+  if (!host_object_) {
+    auto init = params<CUpti_Profiler_Host_Initialize_Params>(CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE);
+    init.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
+    init.pChipName = chip.c_str();
+    init.pCounterAvailabilityImage = availability.empty() ? nullptr : availability.data();
+    if (CUptiResult r = api_->HostInitialize(&init); r != CUPTI_SUCCESS)
+      return "cuptiProfilerHostInitialize(" + chip + "): " + describe(r);
+    host_object_ = init.pHostObject;
+    host_chip_ = chip;
+    host_metrics_ = metrics;
+    std::vector<const char*> names;
+    for (const auto& m : metrics) names.push_back(m.c_str());
+    auto add = params<CUpti_Profiler_Host_ConfigAddMetrics_Params>(CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE);
+    add.pHostObject = init.pHostObject;
+    add.ppMetricNames = names.data();
+    add.numMetrics = names.size();
+    if (CUptiResult r = api_->HostConfigAddMetrics(&add); r != CUPTI_SUCCESS) {
+      host_metrics_.clear();
+      return "metrics not accepted on " + chip + ": " + describe(r);
+    }
+  }
+  auto size = params<CUpti_Profiler_Host_GetConfigImageSize_Params>(CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE);
+  size.pHostObject = static_cast<CUpti_Profiler_Host_Object*>(host_object_);
+  if (CUptiResult r = api_->HostGetConfigImageSize(&size); r != CUPTI_SUCCESS) return "config image size: " + describe(r);
+  out.chip = chip;
+  out.metrics = metrics;
+  out.config_image.assign(size.configImageSize, 0);
+  auto image = params<CUpti_Profiler_Host_GetConfigImage_Params>(CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE);
+  image.pHostObject = size.pHostObject;
+  image.configImageSize = out.config_image.size();
+  image.pConfigImage = out.config_image.data();
+  if (CUptiResult r = api_->HostGetConfigImage(&image); r != CUPTI_SUCCESS) return "config image: " + describe(r);
+  auto passes = params<CUpti_Profiler_Host_GetNumOfPasses_Params>(CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE);
+  passes.configImageSize = out.config_image.size();
+  passes.pConfigImage = out.config_image.data();
+  if (CUptiResult r = api_->HostGetNumOfPasses(&passes); r != CUPTI_SUCCESS) return "passes: " + describe(r);
+  out.passes = passes.numOfPasses;
+  return "";
+}
+
+std::string Cupti::device_chip(int device, std::string& chip) {
+  auto init = params<CUpti_Profiler_Initialize_Params>(CUpti_Profiler_Initialize_Params_STRUCT_SIZE);
+  if (CUptiResult r = api_->ProfilerInitialize(&init); r != CUPTI_SUCCESS) return "cuptiProfilerInitialize: " + describe(r);
+  auto p = params<CUpti_Device_GetChipName_Params>(CUpti_Device_GetChipName_Params_STRUCT_SIZE);
+  p.deviceIndex = static_cast<size_t>(device);
+  if (CUptiResult r = api_->DeviceGetChipName(&p); r != CUPTI_SUCCESS || !p.pChipName)
+    return "cuptiDeviceGetChipName: " + describe(r);
+  chip = p.pChipName;
+  return "";
+}
+
+std::string Cupti::counter_availability(void* ctx, std::vector<uint8_t>& image) {
+  auto p = params<CUpti_Profiler_GetCounterAvailability_Params>(CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE);
+  p.ctx = static_cast<CUcontext>(ctx);
+  if (CUptiResult r = api_->GetCounterAvailability(&p); r != CUPTI_SUCCESS) return "counter availability: " + describe(r);
+  image.assign(p.counterAvailabilityImageSize, 0);
+  p.pCounterAvailabilityImage = image.data();
+  if (CUptiResult r = api_->GetCounterAvailability(&p); r != CUPTI_SUCCESS) return "counter availability: " + describe(r);
+  return "";
+}
+
+bool Cupti::subscriber_held_elsewhere() {
+  CUpti_SubscriberHandle s = nullptr;
+  const CUptiResult r = api_->Subscribe(&s, on_driver_api, nullptr);
+  if (r == CUPTI_SUCCESS) {
+    api_->Unsubscribe(s);
+    return false;
+  }
+  return r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+}
+
+std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set) {
+  Window& w = window();
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
+    if (w.open) return "another window is open";
+    w.open = true;
+    w.records.clear();
+    w.dropped_records = 0;
+  }
+  auto fail = [&](const std::string& why) {
+    std::lock_guard<std::mutex> lock(w.mu);
+    w.open = false;
+    return why;
+  };
+  w.ctx = static_cast<CUcontext>(ctx);
+  w.set = &set;
+  w.stopped.store(false);
+  w.graph_launched.store(false);
+  if (api_->GetContextId(w.ctx, &w.context_id) != CUPTI_SUCCESS) w.context_id = 0;
+  if (api_->GetStreamId(w.ctx, static_cast<CUstream>(stream), &w.stream_id) != CUPTI_SUCCESS) w.stream_id = 0;
+  auto enable = params<CUpti_RangeProfiler_Enable_Params>(CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE);
+  enable.ctx = w.ctx;
+  if (CUptiResult r = api_->RangeEnable(&enable); r != CUPTI_SUCCESS)
+    return fail("cuptiRangeProfilerEnable: " + describe(r) + " (" + std::to_string(r) + ")");
+  w.object = enable.pRangeProfilerObject;
+  auto disable = [&] {
+    auto d = params<CUpti_RangeProfiler_Disable_Params>(CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE);
+    d.pRangeProfilerObject = w.object;
+    api_->RangeDisable(&d);
+    w.object = nullptr;
+  };
+  std::vector<const char*> names;
+  for (const auto& m : set.metrics) names.push_back(m.c_str());
+  auto size = params<CUpti_RangeProfiler_GetCounterDataSize_Params>(CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE);
+  size.pRangeProfilerObject = w.object;
+  size.pMetricNames = names.data();
+  size.numMetrics = names.size();
+  size.maxNumOfRanges = kMaxRanges;
+  size.maxNumRangeTreeNodes = kMaxRanges;
+  if (CUptiResult r = api_->RangeGetCounterDataSize(&size); r != CUPTI_SUCCESS) {
+    disable();
+    return fail("counter data size: " + describe(r));
+  }
+  w.counter_data.assign(size.counterDataSize, 0);
+  auto init = params<CUpti_RangeProfiler_CounterDataImage_Initialize_Params>(
+      CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE);
+  init.pRangeProfilerObject = w.object;
+  init.counterDataSize = w.counter_data.size();
+  init.pCounterData = w.counter_data.data();
+  if (CUptiResult r = api_->RangeCounterDataImageInitialize(&init); r != CUPTI_SUCCESS) {
+    disable();
+    return fail("counter data image: " + describe(r));
+  }
+  auto config = params<CUpti_RangeProfiler_SetConfig_Params>(CUpti_RangeProfiler_SetConfig_Params_STRUCT_SIZE);
+  config.pRangeProfilerObject = w.object;
+  config.configSize = set.config_image.size();
+  config.pConfig = set.config_image.data();
+  config.counterDataImageSize = w.counter_data.size();
+  config.pCounterDataImage = w.counter_data.data();
+  config.range = CUPTI_AutoRange;
+  config.replayMode = CUPTI_KernelReplay;
+  config.maxRangesPerPass = kMaxRanges;
+  config.numNestingLevels = 1;
+  config.minNestingLevel = 1;
+  config.passIndex = 0;
+  config.targetNestingLevel = 1;
+  if (CUptiResult r = api_->RangeSetConfig(&config); r != CUPTI_SUCCESS) {
+    disable();
+    return fail("cuptiRangeProfilerSetConfig: " + describe(r));
+  }
+  // Launch attributes, for this window only (the callbacks are process-global:
+  // registered again each window, as Kineto does at each session).
+  api_->ActivityRegisterCallbacks(buffer_requested, buffer_completed);
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
+    w.collecting = true;
+  }
+  api_->ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  // The graph guard, when CUPTI's subscriber is free (Kineto keeps it after torch.profiler's first use).
+  w.subscriber = nullptr;
+  if (api_->Subscribe(&w.subscriber, on_driver_api, nullptr) == CUPTI_SUCCESS) {
+    api_->EnableCallback(1, w.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch);
+    api_->EnableCallback(1, w.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz);
+  } else {
+    w.subscriber = nullptr;
+  }
+  auto start = params<CUpti_RangeProfiler_Start_Params>(CUpti_RangeProfiler_Start_Params_STRUCT_SIZE);
+  start.pRangeProfilerObject = w.object;
+  if (CUptiResult r = api_->RangeStart(&start); r != CUPTI_SUCCESS) {
+    api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    if (w.subscriber) api_->Unsubscribe(w.subscriber);
+    w.subscriber = nullptr;
+    disable();
+    return fail("cuptiRangeProfilerStart: " + describe(r));
+  }
+  return "";
+}
+
+WindowResult Cupti::end_window(const std::function<bool()>& synchronize) {
+  Window& w = window();
+  WindowResult res;
+  res.graph_guard = w.subscriber != nullptr;
+  if (!w.stopped.exchange(true)) {
+    auto stop = params<CUpti_RangeProfiler_Stop_Params>(CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE);
+    stop.pRangeProfilerObject = w.object;
+    if (CUptiResult r = api_->RangeStop(&stop); r != CUPTI_SUCCESS) res.reason = "cuptiRangeProfilerStop: " + describe(r);
+    else if (!stop.isAllPassSubmitted) res.reason = "not every replay pass was submitted";
+  }
+  if (w.subscriber) {
+    api_->Unsubscribe(w.subscriber);
+    w.subscriber = nullptr;
+  }
+  if (synchronize && !synchronize() && res.reason.empty()) res.reason = "synchronizing the context failed";
+  if (res.reason.empty()) {
+    auto decode = params<CUpti_RangeProfiler_DecodeData_Params>(CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE);
+    decode.pRangeProfilerObject = w.object;
+    if (CUptiResult r = api_->RangeDecodeData(&decode); r != CUPTI_SUCCESS) res.reason = "decode: " + describe(r);
+    res.dropped_ranges = decode.numOfRangeDropped;
+  }
+  if (res.reason.empty()) {
+    auto info = params<CUpti_RangeProfiler_GetCounterDataInfo_Params>(CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE);
+    info.pCounterDataImage = w.counter_data.data();
+    info.counterDataImageSize = w.counter_data.size();
+    if (CUptiResult r = api_->RangeGetCounterDataInfo(&info); r != CUPTI_SUCCESS) res.reason = "ranges: " + describe(r);
+    res.ranges = info.numTotalRanges;
+    std::vector<const char*> names;
+    for (const auto& m : w.set->metrics) names.push_back(m.c_str());
+    std::lock_guard<std::mutex> lock(host_mu_);
+    for (size_t i = 0; res.reason.empty() && i < res.ranges; ++i) {
+      std::vector<double> values(names.size(), 0.0);
+      auto eval = params<CUpti_Profiler_Host_EvaluateToGpuValues_Params>(
+          CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE);
+      eval.pHostObject = static_cast<CUpti_Profiler_Host_Object*>(host_object_);
+      eval.pCounterDataImage = w.counter_data.data();
+      eval.counterDataImageSize = w.counter_data.size();
+      eval.rangeIndex = i;
+      eval.ppMetricNames = names.data();
+      eval.numMetrics = names.size();
+      eval.pMetricValues = values.data();
+      if (CUptiResult r = api_->HostEvaluateToGpuValues(&eval); r != CUPTI_SUCCESS)
+        res.reason = "evaluating range " + std::to_string(i) + ": " + describe(r);
+      res.values.push_back(std::move(values));
+    }
+  }
+  auto disable = params<CUpti_RangeProfiler_Disable_Params>(CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE);
+  disable.pRangeProfilerObject = w.object;
+  api_->RangeDisable(&disable);
+  w.object = nullptr;
+  api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  std::vector<KernelLaunch> records;
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
+    w.collecting = false;
+    records.swap(w.records);
+    w.open = false;
+  }
+  // This context's launches, once each, in launch order; others are foreign.
+  std::sort(records.begin(), records.end(), [](const KernelLaunch& a, const KernelLaunch& b) { return a.correlation < b.correlation; });
+  uint32_t last = 0;
+  bool graph = w.graph_launched.load();
+  for (auto& k : records) {
+    if (!res.kernels.empty() && k.correlation == last) continue;
+    if (k.graph || k.device_launched) graph = true;
+    if ((w.context_id && k.context != w.context_id) || (w.stream_id && k.stream != w.stream_id)) {
+      res.foreign.push_back(k.mangled);
+      continue;
+    }
+    last = k.correlation;
+    res.kernels.push_back(std::move(k));
+  }
+  if (!res.reason.empty()) {
+    res.status = WindowResult::Status::Failed;
+  } else if (graph) {
+    res.status = WindowResult::Status::Abandoned;
+    res.reason = "a CUDA graph (or a device-side launch) ran inside the window: kernel replay profiles only its first "
+                 "node";
+  } else if (!res.foreign.empty()) {
+    res.status = WindowResult::Status::Contaminated;
+    res.reason = std::to_string(res.foreign.size()) + " kernel(s) of other streams or contexts ran inside the window";
+  } else if (res.ranges != res.kernels.size() || res.dropped_ranges) {
+    res.status = WindowResult::Status::Contaminated;
+    res.reason = std::to_string(res.ranges) + " range(s) for " + std::to_string(res.kernels.size()) +
+                 " kernel launch(es) of the op" + (res.dropped_ranges ? " (ranges dropped)" : "");
+  } else {
+    res.status = WindowResult::Status::Passed;
+  }
+  return res;
+}
+
+}  // namespace lingprobe::gpu

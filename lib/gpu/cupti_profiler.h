@@ -1,0 +1,98 @@
+// Inline hardware counters of one operator call's kernels (SPEC section 5):
+// CUPTI's range profiler with auto range and kernel replay on the op's
+// context, started just before the op and stopped just after it on the
+// calling thread; each kernel is one range, replayed once per pass. Launch
+// attributes (mangled name, grid, block, registers, shared memory) come from
+// the Activity API (CONCURRENT_KERNEL records), enabled only inside the
+// window. While the window is open and CUPTI's subscriber is free, a driver
+// callback watches for graph launches (auto range + kernel replay runs only
+// a graph's first node) and ends the window at the launch's entry; the
+// subscriber is released at the window's end, so torch.profiler can take it.
+//
+// libcupti is loaded at run time (the process's copy, usually torch's), so
+// liblingprobe.so has no link-time CUDA dependency. The host side (config
+// image, passes) needs no GPU: it runs in CI. No torch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace lingprobe::gpu {
+
+// What to measure on which chip: the config image, built once.
+struct MetricSet {
+  std::string chip;
+  std::vector<std::string> metrics;
+  std::vector<uint8_t> config_image;
+  size_t passes = 0;
+};
+
+// The eight counter metrics of ../shared/seeds/capability_report.seed.json.
+const std::vector<std::string>& seed_metrics();
+
+struct KernelLaunch {
+  std::string mangled;  // as CUPTI reports it
+  uint32_t correlation = 0, stream = 0, device = 0, context = 0, graph = 0;
+  int32_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
+  uint32_t registers = 0;
+  int32_t static_shared = 0, dynamic_shared = 0;
+  bool device_launched = false;
+};
+
+struct WindowResult {
+  enum class Status { Passed, Abandoned, Contaminated, Failed, Unavailable };
+  Status status = Status::Failed;
+  std::string reason;                        // why not passed
+  std::vector<KernelLaunch> kernels;         // this window's kernels, in launch order
+  std::vector<std::vector<double>> values;   // per range (kernel): one value per metric of the set
+  size_t ranges = 0, dropped_ranges = 0, dropped_records = 0;
+  std::vector<std::string> foreign;          // kernels of other streams or contexts seen in the window
+  bool graph_guard = false;                  // the graph-launch callback was armed
+};
+
+const char* status_name(WindowResult::Status s);
+
+class Cupti {
+ public:
+  // The process's CUPTI, loaded on first call; nullptr (and `error`) when it cannot be.
+  static Cupti* get(std::string* error = nullptr);
+
+  // Host side (no device needed): the config image and pass count of
+  // `metrics` on `chip` ("GH100"); `availability` may be empty.
+  std::string build_metric_set(const std::string& chip, const std::vector<std::string>& metrics,
+                               const std::vector<uint8_t>& availability, MetricSet& out);
+  // Target side: the chip of CUDA device `device`, and its counter
+  // availability image on context `ctx` (before any window).
+  std::string device_chip(int device, std::string& chip);
+  std::string counter_availability(void* ctx, std::vector<uint8_t>& image);
+
+  // Opens a window on `ctx` (the op's device's primary context) before the
+  // op; kernels on `stream` (a CUstream) are the op's. "" or why no window
+  // opened (then end_window must not be called). One window at a time per process.
+  std::string begin_window(void* ctx, void* stream, const MetricSet& set);
+  // Closes it after the op: stops, decodes, evaluates every range, collects
+  // the launches. `synchronize` makes the context idle first (the caller's
+  // CUDA driver call, e.g. cuCtxSynchronize).
+  WindowResult end_window(const std::function<bool()>& synchronize);
+  // Whether a torch.profiler-like tool holds CUPTI's subscriber right now.
+  bool subscriber_held_elsewhere();
+
+  std::string describe(int result) const;
+  struct Api;
+
+ private:
+  Cupti() = default;
+  bool load(std::string& error);
+  Api* api_ = nullptr;
+  std::mutex host_mu_;
+  void* host_object_ = nullptr;  // kept for evaluation; rebuilt when the metric set changes
+  std::string host_chip_;
+  std::vector<std::string> host_metrics_;
+};
+
+}  // namespace lingprobe::gpu

@@ -47,7 +47,7 @@ step_test() {
 step_pytest() {
   local files=() f
   for f in "$@"; do files+=("$root/tests/python/$f"); done
-  LPTEST_BUILD_DIR=$build LPTEST_SEEDS_DIR=$root/.deps/seeds PYTHONPATH=$root/python_shim \
+  LPTEST_BUILD_DIR=$build LPTEST_SEEDS_DIR=$root/.deps/seeds PYTHONPATH=$root/python_shim LPTEST_KEEP=$OUT \
     $py -m pytest -q -s -p no:cacheprovider "${files[@]}" 2>&1 | tee "$OUT/pytest.log" | tail -40
   return "${PIPESTATUS[0]}"
 }
@@ -125,7 +125,7 @@ while [ ${#steps[@]} -gt 0 ]; do
            step_bench "$arg" || rc=1 ;;
     cpubench) arg=3; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
               step_cpubench "$arg" || rc=1 ;;
-    pytest) files=(); while [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} == *.py ]]; do files+=("${steps[0]}"); steps=("${steps[@]:1}"); done
+    pytest) files=(); while [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} == *.py* ]]; do files+=("${steps[0]}"); steps=("${steps[@]:1}"); done
             step_pytest "${files[@]}" || rc=1 ;;
     reference) arg=20; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
                step_reference "$arg" || rc=1 ;;

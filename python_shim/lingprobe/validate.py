@@ -1,0 +1,147 @@
+"""Inline counters against Nsight Compute, kernel by kernel.
+
+    python3 -m lingprobe.validate RUN_DIR [--top N | --signatures H16,...] [--runs 2] [--json OUT]
+
+For each chosen profiled signature of the run (profiles/{stem}/ with its
+replay's replay_operator.py, from `lingprobe replay`), runs
+
+    ncu --clock-control none --cache-control none --csv --page raw --print-units base
+        --print-kernel-base mangled --nvtx --nvtx-include lingprobe_replay/ --metrics <the set>
+        python3 replay_operator.py --nvtx
+
+--runs times (ncu's own run-to-run spread), plus once with --cache-control all,
+matches kernels by mangled name and launch order, and prints per kernel and
+metric: inline, ncu (median of the runs), relative difference, ncu's spread,
+and whether it is within the target: max(3%, 2x ncu's spread) on time and
+throughput percentages, 3% on DRAM bytes, for kernels longer than 20 us.
+Kernels that differ between the inline profile and the replay count as misses."""
+import argparse
+import csv
+import io
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+
+TIME = "gpu__time_duration.sum"
+
+
+def ncu_run(script, metrics, cache):
+    cmd = ["ncu", "--clock-control", "none", "--cache-control", cache, "--csv", "--page", "raw", "--print-units", "base",
+           "--print-kernel-base", "mangled", "--nvtx", "--nvtx-include", "lingprobe_replay/", "--metrics",
+           ",".join(metrics), sys.executable, str(script), "--nvtx"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"ncu failed ({p.returncode}): {p.stderr[-2000:]}")
+    lines = p.stdout.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+    if start is None:
+        raise RuntimeError("ncu printed no kernel table:\n" + p.stdout[-2000:])
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    head, units, data = rows[0], rows[1], rows[2:]
+    out = []
+    for r in data:
+        rec = dict(zip(head, r))
+        vals = {}
+        for m in metrics:
+            if m in rec and rec[m] not in ("", "n/a"):
+                vals[m] = float(rec[m].replace(",", ""))
+        out.append({"mangled": rec.get("Kernel Name", ""), "values": vals})
+    return out, dict(zip(head, units))
+
+
+def base_value(metric, kernel_metric):
+    """The inline kernels.json value (seed units) back in ncu's base units."""
+    v, unit = kernel_metric["value"], kernel_metric["unit"]
+    return v * {"us": 1e3, "Mbyte": 1e6, "Tbyte/s": 1e12}.get(unit, 1.0)
+
+
+def tolerance(metric, spread):
+    if "bytes" in metric and "per_second" not in metric:
+        return 0.03
+    return max(0.03, 2 * spread)
+
+
+def validate_profile(profile_dir, replay_dir, runs):
+    kernels = json.loads((profile_dir / "kernels.json").read_text())
+    identity = json.loads((profile_dir / "identity.json").read_text())
+    metrics = identity.get("metrics") or [m for m in kernels[0]["metrics"] if not m.startswith("launch__")]
+    script = replay_dir / "replay_operator.py"
+    ncu = [ncu_run(script, metrics, "none")[0] for _ in range(runs)]
+    ncu_all = ncu_run(script, metrics, "all")[0]
+    table, misses = [], []
+    if [k["mangled_name"] for k in kernels] != [k["mangled"] for k in ncu[0]]:
+        misses.append({"inline": [k["mangled_name"] for k in kernels], "ncu": [k["mangled"] for k in ncu[0]]})
+    for i, k in enumerate(kernels):
+        if i >= len(ncu[0]) or ncu[0][i]["mangled"] != k["mangled_name"]:
+            continue
+        for m in metrics:
+            seen = [run[i]["values"].get(m) for run in ncu if i < len(run)]
+            seen = [x for x in seen if x is not None]
+            if not seen or m not in k["metrics"]:
+                continue
+            ref = statistics.median(seen)
+            inline = base_value(m, k["metrics"][m])
+            spread = (max(seen) - min(seen)) / ref if ref else 0.0
+            rel = (inline - ref) / ref if ref else 0.0
+            all_cache = ncu_all[i]["values"].get(m) if i < len(ncu_all) else None
+            long = base_value(TIME, k["metrics"][TIME]) > 20e3 if TIME in k["metrics"] else True
+            table.append({"kernel": k["name"][:80], "mangled": k["mangled_name"], "index": i, "metric": m,
+                          "inline": inline, "ncu": ref, "ncu_cache_all": all_cache, "relative": rel,
+                          "ncu_spread": spread, "tolerance": tolerance(m, spread), "long_kernel": long,
+                          "within": abs(rel) <= tolerance(m, spread)})
+    return {"profile": profile_dir.name, "signature": identity.get("signature_sha256", ""), "rows": table,
+            "misses": misses}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run_dir", type=pathlib.Path)
+    ap.add_argument("--top", type=int, default=0, help="the N profiles with the most kernel time")
+    ap.add_argument("--signatures", default="", help="comma-separated signature hash prefixes")
+    ap.add_argument("--runs", type=int, default=2, help="ncu runs per profile (its own spread)")
+    ap.add_argument("--json", type=pathlib.Path)
+    a = ap.parse_args()
+    profiles = sorted(p for p in (a.run_dir / "profiles").iterdir() if (p / "kernels.json").exists())
+    chosen = []
+    for p in profiles:
+        ident = json.loads((p / "identity.json").read_text())
+        if ident.get("status") != "passed":
+            continue
+        if a.signatures and not any(ident.get("signature_sha256", "").startswith(h) for h in a.signatures.split(",")):
+            continue
+        t = sum(k["metrics"].get(TIME, {}).get("value", 0) for k in json.loads((p / "kernels.json").read_text()))
+        chosen.append((t, p))
+    chosen.sort(reverse=True)
+    if a.top:
+        chosen = chosen[:a.top]
+    results = []
+    for _, p in chosen:
+        replay = a.run_dir / "replays" / p.name
+        if not (replay / "replay_operator.py").exists():
+            print(f"{p.name}: no replay (run `lingprobe replay {a.run_dir}` first)")
+            continue
+        try:
+            results.append(validate_profile(p, replay, a.runs))
+        except Exception as e:  # one profile's failure is reported, the others still run
+            results.append({"profile": p.name, "error": str(e), "rows": [], "misses": []})
+    rows = [r for res in results for r in res["rows"] if r["long_kernel"]]
+    ok = sum(r["within"] for r in rows)
+    for res in results:
+        print(f"== {res['profile']}" + (f": ERROR {res['error']}" if res.get("error") else ""))
+        for r in res["rows"]:
+            print(f"  {'ok ' if r['within'] else 'OUT'} k{r['index']} {r['metric'][:48]:48} inline {r['inline']:.5g} "
+                  f"ncu {r['ncu']:.5g} ({100 * r['relative']:+.2f}%, spread {100 * r['ncu_spread']:.2f}%)"
+                  f"{'' if r['long_kernel'] else ' [<20us]'}")
+        for m in res["misses"]:
+            print(f"  MISS kernels differ: inline {m['inline']} vs ncu {m['ncu']}")
+    print(f"validate: {ok}/{len(rows)} (kernel, metric) pairs of kernels > 20 us within target "
+          f"({100 * ok / len(rows) if rows else 0:.1f}%), {sum(len(r['misses']) for r in results)} kernel-set misses")
+    if a.json:
+        a.json.write_text(json.dumps({"results": results, "within": ok, "pairs": len(rows)}, indent=1))
+    return 0 if rows and ok >= 0.9 * len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -62,6 +62,8 @@ step_reference() {
     [ "$mode" = all ] && flags=(--select all)
     [ "$mode" = none ] && flags+=(--no-lingprobe)
     [ "$mode" = seed-nosnap ] && flags+=(--no-snapshots)
+    [ "$mode" = seed-profile ] && flags+=(--profile)
+    [ "$mode" = all-profile ] && flags=(--select all --profile)
     LINGPROBE_CLI=$build/lingprobe LINGPROBE_PYTHON=$py MASTER_PORT=$((29600 + RANDOM % 100)) \
       "$root/scripts/reference-run.sh" --device cuda --scale full --chunks "$chunks" --out "$out" "${flags[@]}" \
       >"$OUT/reference-$mode.log" 2>&1
@@ -69,9 +71,10 @@ step_reference() {
     cat "$out"/timing.rank*.json > "$OUT/timing-$mode.jsonl" 2>/dev/null
     [ -d "$out/reports" ] && cp "$out/reports/coverage_audit.json" "$OUT/audit-$mode.json" && cp "$out/reports/summary.md" "$OUT/summary-$mode.md"
     if [ -d "$out/replays" ]; then
-      cat "$out"/replays/*/replay_comparison.json > "$OUT/replays-$mode.json"
       du -sb "$out/snapshots" | tee -a "$OUT/reference-$mode.log"
     fi
+    # the run without its snapshots (GBs): metadata, profiles, replays, reports, for `lingprobe report` here and there
+    tar czf "$OUT/run-$mode.tgz" --exclude=snapshots --exclude=claims -C "$root/gpu-runs" "$mode" 2>/dev/null
   done
 }
 
@@ -106,6 +109,12 @@ step_bench() {
   done | tee -a "$OUT/bench.txt"
 }
 
+# Inline counters against ncu on a reference run's profiles: $1 the mode's run, $2 how many (most kernel time first).
+step_validate() {
+  PYTHONPATH=$root/python_shim $py -m lingprobe.validate "$root/gpu-runs/$1" --top "${2:-3}" --runs 2 \
+    --json "$OUT/validate-$1.json" 2>&1 | tee "$OUT/validate-$1.txt" | tail -60
+}
+
 # The CPU overhead benchmark on this machine's torch (wall clock only: no valgrind here).
 step_cpubench() {
   $py "$root/bench/cpu_bench.py" --no-callgrind --reps "${1:-3}" --build "$build" --json "$OUT/cpu-bench.json" \
@@ -127,6 +136,7 @@ while [ ${#steps[@]} -gt 0 ]; do
               step_cpubench "$arg" || rc=1 ;;
     pytest) files=(); while [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} == *.py* ]]; do files+=("${steps[0]}"); steps=("${steps[@]:1}"); done
             step_pytest "${files[@]}" || rc=1 ;;
+    validate) m=${steps[0]}; n=${steps[1]}; steps=("${steps[@]:2}"); step_validate "$m" "$n" || rc=1 ;;
     reference) arg=20; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
                step_reference "$arg" || rc=1 ;;
     *) echo "gpu-check: unknown step $s"; rc=2 ;;

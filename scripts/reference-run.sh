@@ -4,7 +4,7 @@
 #
 #   scripts/reference-run.sh --device {meta,cpu,cuda} --out DIR [--scale small|full] [--chunks N]
 #                            [--world-size N] [--select seed|all] [--mark stage-map|nvtx|api] [--no-lingprobe]
-#                            [--snapshots|--no-snapshots]
+#                            [--snapshots|--no-snapshots] [--profile]
 #
 # On real-tensor devices (cpu, cuda) it samples by default: each input key once per launch is
 # snapshotted (LINGPROBE_SNAPSHOTS=1), then `lingprobe replay` reruns every snapshot and checks it.
@@ -17,7 +17,7 @@
 # resolution for real-tensor CPU runs; full is 704x1280 with the real model widths.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-device=meta out="" scale=full chunks="" world=4 select=seed mark=stage-map with_lingprobe=1 blocks="" snapshots=auto
+device=meta out="" scale=full chunks="" world=4 select=seed mark=stage-map with_lingprobe=1 blocks="" snapshots=auto profile=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift 2 ;;
@@ -31,6 +31,7 @@ while [ $# -gt 0 ]; do
     --no-lingprobe) with_lingprobe=0; shift ;;
     --snapshots) snapshots=1; shift ;;
     --no-snapshots) snapshots=0; shift ;;
+    --profile) profile=1; shift ;;
     -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "reference-run: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -66,7 +67,7 @@ job=("$py" -m torch.distributed.run --nproc_per_node="$world" --master_port="${M
      -m lingbot_standin.generate --device "$device" --mark "$mark" --report "$out/timing" "${args[@]}")
 start=$(date +%s.%N)
 if [ "$with_lingprobe" = 1 ]; then
-  LINGPROBE_RUN_ID=$(basename "$out") "$cli" run -o "$(dirname "$out")" --ops "$ops" --set SNAPSHOTS="$snapshots" \
+  LINGPROBE_RUN_ID=$(basename "$out") "$cli" run -o "$(dirname "$out")" --ops "$ops" --set SNAPSHOTS="$snapshots" --set PROFILE="$profile" \
     --stage-map 'dit=WanModel;vae=WanVAE|Decoder3d;output=lingbot_standin.utils:save_video' \
     --nvtx-map 'dit=^dit;vae=^vae;output=^output' -- "${job[@]}"
 else

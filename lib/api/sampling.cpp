@@ -13,9 +13,13 @@
 #endif
 
 #include <cxxabi.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <chrono>
 #include <cstdlib>
 #include "sink/claims.h"
+#include "sink/run_directory.h"
 #include "sink/snapshot_writer.h"
 
 namespace lingprobe::api {
@@ -49,8 +53,11 @@ std::string physical_index(int ordinal) {
 class CudaAccess : public capture::DeviceAccess {
  public:
   // `on_probe` gets the counters probe's result once, as a metadata record line.
-  CudaAccess(std::vector<std::string> metrics, std::function<void(std::string)> on_probe)
-      : metrics_(std::move(metrics)), on_probe_(std::move(on_probe)) {}
+  // `lock_dir`: where the per-GPU lock that serialises the launch's counter
+  // windows lives (the ranks of one launch share one GPU on small machines,
+  // and the counter hardware serves one profiling session at a time).
+  CudaAccess(std::vector<std::string> metrics, std::function<void(std::string)> on_probe, std::string lock_dir)
+      : metrics_(std::move(metrics)), on_probe_(std::move(on_probe)), lock_dir_(std::move(lock_dir)) {}
   Capture stream_capture(void* stream) override {
     gpu::CudaDriver* d = gpu::CudaDriver::get();
     if (!d) return Capture::Unknown;
@@ -90,15 +97,17 @@ class CudaAccess : public capture::DeviceAccess {
       return nullptr;
     }
     const auto t0 = std::chrono::steady_clock::now();
+    const int lock_fd = lock_gpu(d, device);  // blocks while another process of the launch profiles this GPU
     std::string why = cupti_->begin_window(ctx, stream, set_);
     if (!why.empty()) {
+      unlock_gpu(lock_fd);
       if (why.find("INSUFFICIENT_PRIVILEGES") != std::string::npos || why.find("NOT_SUPPORTED") != std::string::npos)
         unavailable_ = why;
       reason = unavailable_.empty() ? "window_not_opened" : "counters_unavailable";
       log_ += "window not opened: " + why + "\n";
       return nullptr;
     }
-    return std::make_unique<Window>(this, d, device, ctx, t0);
+    return std::make_unique<Window>(this, d, device, ctx, t0, lock_fd);
 #else
     (void)device;
     (void)stream;
@@ -154,10 +163,12 @@ class CudaAccess : public capture::DeviceAccess {
 
   class Window : public capture::CounterWindow {
    public:
-    Window(CudaAccess* owner, gpu::CudaDriver* d, int device, void* ctx, std::chrono::steady_clock::time_point t0)
-        : owner_(owner), d_(d), device_(device), ctx_(ctx), t0_(t0) {}
+    Window(CudaAccess* owner, gpu::CudaDriver* d, int device, void* ctx, std::chrono::steady_clock::time_point t0,
+           int lock_fd)
+        : owner_(owner), d_(d), device_(device), ctx_(ctx), t0_(t0), lock_fd_(lock_fd) {}
     format::ProfileData close() override {
       gpu::WindowResult w = owner_->cupti_->end_window([this] { return d_->synchronize(ctx_); });
+      owner_->unlock_gpu(lock_fd_);
       format::ProfileData p;
       p.status = gpu::status_name(w.status);
       p.reason = w.reason;
@@ -195,7 +206,24 @@ class CudaAccess : public capture::DeviceAccess {
     int device_;
     void* ctx_;
     std::chrono::steady_clock::time_point t0_;
+    int lock_fd_;
   };
+
+  int lock_gpu(gpu::CudaDriver* d, int device) {
+    std::string uuid = d->device_uuid(device);
+    if (uuid.empty()) uuid = "device" + std::to_string(device);
+    if (sink::make_directories(lock_dir_).empty()) {
+      const int fd = ::open((lock_dir_ + "/counters-" + uuid + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0 && ::flock(fd, LOCK_EX) == 0) return fd;
+      if (fd >= 0) ::close(fd);
+    }
+    return -1;  // no shared directory: windows of different processes are not serialised
+  }
+  void unlock_gpu(int fd) {
+    if (fd < 0) return;
+    ::flock(fd, LOCK_UN);
+    ::close(fd);
+  }
 
   gpu::Cupti* cupti_ = nullptr;
   gpu::MetricSet set_;
@@ -204,6 +232,7 @@ class CudaAccess : public capture::DeviceAccess {
 #endif
   std::vector<std::string> metrics_;
   std::function<void(std::string)> on_probe_;
+  std::string lock_dir_;
   std::mutex mu_;
   std::string unavailable_;
   std::string log_;
@@ -303,7 +332,8 @@ struct SamplingSession::Parts {
         broker(&claims, static_cast<uint64_t>(c.sample_budget_run)),
         writer(run_dir, who, metadata, c.sample_coordination == SampleCoordination::Claims ? &claims : nullptr),
         writer_sink(&writer),
-        cuda(metrics_of(c), [metadata](std::string line) { metadata->add_record(std::move(line)); }),
+        cuda(metrics_of(c), [metadata](std::string line) { metadata->add_record(std::move(line)); },
+             run_dir + "/claims"),
         snapshots(&sampler, &writer_sink, &broker, &cuda,
                   capture::SnapshotOptions{c.snapshots, c.profile, static_cast<uint64_t>(c.sample_budget_process),
                                            static_cast<uint64_t>(c.sample_budget_device), rank, run_id}) {}

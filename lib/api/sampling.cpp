@@ -92,18 +92,23 @@ class CudaAccess : public capture::DeviceAccess {
     gpu::CudaDriver* d = gpu::CudaDriver::get(&reason);
     if (!d) return nullptr;
     void* ctx = d->primary_context(device);
-    if (!set_ready_ && !prepare(d, device, ctx)) {
-      reason = "counters_unavailable";
-      return nullptr;
-    }
     const auto t0 = std::chrono::steady_clock::now();
     const int lock_fd = lock_gpu(d, device);  // blocks while another process of the launch profiles this GPU
+    // The probe too runs under the lock: while another process profiles, the
+    // counter hardware answers HARDWARE_BUSY (seen on the H200 with 4 ranks).
+    if (!set_ready_ && !prepare(d, device, ctx)) {
+      unlock_gpu(lock_fd);
+      reason = unavailable_.empty() ? "hardware_busy" : "counters_unavailable";
+      return nullptr;
+    }
     std::string why = cupti_->begin_window(ctx, stream, set_);
     if (!why.empty()) {
       unlock_gpu(lock_fd);
       if (why.find("INSUFFICIENT_PRIVILEGES") != std::string::npos || why.find("NOT_SUPPORTED") != std::string::npos)
         unavailable_ = why;
-      reason = unavailable_.empty() ? "window_not_opened" : "counters_unavailable";
+      reason = !unavailable_.empty() ? "counters_unavailable"
+               : why.find("HARDWARE_BUSY") != std::string::npos ? "hardware_busy"
+                                                                 : "window_not_opened";
       log_ += "window not opened: " + why + "\n";
       return nullptr;
     }
@@ -135,6 +140,7 @@ class CudaAccess : public capture::DeviceAccess {
     if (cupti_ && err.empty()) err = cupti_->build_metric_set(chip, metrics_, availability, set_);
     if (const char* inj = std::getenv("CUDA_INJECTION64_PATH"); err.empty() && inj && *inj)
       err = std::string("held by another tool (CUDA_INJECTION64_PATH=") + inj + ")";
+    if (err.find("HARDWARE_BUSY") != std::string::npos) return false;  // transient: probed again at the next window
     format::JsonValue probe = format::JsonValue::object();
     probe.set("kind", format::JsonValue::string("counters_probe"));
     probe.set("device", format::JsonValue::integer(device));

@@ -41,7 +41,7 @@ def test_instructions_per_call_lingprobe_against_the_floor(build_dir, tmp_path):
         pytest.skip("built without valgrind's headers")
     out = tmp_path / "cg.json"
     p = run_bench(build_dir, "--no-wall", "--workloads", "add", "--configs",
-                  "floor,lingprobe,lingprobe-sampling-idle,profiler", "--json", str(out), timeout=900)
+                  "floor,lingprobe,lingprobe-sampling-idle,profiler", "--json", str(out), timeout=1800)
     assert p.returncode == 0, p.stderr[-3000:]
     numbers = json.loads(out.read_text())["instructions"]
     none, floor = numbers["add/none"], numbers["add/floor"]

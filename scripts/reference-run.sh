@@ -80,4 +80,5 @@ if [ "$with_lingprobe" = 1 ]; then
     "$cli" replay --quiet "$out" || echo "reference-run: replay found inexact or failed snapshots (see above)"
   fi
   "$cli" audit --quiet "$out"
+  if [ "$profile" = 1 ]; then "$cli" report --quiet "$out"; fi
 fi

@@ -1,4 +1,4 @@
-// `lingprobe audit [-o FILE] [--snapshots DIR] [--profiles DIR] [--quiet] PATH...`
+// `lingprobe audit [-o FILE] [--allow-mixed-runs] [--quiet] PATH...`
 #pragma once
 
 namespace lingprobe::tools {

@@ -1,5 +1,5 @@
 // The `lingprobe` command line tool. Subcommands that read files only
-// (hash-signature; audit and report later) link no torch, so they run on a
+// (hash-signature, audit, report) link no torch, so they run on a
 // laptop where torch is not installed.
 #include <unistd.h>
 
@@ -13,6 +13,7 @@
 #include "run_command.h"
 #ifdef LINGPROBE_HAVE_AUDIT
 #include "audit_command.h"
+#include "report_command.h"
 #endif
 #include "lingprobe/version.h"
 
@@ -64,6 +65,8 @@ const Command kCommands[] = {
 #ifdef LINGPROBE_HAVE_AUDIT
     {"audit", "coverage audit of a run: lingprobe audit [-o FILE] [--allow-mixed-runs] RUN_DIR",
      lingprobe::tools::audit_command},
+    {"report", "capability report of a profiled run: lingprobe report [--generated-at TIME] [RUN_DIR]",
+     lingprobe::tools::report_command},
 #endif
     {"replay", "rerun snapshots in isolation and check them: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV]",
      cmd_replay},

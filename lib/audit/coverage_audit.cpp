@@ -629,8 +629,18 @@ AuditOutcome run_audit(const AuditOptions& options) {
     outcome.error = err;
     return outcome;
   }
+  // `lingprobe report`'s section of an earlier summary.md survives a re-audit.
+  std::string summary_file = outcome.summary;
+  {
+    std::ifstream old_summary(outcome.summary_path, std::ios::binary);
+    std::stringstream text;
+    text << old_summary.rdbuf();
+    const std::string before = text.str();
+    const size_t at = before.find("## Capability (inline counters)");
+    if (at != std::string::npos) summary_file += "\n" + before.substr(at);
+  }
   for (const auto& [path, text] : {std::make_pair(outcome.report_path, format::pretty_json(report) + "\n"),
-                                   std::make_pair(outcome.summary_path, outcome.summary)}) {
+                                   std::make_pair(outcome.summary_path, summary_file)}) {
     const std::string tmp = path + ".tmp";
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << text;

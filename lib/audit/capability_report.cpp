@@ -1,0 +1,479 @@
+#include "audit/capability_report.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "audit/metadata_reader.h"
+#include "format/canonical_json.h"
+#include "format/flops.h"
+#include "format/json_parse.h"
+#include "format/sha256.h"
+#include "sink/run_directory.h"
+
+namespace lingprobe::audit {
+namespace {
+
+using format::JsonValue;
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+bool read_json(const std::string& path, JsonValue& out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  auto parsed = format::parse_json(read_file(path));
+  if (!parsed.ok) return false;
+  out = std::move(parsed.value);
+  return true;
+}
+
+double num(const JsonValue* v) {
+  if (!v) return 0;
+  if (v->kind() == JsonValue::Kind::Float) return v->as_float();
+  if (v->kind() == JsonValue::Kind::Int) return static_cast<double>(v->as_int());
+  return 0;
+}
+
+std::string str(const JsonValue* v) { return v && v->kind() == JsonValue::Kind::String ? v->as_string() : ""; }
+
+// A kernel's metric in base units (seconds, bytes), whatever prefix its unit
+// carries (ncu's: "ns", "us", "msecond", "byte", "Kbyte", "Mbyte", ...).
+double metric_si(const JsonValue& kernel, const char* name) {
+  const JsonValue* m = kernel.find("metrics");
+  const JsonValue* x = m ? m->find(name) : nullptr;
+  if (!x) return 0.0;
+  const std::string unit = str(x->find("unit"));
+  const double v = num(x->find("value"));
+  static const std::map<std::string, double> kScale = {
+      {"s", 1}, {"second", 1}, {"ms", 1e-3}, {"msecond", 1e-3}, {"us", 1e-6}, {"usecond", 1e-6}, {"ns", 1e-9},
+      {"nsecond", 1e-9}, {"byte", 1}, {"Kbyte", 1e3}, {"Mbyte", 1e6}, {"Gbyte", 1e9}, {"Tbyte", 1e12}};
+  auto it = kScale.find(unit);
+  return it == kScale.end() ? 0.0 : v * it->second;
+}
+
+std::string basename(const std::string& p) {
+  const size_t s = p.find_last_of('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+std::string human(double x, const char* unit) {
+  const char* prefixes[] = {"", "K", "M", "G", "T", "P"};
+  int i = 0;
+  while (std::fabs(x) >= 1000 && i < 5) x /= 1000, ++i;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.3g %s%s", x, prefixes[i], unit);
+  return buf;
+}
+
+// The math mode an op's arithmetic runs in: its first tensor argument's dtype
+// and, for fp32 GEMMs and convolutions, the recorded TF32 switches.
+std::string math_mode(const JsonValue& sig, const JsonValue* policy) {
+  std::string dtype;
+  if (const JsonValue* args = sig.find("args"))
+    for (const auto& a : args->items())
+      if (a.kind() == JsonValue::Kind::Object && a.find("dtype")) {
+        dtype = str(a.find("dtype"));
+        break;
+      }
+  const std::string op = str(sig.find("op"));
+  auto policy_true = [&](const char* k, bool fallback) {
+    const JsonValue* v = policy ? policy->find(k) : nullptr;
+    return v && v->kind() == JsonValue::Kind::Bool ? v->as_bool() : fallback;
+  };
+  if (dtype == "torch.bfloat16") return "bf16";
+  if (dtype == "torch.float16") return "fp16";
+  if (dtype == "torch.float64") return "fp64";
+  if (dtype == "torch.int8" || dtype == "torch.uint8") return "int8";
+  const bool gemm = op.find("linear") != std::string::npos || op.find("mm") != std::string::npos ||
+                    op.find("matmul") != std::string::npos;
+  const bool conv = op.find("conv") != std::string::npos;
+  if (gemm && policy_true("matmul_allow_tf32", false)) return "tf32";
+  if (conv && policy_true("cudnn_allow_tf32", true)) return "tf32";  // torch's default: cuDNN may use TF32
+  return "fp32";
+}
+
+struct Job {
+  JsonValue json;
+  std::string sha, stage, mode, h16;
+  double est_us = 0, flops_per_s = 0, intensity = 0, peak_flops = 0, peak_dram = 0, frac_flops = -1, frac_dram = -1;
+  double time_us = 0, dram_bytes_per_s = 0;
+  uint64_t calls = 0;
+  std::string label;
+};
+
+// Stage names are the user's: escaped for XML text.
+std::string xml_text(const std::string& in) {
+  std::string o;
+  for (char c : in) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else if (c == '"') o += "&quot;";
+    else o += c;
+  }
+  return o;
+}
+
+std::string svg_roofline(const std::vector<Job>& jobs) {
+  // log10 axes: x arithmetic intensity [1e-2, 1e4] FLOP/byte, y [1e9, 2e15] FLOP/s
+  const double W = 760, H = 480, L = 70, R = 20, T = 30, B = 50;
+  auto X = [&](double ai) { return L + (std::log10(std::max(ai, 1e-2)) + 2) / 6 * (W - L - R); };
+  auto Y = [&](double f) { return H - B - (std::log10(std::max(f, 1e9)) - 9) / (std::log10(2e15) - 9) * (H - T - B); };
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    << "<text x=\"" << L << "\" y=\"18\" font-size=\"14\">Roofline: profiled signatures of this run (inline counters)</text>\n";
+  for (int e = -2; e <= 4; ++e)
+    s << "<line x1=\"" << X(std::pow(10, e)) << "\" y1=\"" << T << "\" x2=\"" << X(std::pow(10, e)) << "\" y2=\"" << H - B
+      << "\" stroke=\"#eee\"/><text x=\"" << X(std::pow(10, e)) - 10 << "\" y=\"" << H - B + 16 << "\">1e" << e << "</text>\n";
+  for (int e = 9; e <= 15; ++e)
+    s << "<line x1=\"" << L << "\" y1=\"" << Y(std::pow(10, e)) << "\" x2=\"" << W - R << "\" y2=\"" << Y(std::pow(10, e))
+      << "\" stroke=\"#eee\"/><text x=\"8\" y=\"" << Y(std::pow(10, e)) + 4 << "\">1e" << e << "</text>\n";
+  s << "<text x=\"" << (W / 2 - 120) << "\" y=\"" << H - 12 << "\">arithmetic intensity (FLOP per DRAM byte)</text>\n"
+    << "<text x=\"14\" y=\"" << T - 8 << "\">FLOP/s</text>\n";
+  std::set<std::pair<double, double>> roofs;
+  std::map<std::pair<double, double>, std::string> roof_modes;
+  for (const auto& j : jobs)
+    if (j.peak_flops > 0 && j.peak_dram > 0 && j.flops_per_s > 0) {  // roofs of the plotted points only
+      roofs.insert({j.peak_flops, j.peak_dram});
+      auto& m = roof_modes[{j.peak_flops, j.peak_dram}];
+      if (m.find(j.mode) == std::string::npos) m += (m.empty() ? "" : "/") + j.mode;
+    }
+  for (const auto& [pf, pd] : roofs) {
+    const double knee = pf / pd;
+    s << "<polyline fill=\"none\" stroke=\"#c33\" stroke-width=\"1.5\" points=\"" << X(1e-2) << "," << Y(pd * 1e-2) << " "
+      << X(knee) << "," << Y(pf) << " " << X(1e4) << "," << Y(pf) << "\"/>\n<text x=\"" << X(1e4) - 150 << "\" y=\""
+      << Y(pf) - 4 << "\" fill=\"#c33\">" << roof_modes[{pf, pd}] << " peak " << human(pf, "FLOP/s") << "</text>\n";
+  }
+  static const char* const kColors[] = {"#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"};
+  std::map<std::string, int> stage_color;
+  for (const auto& j : jobs) {
+    if (j.flops_per_s <= 0 || j.intensity <= 0) continue;
+    const int c = stage_color.emplace(j.stage, static_cast<int>(stage_color.size()) % 6).first->second;
+    s << "<circle cx=\"" << X(j.intensity) << "\" cy=\"" << Y(j.flops_per_s) << "\" r=\"4\" fill=\"" << kColors[c]
+      << "\"><title>" << xml_text(j.label) << " " << xml_text(j.stage) << " " << j.h16 << ": " << human(j.flops_per_s, "FLOP/s") << ", AI "
+      << j.intensity << "</title></circle>\n";
+  }
+  int row = 0;
+  for (const auto& [stage, c] : stage_color) {
+    s << "<circle cx=\"" << L + 10 << "\" cy=\"" << T + 14 + 14 * row << "\" r=\"4\" fill=\"" << kColors[c]
+      << "\"/><text x=\"" << L + 20 << "\" y=\"" << T + 18 + 14 * row << "\">" << xml_text(stage) << "</text>\n";
+    ++row;
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+std::string now_iso() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  std::tm tm{};
+  gmtime_r(&ts.tv_sec, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[96];
+  std::snprintf(out, sizeof out, "%s.%06ld+00:00", buf, ts.tv_nsec / 1000);
+  return out;
+}
+
+bool write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool device_peak(const std::string& gpu, const std::string& mode, Peak& p) {
+  // NVIDIA datasheets, dense (no sparsity). H200 SXM and H100 SXM share the
+  // Hopper SM (same FLOP/s); their memories differ.
+  double bf16 = 0, dram = 0;
+  if (gpu.find("H200") != std::string::npos) {
+    bf16 = 989.4e12, dram = 4.8e12, p.source = "NVIDIA H200 datasheet (SXM, dense)";
+  } else if (gpu.find("H100") != std::string::npos && gpu.find("PCIe") != std::string::npos) {
+    bf16 = 756.5e12, dram = 2.0e12, p.source = "NVIDIA H100 PCIe datasheet (dense)";
+  } else if (gpu.find("H100") != std::string::npos) {
+    bf16 = 989.4e12, dram = 3.35e12, p.source = "NVIDIA H100 SXM datasheet (dense)";
+  } else {
+    return false;
+  }
+  const std::map<std::string, double> scale = {{"bf16", 1.0}, {"fp16", 1.0}, {"tf32", 0.5}, {"int8", 2.0},
+                                               {"fp32", 67.0 / 989.4}, {"fp64", 67.0 / 989.4}};
+  auto it = scale.find(mode);
+  if (it == scale.end()) return false;
+  p.flops = bf16 * it->second;
+  p.dram_bytes = dram;
+  return true;
+}
+
+ReportOutcome run_report(const ReportOptions& options) {
+  ReportOutcome out;
+  std::string run = options.run_dir;
+  while (run.size() > 1 && run.back() == '/') run.pop_back();
+  std::vector<std::string> files;
+  if (DIR* d = opendir((run + "/metadata").c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.size() > 6 && n.compare(n.size() - 6, 6, ".jsonl") == 0) files.push_back(run + "/metadata/" + n);
+    }
+    closedir(d);
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty()) {
+    out.error = run + " is not a run directory (no metadata/*.jsonl)";
+    return out;
+  }
+  // The run: calls per signature (the ranks'), signature texts, the profile and snapshot records.
+  struct Rec {
+    std::string sha, path, evidence_sha;
+    uint64_t seq;
+    int64_t rank;
+  };
+  std::map<std::string, uint64_t> calls;
+  std::map<std::string, std::string> texts;
+  std::vector<Rec> profiles, snapshots;
+  bool any_rank = false;
+  std::vector<FileSummary> summaries;
+  for (const auto& f : files) {
+    FileSummary s;
+    ReadResult rr = read_metadata_file(f, s);
+    if (!rr.ok) {
+      out.error = rr.error;
+      return out;
+    }
+    any_rank = any_rank || s.role == "rank";
+    summaries.push_back(std::move(s));
+  }
+  for (const FileSummary& s : summaries) {
+    if (s.role == "launcher" || s.role == "child" || (any_rank && s.role != "rank")) continue;
+    for (const auto& [id, n] : (s.has_counts ? s.counts : s.call_records)) {
+      auto it = s.signature_sha.find(id);
+      if (it != s.signature_sha.end()) calls[it->second] += n;
+    }
+    for (const auto& [sha, text] : s.signature_json) texts[sha] = text;
+    for (const auto& e : s.profiles)
+      if (s.signature_sha.count(e.id)) profiles.push_back({s.signature_sha.at(e.id), e.path, e.sha256, e.seq, s.rank});
+    for (const auto& e : s.snapshots)
+      if (s.signature_sha.count(e.id)) snapshots.push_back({s.signature_sha.at(e.id), e.path, e.sha256, e.seq, s.rank});
+  }
+
+  std::vector<Job> jobs;
+  std::set<std::string> profiled;
+  for (const Rec& p : profiles) {
+    const std::string dir = run + "/" + p.path;
+    std::string manifest_sha;
+    if (p.path.find("..") != std::string::npos || !format::sha256_file_hex(dir + "/manifest.json", manifest_sha) ||
+        manifest_sha != p.evidence_sha) {
+      out.warnings.push_back(p.path + ": missing or altered since the run (its manifest's SHA-256 does not match); no job");
+      continue;
+    }
+    JsonValue identity, kernels, manifest, comparison;
+    if (!read_json(dir + "/identity.json", identity) || !read_json(dir + "/kernels.json", kernels) ||
+        !read_json(dir + "/manifest.json", manifest)) {
+      out.warnings.push_back(p.path + ": unreadable profile files; no job");
+      continue;
+    }
+    const bool replayed = read_json(run + "/replays/" + basename(p.path) + "/replay_comparison.json", comparison);
+    auto parsed = format::parse_json(texts[p.sha]);
+    const JsonValue sig = parsed.ok ? parsed.value : JsonValue::object();
+    Job j;
+    j.sha = p.sha;
+    j.h16 = p.sha.substr(0, 16);
+    j.stage = str(sig.find("stage"));
+    j.calls = calls[p.sha];
+    j.label = str(sig.find("op"));
+    j.mode = math_mode(sig, replayed ? comparison.find("math_policy") : nullptr);
+    double bytes = 0;
+    for (const auto& k : kernels.items()) {
+      j.time_us += metric_si(k, "gpu__time_duration.sum") * 1e6;
+      bytes += metric_si(k, "dram__bytes_read.sum") + metric_si(k, "dram__bytes_write.sum");
+    }
+    const auto flops = format::flops_per_call(sig);
+    const double t = j.time_us * 1e-6;
+    if (flops && t > 0) j.flops_per_s = static_cast<double>(*flops) / t;
+    if (t > 0) j.dram_bytes_per_s = bytes / t;
+    if (flops && bytes > 0) j.intensity = static_cast<double>(*flops) / bytes;
+    j.est_us = j.time_us * static_cast<double>(j.calls);
+    Peak peak;
+    const bool known = device_peak(str(identity.find("gpu_name")), j.mode, peak);
+    if (known) {
+      j.peak_flops = peak.flops;
+      j.peak_dram = peak.dram_bytes;
+      if (flops && *flops > 0) j.frac_flops = j.flops_per_s / peak.flops;
+      j.frac_dram = j.dram_bytes_per_s / peak.dram_bytes;
+    }
+    std::string snapshot_sha;
+    for (const Rec& s : snapshots)
+      if (s.sha == p.sha && s.seq == p.seq && s.rank == p.rank) snapshot_sha = s.evidence_sha;
+    JsonValue correctness = JsonValue::null();
+    if (replayed) {
+      correctness = JsonValue::object();
+      for (const char* k : {"op", "stage", "shape", "exact", "max_abs", "rmse", "finite", "math_policy", "scope"})
+        if (const JsonValue* v = comparison.find(k)) correctness.set(k, *v);
+    }
+    JsonValue sums = JsonValue::object();
+    if (const JsonValue* m = manifest.find("sha256"))
+      for (const auto& [name, v] : m->members()) sums.set(name, v);
+    sums.set("manifest.json", JsonValue::string(manifest_sha));
+    JsonValue job = JsonValue::object();
+    job.set("stage", JsonValue::string(j.stage));
+    job.set("status", JsonValue::string(str(identity.find("status"))));
+    job.set("output", JsonValue::string(p.path));
+    job.set("elapsed_seconds", JsonValue::floating(num(identity.find("window_seconds"))));
+    job.set("allocated", JsonValue::string(str(identity.find("allocated"))));
+    job.set("input_sha256", snapshot_sha.empty() ? JsonValue::null() : JsonValue::string(snapshot_sha));
+    job.set("correctness", correctness);
+    job.set("kernel_count", JsonValue::integer(static_cast<int64_t>(kernels.items().size())));
+    job.set("kernels", kernels);
+    job.set("sha256", std::move(sums));
+    // additions
+    job.set("device", JsonValue::string(str(identity.find("cuda_device"))));
+    job.set("signature", sig);
+    job.set("signature_sha256", JsonValue::string(p.sha));
+    job.set("rank", JsonValue::integer(p.rank));
+    job.set("seq", JsonValue::integer(static_cast<int64_t>(p.seq)));
+    job.set("calls", JsonValue::integer(static_cast<int64_t>(j.calls)));
+    job.set("flops_per_call", flops ? JsonValue::integer(*flops) : JsonValue::null());
+    job.set("kernel_time_us_per_call", JsonValue::floating(j.time_us));
+    job.set("dram_bytes_per_call", JsonValue::floating(bytes));
+    job.set("math_mode", JsonValue::string(j.mode));
+    job.set("achieved_flops_per_second", j.flops_per_s > 0 ? JsonValue::floating(j.flops_per_s) : JsonValue::null());
+    job.set("achieved_dram_bytes_per_second", JsonValue::floating(j.dram_bytes_per_s));
+    job.set("arithmetic_intensity", j.intensity > 0 ? JsonValue::floating(j.intensity) : JsonValue::null());
+    job.set("peak", known ? JsonValue::object({{"flops_per_second", JsonValue::floating(peak.flops)},
+                                               {"dram_bytes_per_second", JsonValue::floating(peak.dram_bytes)},
+                                               {"source", JsonValue::string(peak.source)}})
+                          : JsonValue::null());
+    job.set("fraction_of_peak_flops", j.frac_flops >= 0 ? JsonValue::floating(j.frac_flops) : JsonValue::null());
+    job.set("fraction_of_peak_dram", j.frac_dram >= 0 ? JsonValue::floating(j.frac_dram) : JsonValue::null());
+    job.set("estimated_gpu_time_us", JsonValue::floating(j.est_us));
+    job.set("passes", identity.find("passes") ? *identity.find("passes") : JsonValue::null());
+    job.set("scope", JsonValue::string(
+        "Inline CUPTI range profiler (auto range, kernel replay: each kernel replayed once per pass) on this run's own "
+        "call (rank " + std::to_string(p.rank) + ", seq " + std::to_string(p.seq) +
+        "); per-kernel times in isolation, clocks as found; not an end-to-end timing"));
+    j.json = std::move(job);
+    if (profiled.insert(p.sha).second) jobs.push_back(std::move(j));
+    else out.warnings.push_back(p.path + ": a further profile of a profiled signature (kept, not counted twice)");
+  }
+  double total_est = 0, total_flops = 0, attributed_flops = 0;
+  uint64_t unattributed_calls = 0, unattributed_sigs = 0;
+  for (const auto& j : jobs) total_est += j.est_us;
+  for (const auto& [sha, n] : calls) {
+    auto parsed = format::parse_json(texts[sha]);
+    const auto f = parsed.ok ? format::flops_per_call(parsed.value) : std::nullopt;
+    if (f) total_flops += static_cast<double>(*f) * static_cast<double>(n);
+    if (profiled.count(sha)) {
+      if (f) attributed_flops += static_cast<double>(*f) * static_cast<double>(n);
+    } else {
+      unattributed_calls += n;
+      ++unattributed_sigs;
+    }
+  }
+  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.est_us > b.est_us; });
+  JsonValue list = JsonValue::array();
+  bool all_passed = !jobs.empty();
+  for (auto& j : jobs) {
+    j.json.set("share_of_estimated_gpu_time", JsonValue::floating(total_est > 0 ? j.est_us / total_est : 0.0));
+    const JsonValue* c = j.json.find("correctness");
+    all_passed = all_passed && str(j.json.find("status")) == "passed" &&
+                 (!c || c->is_null() || (c->find("exact") && c->find("exact")->kind() == JsonValue::Kind::Bool &&
+                                         c->find("exact")->as_bool()));
+    list.push_back(j.json);
+  }
+  JsonValue whole = JsonValue::object();
+  whole.set("signatures", JsonValue::integer(static_cast<int64_t>(calls.size())));
+  whole.set("profiled_signatures", JsonValue::integer(static_cast<int64_t>(jobs.size())));
+  whole.set("estimated_gpu_time_us", JsonValue::floating(total_est));
+  whole.set("flops", JsonValue::floating(total_flops));
+  whole.set("attributed_flops", JsonValue::floating(attributed_flops));
+  whole.set("unattributed_signatures", JsonValue::integer(static_cast<int64_t>(unattributed_sigs)));
+  whole.set("unattributed_calls", JsonValue::integer(static_cast<int64_t>(unattributed_calls)));
+  whole.set("achieved_flops_per_second", total_est > 0 ? JsonValue::floating(attributed_flops / (total_est * 1e-6))
+                                                       : JsonValue::null());
+  whole.set("measured_gpu_busy_time_us", JsonValue::null());
+  whole.set("note", JsonValue::string(
+      "estimated GPU time = sum over profiled signatures of (kernel time per call x recorded calls): the recorded ops "
+      "only (LINGPROBE_OPS), kernels in isolation under replay; GPU busy time per stage is not measured yet, so time "
+      "outside recorded ops (unselected ops, graph replays, compiled regions, NCCL) is not in this denominator"));
+  JsonValue report = JsonValue::object();
+  report.set("generated_at", JsonValue::string(options.generated_at.empty() ? now_iso() : options.generated_at));
+  report.set("status", JsonValue::string(jobs.empty() ? "no_profiles" : all_passed ? "passed" : "partial"));
+  report.set("jobs", std::move(list));
+  report.set("scope", JsonValue::string(
+      "One job per profiled signature of this run, measured inline on the run's own calls (its snapshot's hash as "
+      "input_sha256; correctness from `lingprobe replay` of that snapshot where one ran). Kernel replay serialises "
+      "each kernel: times are per kernel in isolation with clocks as found, not integrated performance; "
+      "percentages of peak use datasheet peaks for the op's math mode (docs/COUNTERS.md). " +
+      std::to_string(unattributed_sigs) + " recorded signature(s) without a profile."));
+  report.set("whole_run", std::move(whole));
+  report.set("warnings", [&] {
+    JsonValue w = JsonValue::array();
+    for (const auto& x : out.warnings) w.push_back(JsonValue::string(x));
+    return w;
+  }());
+
+  const std::string reports = run + "/reports";
+  if (std::string e = sink::make_directories(reports); !e.empty()) {
+    out.error = e;
+    return out;
+  }
+  out.report_path = reports + "/capability_report.json";
+  out.svg_path = reports + "/roofline.svg";
+  // The summary's capability section.
+  std::ostringstream md;
+  md << "## Capability (inline counters)\n\n" << jobs.size() << " of " << calls.size()
+     << " signatures profiled inline; estimated GPU time of the recorded ops " << human(total_est * 1e-6, "s")
+     << " (kernel time per call x calls), " << unattributed_sigs << " signature(s) and " << unattributed_calls
+     << " call(s) unattributed. Roofline: reports/roofline.svg.\n\n"
+     << "| share of est. GPU time | calls | us/call | achieved | % of peak | DRAM | % of DRAM peak | mode | signature |\n"
+     << "|---|---|---|---|---|---|---|---|---|\n";
+  for (size_t i = 0; i < jobs.size() && i < 10; ++i) {
+    const Job& j = jobs[i];
+    char row[512];
+    std::snprintf(row, sizeof row, "| %.1f%% | %llu | %.1f | %s | %s | %s | %s | %s | `%s` %s |\n",
+                  total_est > 0 ? 100 * j.est_us / total_est : 0.0, static_cast<unsigned long long>(j.calls), j.time_us,
+                  j.flops_per_s > 0 ? human(j.flops_per_s, "FLOP/s").c_str() : "-",
+                  j.frac_flops >= 0 ? (std::to_string(static_cast<int>(std::lround(100 * j.frac_flops))) + "%").c_str() : "-",
+                  human(j.dram_bytes_per_s, "B/s").c_str(),
+                  j.frac_dram >= 0 ? (std::to_string(static_cast<int>(std::lround(100 * j.frac_dram))) + "%").c_str() : "-",
+                  j.mode.c_str(), j.label.c_str(), j.h16.substr(0, 12).c_str());
+    md << row;
+  }
+  out.summary = md.str();
+  // summary.md keeps the audit's part; the capability section is replaced, not repeated.
+  const std::string summary_path = reports + "/summary.md";
+  std::string summary = read_file(summary_path);
+  const size_t at = summary.find("## Capability (inline counters)");
+  if (at != std::string::npos) summary.resize(at);
+  if (!summary.empty() && summary.back() != '\n') summary += "\n";
+  summary += (summary.empty() ? "" : "\n") + out.summary;
+  if (!write_atomically(out.report_path, format::pretty_json(report) + "\n") ||
+      !write_atomically(out.svg_path, svg_roofline(jobs)) || !write_atomically(summary_path, summary)) {
+    out.error = "cannot write " + reports;
+    return out;
+  }
+  out.ok = true;
+  return out;
+}
+
+}  // namespace lingprobe::audit

@@ -1,0 +1,42 @@
+// `lingprobe report`: the document ../shared/seeds/capability_report.seed.json
+// is (generated_at, status, jobs[], scope), built from one run's own files
+// (files only, no torch): one job per profiled call (the run's profile
+// records, checked against their manifest's SHA-256), each with its
+// snapshot's hash, its replay's correctness, its kernels and their counters,
+// plus what the seeds lacked: the signature, the run's calls of it, FLOPs
+// per call, achieved FLOP/s and DRAM bandwidth against the device's peak for
+// the op's dtype and math mode (docs/COUNTERS.md's table), the job's share of
+// the run's estimated GPU time, and a whole-run view. Also writes
+// reports/roofline.svg and a "Capability" section into reports/summary.md.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lingprobe::audit {
+
+struct ReportOptions {
+  std::string run_dir;
+  std::string generated_at;  // "" : now (UTC, ISO 8601)
+};
+
+struct ReportOutcome {
+  bool ok = false;
+  std::string error;
+  std::vector<std::string> warnings;
+  std::string report_path, svg_path;
+  std::string summary;  // the capability section (also appended to summary.md)
+};
+
+ReportOutcome run_report(const ReportOptions& options);
+
+// Peak rates of a GPU for a math mode ("bf16", "fp16", "tf32", "fp32", "fp64",
+// "int8"): datasheet FLOP/s and DRAM bytes/s; false for an unknown GPU.
+struct Peak {
+  double flops = 0;       // dense, per second
+  double dram_bytes = 0;  // per second
+  const char* source = "";
+};
+bool device_peak(const std::string& gpu_name, const std::string& mode, Peak& out);
+
+}  // namespace lingprobe::audit

@@ -1,0 +1,139 @@
+"""`lingprobe report` on the real profiled run of the H200 (4 ranks, the seed
+selection, LINGPROBE_PROFILE=1; tests/data/h200-seed-profile-run.tgz holds its
+metadata, profiles, replays and reports, not its snapshots). Runs anywhere:
+the report reads files only."""
+import json
+import pathlib
+import shutil
+import subprocess
+import tarfile
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import SEEDS_DIR
+
+FIXTURE = pathlib.Path(__file__).resolve().parents[1] / "data" / "h200-seed-profile-run.tgz"
+H200_BF16 = 989.4e12
+H200_DRAM = 4.8e12
+
+
+@pytest.fixture
+def run(tmp_path):
+    with tarfile.open(FIXTURE) as t:
+        t.extractall(tmp_path)
+    return tmp_path / "seed-profile"
+
+
+def report(cli, run, *extra, check=True):
+    p = subprocess.run([cli, "report", *extra, str(run)], capture_output=True, text=True)
+    if check:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+def load(run):
+    return json.loads((run / "reports" / "capability_report.json").read_text())
+
+
+def test_report_of_the_real_run_in_the_seed_schema(cli, run):
+    p = report(cli, run, "--generated-at", "2026-12-01T00:00:00+00:00")
+    doc = load(run)
+    seed = json.loads((SEEDS_DIR / "capability_report.seed.json").read_text())
+    assert list(doc)[: len(seed)] == list(seed)  # generated_at, status, jobs, scope first
+    assert doc["generated_at"] == "2026-12-01T00:00:00+00:00"
+    assert doc["status"] == "passed"
+    seed_job = seed["jobs"][0]
+    seed_metrics = list(seed_job["kernels"][0]["metrics"])
+    assert len(doc["jobs"]) == 30
+    for job in doc["jobs"]:
+        # the seed's keys first, in its order, then the additions
+        assert [k for k in job if k in seed_job] == list(seed_job)
+        assert list(job)[: len(seed_job)] == list(seed_job)
+        assert job["status"] == "passed"
+        assert job["correctness"]["exact"] is True and job["correctness"]["max_abs"] == 0
+        assert len(job["input_sha256"]) == 64
+        assert job["kernel_count"] == len(job["kernels"]) >= 1
+        for k in job["kernels"]:
+            assert list(k["metrics"]) == seed_metrics
+        assert (run / job["output"] / "manifest.json").exists()
+        assert 0 < job["fraction_of_peak_dram"] <= 1
+        if job["flops_per_call"]:
+            assert 0 < job["fraction_of_peak_flops"] <= 1
+    shares = [j["share_of_estimated_gpu_time"] for j in doc["jobs"]]
+    assert shares == sorted(shares, reverse=True) and abs(sum(shares) - 1) < 1e-9
+    whole = doc["whole_run"]
+    assert whole["signatures"] == whole["profiled_signatures"] == 30 and whole["unattributed_calls"] == 0
+    assert sum(j["calls"] for j in doc["jobs"]) == 17106  # the run's calls (docs/gpu)
+    assert "## Capability (inline counters)" in p.stdout
+
+
+def test_figures_recomputed_independently(cli, run):
+    """The top job's FLOP/s and fractions from its own kernels and signature,
+    without the report's code: a linear is 2*M*N*K FLOPs, plus M*N for a bias."""
+    report(cli, run)
+    job = load(run)["jobs"][0]
+    sig = job["signature"]
+    assert sig["op"] == "aten.linear.default" and job["math_mode"] == "bf16"
+    x, w = sig["args"][0]["shape"], sig["args"][1]["shape"]
+    m = 1
+    for d in x[:-1]:
+        m *= d
+    flops = 2 * m * w[0] * w[1] + (m * w[0] if len(sig["args"]) > 2 else 0)
+    assert job["flops_per_call"] == flops
+    t = sum(k["metrics"]["gpu__time_duration.sum"]["value"] for k in job["kernels"]) * 1e-6
+    assert all(k["metrics"]["gpu__time_duration.sum"]["unit"] == "us" for k in job["kernels"])
+    dram = sum((k["metrics"]["dram__bytes_read.sum"]["value"] + k["metrics"]["dram__bytes_write.sum"]["value"]) * 1e6
+               for k in job["kernels"])
+    assert job["fraction_of_peak_flops"] == pytest.approx(flops / t / H200_BF16, rel=1e-9)
+    assert job["fraction_of_peak_dram"] == pytest.approx(dram / t / H200_DRAM, rel=1e-9)
+    assert job["estimated_gpu_time_us"] == pytest.approx(t * 1e6 * job["calls"], rel=1e-9)
+    # cuDNN may use TF32 by default: fp32 convolutions are measured against the TF32 peak
+    convs = [j for j in load(run)["jobs"] if j["signature"]["op"] == "aten.conv3d.default"]
+    assert convs and all(j["math_mode"] == "tf32" and j["peak"]["flops_per_second"] == H200_BF16 / 2 for j in convs)
+
+
+def test_roofline_and_summary(cli, run):
+    audit_part = (run / "reports" / "summary.md").read_text()
+    assert "## Capability" not in audit_part
+    report(cli, run)
+    report(cli, run)  # twice: the section is replaced, not repeated
+    summary = (run / "reports" / "summary.md").read_text()
+    assert summary.startswith(audit_part.rstrip("\n")) and summary.count("## Capability (inline counters)") == 1
+    svg = ET.parse(run / "reports" / "roofline.svg").getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    points = [c for c in svg.iter(ns + "circle") if c.find(ns + "title") is not None]
+    with_flops = [j for j in load(run)["jobs"] if j["flops_per_call"]]
+    assert len(points) == len(with_flops) == 29  # aten.to.dtype does no arithmetic: not on a roofline
+    assert len(svg.findall(ns + "polyline")) == 2  # bf16 and tf32 roofs
+    # a re-audit keeps the capability section
+    subprocess.run([cli, "audit", "--quiet", str(run)], check=True, capture_output=True)
+    assert (run / "reports" / "summary.md").read_text().count("## Capability (inline counters)") == 1
+
+
+def test_altered_profile_is_not_a_job(cli, run):
+    prof = sorted((run / "profiles").iterdir())[0]
+    kernels = prof / "kernels.json"
+    kernels.write_text(kernels.read_text().replace("gpu__time_duration", "gpu__time_duration", 1) + " ")
+    manifest = prof / "manifest.json"
+    manifest.write_text(manifest.read_text() + " ")  # the metadata's SHA-256 no longer matches
+    p = report(cli, run)
+    assert f"profiles/{prof.name}: missing or altered" in p.stderr
+    doc = load(run)
+    assert len(doc["jobs"]) == 29 and doc["whole_run"]["unattributed_signatures"] == 1
+    assert any("missing or altered" in w for w in doc["warnings"])
+    shutil.rmtree(prof)
+    assert len(load(run if report(cli, run) else run)["jobs"]) == 29
+
+
+def test_run_without_profiles_and_not_a_run(cli, run, tmp_path):
+    shutil.rmtree(run / "profiles")
+    report(cli, run)
+    doc = load(run)
+    assert doc["status"] == "no_profiles" and doc["jobs"] == [] and doc["whole_run"]["unattributed_signatures"] == 30
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = report(cli, empty, check=False)
+    assert p.returncode == 1 and "is not a run directory" in p.stderr and not (empty / "reports").exists()
+    p = subprocess.run([cli, "report", "--bogus"], capture_output=True, text=True)
+    assert p.returncode == 2 and "unknown option" in p.stderr

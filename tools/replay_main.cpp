@@ -1,10 +1,8 @@
 // lingprobe-replay: the torch-linked half of `lingprobe replay` (the
 // `lingprobe` CLI itself never links libtorch and forwards here).
 //   lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--quiet]
-#include <dirent.h>
 #include <sys/stat.h>
 
-#include <algorithm>
 
 #include <cstdio>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include "audit/metadata_reader.h"
 #include "format/sha256.h"
 #include "replay/replay.h"
+#include "sink/run_directory.h"
 
 namespace {
 
@@ -85,15 +84,7 @@ int run(int argc, char** argv) {
       std::cerr << "lingprobe replay: " << run_dir << " is not a run directory (no metadata/); give OUT/{run_id}\n";
       return 2;
     }
-    std::vector<std::string> files;
-    if (auto* d = opendir((run_dir + "/metadata").c_str())) {
-      while (auto* e = readdir(d)) {
-        const std::string n = e->d_name;
-        if (n.size() > 6 && n.compare(n.size() - 6, 6, ".jsonl") == 0) files.push_back(run_dir + "/metadata/" + n);
-      }
-      closedir(d);
-    }
-    std::sort(files.begin(), files.end());
+    const std::vector<std::string> files = lingprobe::sink::metadata_files(run_dir);
     for (const auto& f : files) {
       lingprobe::audit::FileSummary s;
       auto rr = lingprobe::audit::read_metadata_file(f, s);

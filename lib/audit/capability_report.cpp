@@ -1,8 +1,5 @@
 #include "audit/capability_report.h"
 
-#include <dirent.h>
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -189,18 +186,6 @@ std::string now_iso() {
   return out;
 }
 
-bool write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 bool device_peak(const std::string& gpu, const std::string& mode, Peak& p) {
@@ -229,15 +214,7 @@ ReportOutcome run_report(const ReportOptions& options) {
   ReportOutcome out;
   std::string run = options.run_dir;
   while (run.size() > 1 && run.back() == '/') run.pop_back();
-  std::vector<std::string> files;
-  if (DIR* d = opendir((run + "/metadata").c_str())) {
-    while (dirent* e = readdir(d)) {
-      const std::string n = e->d_name;
-      if (n.size() > 6 && n.compare(n.size() - 6, 6, ".jsonl") == 0) files.push_back(run + "/metadata/" + n);
-    }
-    closedir(d);
-  }
-  std::sort(files.begin(), files.end());
+  const std::vector<std::string> files = sink::metadata_files(run);
   if (files.empty()) {
     out.error = run + " is not a run directory (no metadata/*.jsonl)";
     return out;
@@ -467,11 +444,13 @@ ReportOutcome run_report(const ReportOptions& options) {
   if (at != std::string::npos) summary.resize(at);
   if (!summary.empty() && summary.back() != '\n') summary += "\n";
   summary += (summary.empty() ? "" : "\n") + out.summary;
-  if (!write_atomically(out.report_path, format::pretty_json(report) + "\n") ||
-      !write_atomically(out.svg_path, svg_roofline(jobs)) || !write_atomically(summary_path, summary)) {
-    out.error = "cannot write " + reports;
-    return out;
-  }
+  for (const auto& [path, text] : {std::make_pair(out.report_path, format::pretty_json(report) + "\n"),
+                                   std::make_pair(out.svg_path, svg_roofline(jobs)),
+                                   std::make_pair(summary_path, summary)})
+    if (std::string e = sink::replace_file(path, text); !e.empty()) {
+      out.error = e;
+      return out;
+    }
   out.ok = true;
   return out;
 }

@@ -18,6 +18,7 @@
 #include "format/json_parse.h"
 #include "format/sha256.h"
 #include "sink/metadata_writer.h"
+#include "sink/run_directory.h"
 
 namespace lingprobe::audit {
 namespace {
@@ -258,8 +259,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
   std::string run_dir;
   auto add_run = [&](const std::string& dir) {
     if (run_dir.empty()) run_dir = dir;
-    for (const auto& name : list_dir(dir + "/metadata"))
-      if (name.size() > 6 && name.compare(name.size() - 6, 6, ".jsonl") == 0) files.push_back(dir + "/metadata/" + name);
+    for (const auto& f : sink::metadata_files(dir)) files.push_back(f);
   };
   for (const auto& raw : options.inputs) {
     const std::string in = strip_slash(raw);
@@ -640,17 +640,11 @@ AuditOutcome run_audit(const AuditOptions& options) {
     if (at != std::string::npos) summary_file += "\n" + before.substr(at);
   }
   for (const auto& [path, text] : {std::make_pair(outcome.report_path, format::pretty_json(report) + "\n"),
-                                   std::make_pair(outcome.summary_path, summary_file)}) {
-    const std::string tmp = path + ".tmp";
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
-      std::remove(tmp.c_str());
-      outcome.error = "cannot write " + path;
+                                   std::make_pair(outcome.summary_path, summary_file)})
+    if (std::string err = sink::replace_file(path, text); !err.empty()) {
+      outcome.error = err;
       return outcome;
     }
-  }
   outcome.ok = true;
   return outcome;
 }

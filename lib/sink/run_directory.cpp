@@ -1,11 +1,14 @@
 #include "sink/run_directory.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 
 namespace lingprobe::sink {
 
@@ -28,6 +31,32 @@ std::string make_directories(const std::string& dir) {
   }
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "'" + dir + "' is not a directory";
+  return "";
+}
+
+std::vector<std::string> metadata_files(const std::string& run_dir) {
+  std::vector<std::string> files;
+  if (DIR* d = ::opendir((run_dir + "/metadata").c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.size() > 6 && n.compare(n.size() - 6, 6, ".jsonl") == 0) files.push_back(run_dir + "/metadata/" + n);
+    }
+    ::closedir(d);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::string replace_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    return "cannot write " + path + ": " + why;
+  }
   return "";
 }
 

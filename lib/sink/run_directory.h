@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace lingprobe::sink {
 
@@ -12,6 +13,13 @@ std::string run_directory(const std::string& out_root, const std::string& run_id
 
 // Creates `dir` and its parents; returns "" or an error message.
 std::string make_directories(const std::string& dir);
+
+// RUN_DIR/metadata/*.jsonl, sorted (empty when there is none).
+std::vector<std::string> metadata_files(const std::string& run_dir);
+
+// Writes `text` to `path` through a temporary file renamed over it (readers
+// see the old file or the new one); returns "" or an error message.
+std::string replace_file(const std::string& path, const std::string& text);
 
 // Points OUT/latest at `run_id` (a relative symlink, replaced atomically).
 // Best effort: a failure changes nothing and is not reported (a read-only or

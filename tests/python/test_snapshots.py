@@ -390,3 +390,28 @@ def test_the_30_line_script_of_the_docs_replays_snapshots(ops_run, tmp_path):
         op, verdict = p.stdout.split(" ", 1)
         results[op] = verdict.strip()
     assert len(results) == 6 and set(results.values()) == {"True"}, results
+
+
+FIXTURE_SNAPSHOTS = ROOT / "tests" / "data" / "snapshots-torch1.13"
+
+
+def test_snapshots_written_by_another_torch_load_and_replay(cli, tmp_path):
+    """Six snapshots of OPS_JOB written by the torch 1.13 build (committed):
+    torch.load(weights_only=True) and `lingprobe replay` take them on whichever
+    torch runs the tests (1.13 in CI, 2.11 on the GPU machine)."""
+    files = sorted(FIXTURE_SNAPSHOTS.glob("*.pt"))
+    assert len(files) == 6
+    code = textwrap.dedent(f"""
+        import glob, json, torch
+        docs = [torch.load(p, weights_only=True) for p in sorted(glob.glob({str(FIXTURE_SNAPSHOTS / '*.pt')!r}))]
+        print(json.dumps(sorted({{d["torch_version"] for d in docs}})), json.dumps(sorted(d["op"] for d in docs)))
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    versions, ops = (json.loads(x) for x in p.stdout.split(" ", 1))
+    assert versions == ["1.13.0"]
+    assert ops == sorted(["aten.linear.default", "aten.conv3d.default", "aten.to.dtype", "aten.mul_.Tensor",
+                          "aten.sum.dim_IntList", "aten.max.dim"])
+    for f in files:
+        r = replay(cli, f, "-o", str(tmp_path / f.stem))
+        assert r.returncode == 0 and "1 exact, 0 inexact" in r.stdout, r.stdout + r.stderr

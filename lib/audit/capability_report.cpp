@@ -418,23 +418,33 @@ ReportOutcome run_report(const ReportOptions& options) {
   out.svg_path = reports + "/roofline.svg";
   // The summary's capability section.
   std::ostringstream md;
-  md << "## Capability (inline counters)\n\n" << jobs.size() << " of " << calls.size()
-     << " signatures profiled inline; estimated GPU time of the recorded ops " << human(total_est * 1e-6, "s")
-     << " (kernel time per call x calls), " << unattributed_sigs << " signature(s) and " << unattributed_calls
-     << " call(s) unattributed. Roofline: reports/roofline.svg.\n\n"
-     << "| share of est. GPU time | calls | us/call | achieved | % of peak | DRAM | % of DRAM peak | mode | signature |\n"
-     << "|---|---|---|---|---|---|---|---|---|\n";
-  for (size_t i = 0; i < jobs.size() && i < 10; ++i) {
-    const Job& j = jobs[i];
-    char row[512];
-    std::snprintf(row, sizeof row, "| %.1f%% | %llu | %.1f | %s | %s | %s | %s | %s | `%s` %s |\n",
-                  total_est > 0 ? 100 * j.est_us / total_est : 0.0, static_cast<unsigned long long>(j.calls), j.time_us,
-                  j.flops_per_s > 0 ? human(j.flops_per_s, "FLOP/s").c_str() : "-",
-                  j.frac_flops >= 0 ? (std::to_string(static_cast<int>(std::lround(100 * j.frac_flops))) + "%").c_str() : "-",
-                  human(j.dram_bytes_per_s, "B/s").c_str(),
-                  j.frac_dram >= 0 ? (std::to_string(static_cast<int>(std::lround(100 * j.frac_dram))) + "%").c_str() : "-",
-                  j.mode.c_str(), j.label.c_str(), j.h16.substr(0, 12).c_str());
-    md << row;
+  md << "## Capability (inline counters)\n\n";
+  if (jobs.empty()) {
+    md << "No profiled call in this run (" << calls.size()
+       << " signatures): counters are measured with LINGPROBE_PROFILE=1 on calls with CUDA tensors "
+          "(docs/COUNTERS.md).\n";
+  } else {
+    std::map<std::string, int> by_status;
+    for (const auto& j : jobs) ++by_status[str(j.json.find("status"))];
+    std::string statuses;
+    for (const auto& [st, n] : by_status) statuses += (statuses.empty() ? "" : ", ") + std::to_string(n) + " " + st;
+    md << jobs.size() << " of " << calls.size() << " signatures profiled inline (" << statuses
+       << "); estimated GPU time of the recorded ops " << human(total_est * 1e-6, "s")
+       << " (kernel time per call x calls), " << unattributed_sigs << " signature(s) and " << unattributed_calls
+       << " call(s) unattributed. Roofline: reports/roofline.svg.\n\n"
+       << "| share of est. GPU time | calls | us/call | achieved | % of peak | DRAM | % of DRAM peak | mode | status | signature |\n"
+       << "|---|---|---|---|---|---|---|---|---|---|\n";
+    for (size_t i = 0; i < jobs.size() && i < 10; ++i) {
+      const Job& j = jobs[i];
+      auto pct = [](double f) { return f >= 0 ? std::to_string(static_cast<int>(std::lround(100 * f))) + "%" : "-"; };
+      char row[640];
+      std::snprintf(row, sizeof row, "| %.1f%% | %llu | %.1f | %s | %s | %s | %s | %s | %s | `%s` %s |\n",
+                    total_est > 0 ? 100 * j.est_us / total_est : 0.0, static_cast<unsigned long long>(j.calls),
+                    j.time_us, j.flops_per_s > 0 ? human(j.flops_per_s, "FLOP/s").c_str() : "-",
+                    pct(j.frac_flops).c_str(), human(j.dram_bytes_per_s, "B/s").c_str(), pct(j.frac_dram).c_str(),
+                    j.mode.c_str(), str(j.json.find("status")).c_str(), j.label.c_str(), j.h16.substr(0, 12).c_str());
+      md << row;
+    }
   }
   out.summary = md.str();
   // summary.md keeps the audit's part; the capability section is replaced, not repeated.

@@ -65,7 +65,8 @@ def test_report_of_the_real_run_in_the_seed_schema(cli, run):
     whole = doc["whole_run"]
     assert whole["signatures"] == whole["profiled_signatures"] == 30 and whole["unattributed_calls"] == 0
     assert sum(j["calls"] for j in doc["jobs"]) == 17106  # the run's calls (docs/gpu)
-    assert "## Capability (inline counters)" in p.stdout
+    assert "## Capability (inline counters)" in p.stdout and "30 of 30 signatures profiled inline (30 passed)" in p.stdout
+    assert "| 33.7% | 9600 | 187.3 | 739 TFLOP/s | 75% | 1.07 TB/s | 22% | bf16 | passed | `aten.linear.default`" in p.stdout
 
 
 def test_figures_recomputed_independently(cli, run):
@@ -131,6 +132,7 @@ def test_run_without_profiles_and_not_a_run(cli, run, tmp_path):
     report(cli, run)
     doc = load(run)
     assert doc["status"] == "no_profiles" and doc["jobs"] == [] and doc["whole_run"]["unattributed_signatures"] == 30
+    assert "No profiled call in this run (30 signatures)" in (run / "reports" / "summary.md").read_text()
     empty = tmp_path / "empty"
     empty.mkdir()
     p = report(cli, empty, check=False)

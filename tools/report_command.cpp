@@ -59,7 +59,9 @@ int report_command(int argc, char** argv) {
   audit::ReportOutcome outcome = audit::run_report(options);
   for (const auto& w : outcome.warnings) std::cerr << "lingprobe report: warning: " << w << "\n";
   if (!outcome.ok) {
-    std::cerr << "lingprobe report: error: " << outcome.error << "\nnothing was written.\n";
+    std::cerr << "lingprobe report: error: " << outcome.error << "\n";
+    if (outcome.written.empty()) std::cerr << "nothing was written.\n";
+    for (const auto& f : outcome.written) std::cerr << "already replaced: " << f << "\n";
     return 1;
   }
   if (!quiet) std::cout << outcome.summary << "\n";

@@ -16,8 +16,10 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 #include "sink/claims.h"
 #include "sink/run_directory.h"
 #include "sink/snapshot_writer.h"
@@ -93,7 +95,17 @@ class CudaAccess : public capture::DeviceAccess {
     if (!d) return nullptr;
     void* ctx = d->primary_context(device);
     const auto t0 = std::chrono::steady_clock::now();
-    const int lock_fd = lock_gpu(d, device);  // blocks while another process of the launch profiles this GPU
+    // Waits (bounded) while another process of the launch profiles this GPU.
+    // Bounded: that process's window may be waiting on this rank (its
+    // context synchronisation covers NCCL streams whose peers are here), so an
+    // unbounded wait could deadlock the job; a refused window is retried at a
+    // later call of the key (hardware_busy is transient).
+    const int lock_fd = lock_gpu(d, device);
+    if (lock_fd == kLockTimedOut) {
+      reason = "hardware_busy";
+      log_ += "window not opened: the GPU's counter lock stayed held for " + std::to_string(kLockWaitSeconds) + " s\n";
+      return nullptr;
+    }
     // The probe too runs under the lock: while another process profiles, the
     // counter hardware answers HARDWARE_BUSY (seen on the H200 with 4 ranks).
     if (!set_ready_ && !prepare(d, device, ctx)) {
@@ -172,9 +184,20 @@ class CudaAccess : public capture::DeviceAccess {
     Window(CudaAccess* owner, gpu::CudaDriver* d, int device, void* ctx, std::chrono::steady_clock::time_point t0,
            int lock_fd)
         : owner_(owner), d_(d), device_(device), ctx_(ctx), t0_(t0), lock_fd_(lock_fd) {}
+    // A window that was never closed (its op threw past the capture) still
+    // releases the GPU's lock, so the other ranks are not blocked by it.
+    ~Window() override {
+      if (!closed_) try {
+          owner_->cupti_->end_window([this] { return d_->synchronize(ctx_); });
+        } catch (...) {  // nothing escapes into the op's unwinding
+        }
+      owner_->unlock_gpu(lock_fd_);
+    }
     format::ProfileData close() override {
       gpu::WindowResult w = owner_->cupti_->end_window([this] { return d_->synchronize(ctx_); });
+      closed_ = true;
       owner_->unlock_gpu(lock_fd_);
+      lock_fd_ = -1;
       format::ProfileData p;
       p.status = gpu::status_name(w.status);
       p.reason = w.reason;
@@ -213,17 +236,29 @@ class CudaAccess : public capture::DeviceAccess {
     void* ctx_;
     std::chrono::steady_clock::time_point t0_;
     int lock_fd_;
+    bool closed_ = false;
   };
 
+  static constexpr int kLockTimedOut = -2;
+  static constexpr int kLockWaitSeconds = 30;
+  // The lock's fd; -1 without a shared directory (windows of different
+  // processes are then not serialised); kLockTimedOut after kLockWaitSeconds.
   int lock_gpu(gpu::CudaDriver* d, int device) {
     std::string uuid = d->device_uuid(device);
     if (uuid.empty()) uuid = "device" + std::to_string(device);
-    if (sink::make_directories(lock_dir_).empty()) {
-      const int fd = ::open((lock_dir_ + "/counters-" + uuid + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      if (fd >= 0 && ::flock(fd, LOCK_EX) == 0) return fd;
-      if (fd >= 0) ::close(fd);
+    if (!sink::make_directories(lock_dir_).empty()) return -1;
+    const int fd = ::open((lock_dir_ + "/counters-" + uuid + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kLockWaitSeconds);
+    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if ((errno != EWOULDBLOCK && errno != EINTR) || std::chrono::steady_clock::now() >= deadline) {
+        const bool timed_out = errno == EWOULDBLOCK || errno == EINTR;
+        ::close(fd);
+        return timed_out ? kLockTimedOut : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    return -1;  // no shared directory: windows of different processes are not serialised
+    return fd;
   }
   void unlock_gpu(int fd) {
     if (fd < 0) return;

@@ -76,7 +76,9 @@ std::string human(double x, const char* unit) {
 }
 
 // The math mode an op's arithmetic runs in: its first tensor argument's dtype
-// and, for fp32 GEMMs and convolutions, the recorded TF32 switches.
+// and, for fp32 GEMMs and convolutions, the TF32 switches recorded by the
+// call's replay (without a replay, torch's defaults: matmul no, cuDNN yes).
+// "" where the table has no roof.
 std::string math_mode(const JsonValue& sig, const JsonValue* policy) {
   std::string dtype;
   if (const JsonValue* args = sig.find("args"))
@@ -93,7 +95,9 @@ std::string math_mode(const JsonValue& sig, const JsonValue* policy) {
   if (dtype == "torch.bfloat16") return "bf16";
   if (dtype == "torch.float16") return "fp16";
   if (dtype == "torch.float64") return "fp64";
+  if (dtype.rfind("torch.float8", 0) == 0) return "fp8";
   if (dtype == "torch.int8" || dtype == "torch.uint8") return "int8";
+  if (dtype != "torch.float32") return "";  // integers, bool, complex: no roof in the table
   const bool gemm = op.find("linear") != std::string::npos || op.find("mm") != std::string::npos ||
                     op.find("matmul") != std::string::npos;
   const bool conv = op.find("conv") != std::string::npos;
@@ -109,6 +113,7 @@ struct Job {
   double time_us = 0, dram_bytes_per_s = 0;
   uint64_t calls = 0;
   std::string label;
+  bool passed = false;  // only passed jobs' figures enter the totals and the roofline
 };
 
 // Stage names are the user's: escaped for XML text.
@@ -144,7 +149,7 @@ std::string svg_roofline(const std::vector<Job>& jobs) {
   std::set<std::pair<double, double>> roofs;
   std::map<std::pair<double, double>, std::string> roof_modes;
   for (const auto& j : jobs)
-    if (j.peak_flops > 0 && j.peak_dram > 0 && j.flops_per_s > 0) {  // roofs of the plotted points only
+    if (j.passed && j.peak_flops > 0 && j.peak_dram > 0 && j.flops_per_s > 0) {  // roofs of the plotted points only
       roofs.insert({j.peak_flops, j.peak_dram});
       auto& m = roof_modes[{j.peak_flops, j.peak_dram}];
       if (m.find(j.mode) == std::string::npos) m += (m.empty() ? "" : "/") + j.mode;
@@ -158,7 +163,7 @@ std::string svg_roofline(const std::vector<Job>& jobs) {
   static const char* const kColors[] = {"#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"};
   std::map<std::string, int> stage_color;
   for (const auto& j : jobs) {
-    if (j.flops_per_s <= 0 || j.intensity <= 0) continue;
+    if (!j.passed || j.flops_per_s <= 0 || j.intensity <= 0) continue;
     const int c = stage_color.emplace(j.stage, static_cast<int>(stage_color.size()) % 6).first->second;
     s << "<circle cx=\"" << X(j.intensity) << "\" cy=\"" << Y(j.flops_per_s) << "\" r=\"4\" fill=\"" << kColors[c]
       << "\"><title>" << xml_text(j.label) << " " << xml_text(j.stage) << " " << j.h16 << ": " << human(j.flops_per_s, "FLOP/s") << ", AI "
@@ -192,17 +197,24 @@ bool device_peak(const std::string& gpu, const std::string& mode, Peak& p) {
   // NVIDIA datasheets, dense (no sparsity). H200 SXM and H100 SXM share the
   // Hopper SM (same FLOP/s); their memories differ.
   double bf16 = 0, dram = 0;
-  if (gpu.find("H200") != std::string::npos) {
+  // By name as the driver reports it ("NVIDIA H200", "NVIDIA H100 80GB HBM3",
+  // "NVIDIA H100 PCIe"); GH200 and the NVL parts have other figures: none here.
+  const std::string name = " " + gpu + " ";
+  auto has = [&](const char* token) { return name.find(token) != std::string::npos; };
+  if (has(" NVL") || has("GH200")) return false;
+  if (has(" H200 ")) {
     bf16 = 989.4e12, dram = 4.8e12, p.source = "NVIDIA H200 datasheet (SXM, dense)";
-  } else if (gpu.find("H100") != std::string::npos && gpu.find("PCIe") != std::string::npos) {
+  } else if (has(" H100 ") && has(" PCIe")) {
     bf16 = 756.5e12, dram = 2.0e12, p.source = "NVIDIA H100 PCIe datasheet (dense)";
-  } else if (gpu.find("H100") != std::string::npos) {
+  } else if (has(" H100 ")) {
     bf16 = 989.4e12, dram = 3.35e12, p.source = "NVIDIA H100 SXM datasheet (dense)";
   } else {
     return false;
   }
-  const std::map<std::string, double> scale = {{"bf16", 1.0}, {"fp16", 1.0}, {"tf32", 0.5}, {"int8", 2.0},
-                                               {"fp32", 67.0 / 989.4}, {"fp64", 67.0 / 989.4}};
+  // fp32: the non-tensor rate; fp64: the FP64 tensor-core rate (what DGEMM uses on Hopper).
+  const std::map<std::string, double> scale = {{"bf16", 1.0},          {"fp16", 1.0}, {"tf32", 0.5},
+                                               {"fp8", 2.0},           {"int8", 2.0}, {"fp32", 67.0 / 989.4},
+                                               {"fp64", 67.0 / 989.4}};
   auto it = scale.find(mode);
   if (it == scale.end()) return false;
   p.flops = bf16 * it->second;
@@ -264,8 +276,30 @@ ReportOutcome run_report(const ReportOptions& options) {
       continue;
     }
     JsonValue identity, kernels, manifest, comparison;
-    if (!read_json(dir + "/identity.json", identity) || !read_json(dir + "/kernels.json", kernels) ||
-        !read_json(dir + "/manifest.json", manifest)) {
+    if (!read_json(dir + "/manifest.json", manifest)) {
+      out.warnings.push_back(p.path + ": unreadable manifest.json; no job");
+      continue;
+    }
+    // Every file the manifest names, as it was written.
+    std::string altered;
+    const JsonValue* listed = manifest.find("sha256");
+    if (!listed || listed->kind() != JsonValue::Kind::Object || !listed->find("kernels.json") ||
+        !listed->find("identity.json"))
+      altered = "manifest.json lists no kernels.json or identity.json";
+    else
+      for (const auto& [name, v] : listed->members()) {
+        std::string sha;
+        if (name.find('/') != std::string::npos || !format::sha256_file_hex(dir + "/" + name, sha) ||
+            sha != str(&v)) {
+          altered = name + " is missing or altered since the run (its SHA-256 differs from the manifest's)";
+          break;
+        }
+      }
+    if (!altered.empty()) {
+      out.warnings.push_back(p.path + ": " + altered + "; no job");
+      continue;
+    }
+    if (!read_json(dir + "/identity.json", identity) || !read_json(dir + "/kernels.json", kernels)) {
       out.warnings.push_back(p.path + ": unreadable profile files; no job");
       continue;
     }
@@ -295,9 +329,10 @@ ReportOutcome run_report(const ReportOptions& options) {
     if (known) {
       j.peak_flops = peak.flops;
       j.peak_dram = peak.dram_bytes;
-      if (flops && *flops > 0) j.frac_flops = j.flops_per_s / peak.flops;
-      j.frac_dram = j.dram_bytes_per_s / peak.dram_bytes;
+      if (flops && *flops > 0 && t > 0) j.frac_flops = j.flops_per_s / peak.flops;
+      if (t > 0) j.frac_dram = j.dram_bytes_per_s / peak.dram_bytes;
     }
+    j.passed = str(identity.find("status")) == "passed";
     std::string snapshot_sha;
     for (const Rec& s : snapshots)
       if (s.sha == p.sha && s.seq == p.seq && s.rank == p.rank) snapshot_sha = s.evidence_sha;
@@ -349,12 +384,24 @@ ReportOutcome run_report(const ReportOptions& options) {
         "call (rank " + std::to_string(p.rank) + ", seq " + std::to_string(p.seq) +
         "); per-kernel times in isolation, clocks as found; not an end-to-end timing"));
     j.json = std::move(job);
-    if (profiled.insert(p.sha).second) jobs.push_back(std::move(j));
-    else out.warnings.push_back(p.path + ": a further profile of a profiled signature (kept, not counted twice)");
+    // One job per signature: its first passed profile, else its first.
+    auto same = std::find_if(jobs.begin(), jobs.end(), [&](const Job& x) { return x.sha == p.sha; });
+    if (same == jobs.end()) {
+      jobs.push_back(std::move(j));
+    } else if (j.passed && !same->passed) {
+      out.warnings.push_back(str(same->json.find("output")) + ": " + str(same->json.find("status")) +
+                             "; this signature's job is " + p.path + ", which passed");
+      *same = std::move(j);
+    } else {
+      out.warnings.push_back(p.path + ": a further profile of a signature that has a job (not used)");
+    }
   }
+  for (const auto& j : jobs)
+    if (j.passed) profiled.insert(j.sha);
   double total_est = 0, total_flops = 0, attributed_flops = 0;
   uint64_t unattributed_calls = 0, unattributed_sigs = 0;
-  for (const auto& j : jobs) total_est += j.est_us;
+  for (const auto& j : jobs)
+    if (j.passed) total_est += j.est_us;
   for (const auto& [sha, n] : calls) {
     auto parsed = format::parse_json(texts[sha]);
     const auto f = parsed.ok ? format::flops_per_call(parsed.value) : std::nullopt;
@@ -366,11 +413,14 @@ ReportOutcome run_report(const ReportOptions& options) {
       ++unattributed_sigs;
     }
   }
-  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.est_us > b.est_us; });
+  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
+    return a.passed != b.passed ? a.passed : a.est_us > b.est_us;  // passed first, by estimated GPU time
+  });
   JsonValue list = JsonValue::array();
   bool all_passed = !jobs.empty();
   for (auto& j : jobs) {
-    j.json.set("share_of_estimated_gpu_time", JsonValue::floating(total_est > 0 ? j.est_us / total_est : 0.0));
+    j.json.set("share_of_estimated_gpu_time", j.passed && total_est > 0 ? JsonValue::floating(j.est_us / total_est)
+                                                                       : JsonValue::null());
     const JsonValue* c = j.json.find("correctness");
     all_passed = all_passed && str(j.json.find("status")) == "passed" &&
                  (!c || c->is_null() || (c->find("exact") && c->find("exact")->kind() == JsonValue::Kind::Bool &&
@@ -380,6 +430,7 @@ ReportOutcome run_report(const ReportOptions& options) {
   JsonValue whole = JsonValue::object();
   whole.set("signatures", JsonValue::integer(static_cast<int64_t>(calls.size())));
   whole.set("profiled_signatures", JsonValue::integer(static_cast<int64_t>(jobs.size())));
+  whole.set("passed_signatures", JsonValue::integer(static_cast<int64_t>(profiled.size())));
   whole.set("estimated_gpu_time_us", JsonValue::floating(total_est));
   whole.set("flops", JsonValue::floating(total_flops));
   whole.set("attributed_flops", JsonValue::floating(attributed_flops));
@@ -438,8 +489,10 @@ ReportOutcome run_report(const ReportOptions& options) {
       const Job& j = jobs[i];
       auto pct = [](double f) { return f >= 0 ? std::to_string(static_cast<int>(std::lround(100 * f))) + "%" : "-"; };
       char row[640];
-      std::snprintf(row, sizeof row, "| %.1f%% | %llu | %.1f | %s | %s | %s | %s | %s | %s | `%s` %s |\n",
-                    total_est > 0 ? 100 * j.est_us / total_est : 0.0, static_cast<unsigned long long>(j.calls),
+      char share[32] = "-";
+      if (j.passed && total_est > 0) std::snprintf(share, sizeof share, "%.1f%%", 100 * j.est_us / total_est);
+      std::snprintf(row, sizeof row, "| %s | %llu | %.1f | %s | %s | %s | %s | %s | %s | `%s` %s |\n", share,
+                    static_cast<unsigned long long>(j.calls),
                     j.time_us, j.flops_per_s > 0 ? human(j.flops_per_s, "FLOP/s").c_str() : "-",
                     pct(j.frac_flops).c_str(), human(j.dram_bytes_per_s, "B/s").c_str(), pct(j.frac_dram).c_str(),
                     j.mode.c_str(), str(j.json.find("status")).c_str(), j.label.c_str(), j.h16.substr(0, 12).c_str());
@@ -452,14 +505,16 @@ ReportOutcome run_report(const ReportOptions& options) {
   std::string summary = read_file(summary_path);
   const size_t at = summary.find("## Capability (inline counters)");
   if (at != std::string::npos) summary.resize(at);
-  if (!summary.empty() && summary.back() != '\n') summary += "\n";
-  summary += (summary.empty() ? "" : "\n") + out.summary;
+  while (!summary.empty() && summary.back() == '\n') summary.pop_back();
+  summary += (summary.empty() ? "" : "\n\n") + out.summary;
   for (const auto& [path, text] : {std::make_pair(out.report_path, format::pretty_json(report) + "\n"),
                                    std::make_pair(out.svg_path, svg_roofline(jobs)),
                                    std::make_pair(summary_path, summary)})
     if (std::string e = sink::replace_file(path, text); !e.empty()) {
       out.error = e;
       return out;
+    } else {
+      out.written.push_back(path);
     }
   out.ok = true;
   return out;

@@ -25,6 +25,7 @@ struct ReportOutcome {
   std::string error;
   std::vector<std::string> warnings;
   std::string report_path, svg_path;
+  std::vector<std::string> written;  // files replaced so far (some, when writing failed midway)
   std::string summary;  // the capability section (also appended to summary.md)
 };
 

@@ -2,6 +2,7 @@
 
 #include "capture/torch_guard.h"
 
+#include <algorithm>
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -584,7 +585,10 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, format::SnapshotJob job
 // this thread (its Activity callbacks must not be replaced mid-session).
 void SnapshotCapture::open_window(Pending& p, const SampledCall& call) {
   const std::string name = call.schema->name();
-  if (name.rfind("c10d::", 0) == 0 || name.rfind("_c10d_functional::", 0) == 0) {
+  static const char* const kCollectives[] = {"c10d::", "_c10d_functional::", "c10d_functional::",
+                                             "_c10d_functional_autograd::", "symm_mem::"};
+  if (std::any_of(std::begin(kCollectives), std::end(kCollectives),
+                  [&](const char* prefix) { return name.rfind(prefix, 0) == 0; })) {
     count_profile("collective");
     return;
   }

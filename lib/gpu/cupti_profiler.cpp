@@ -15,7 +15,10 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <type_traits>
+#include <unordered_set>
+#include <vector>
 
 namespace lingprobe::gpu {
 
@@ -90,6 +93,7 @@ struct Window {
   std::vector<uint8_t> counter_data;
   const MetricSet* set = nullptr;
   CUpti_SubscriberHandle subscriber = nullptr;
+  std::mutex stop_mu;  // one RangeStop: the window's end or a graph launch's entry (any thread)
   std::atomic<bool> stopped{false}, graph_launched{false};
   std::vector<KernelLaunch> records;
   size_t dropped_records = 0;
@@ -105,13 +109,30 @@ Cupti::Api* g_api = nullptr;
 constexpr size_t kActivityBuffer = 4u << 20;
 constexpr size_t kMaxRanges = 256;
 
+// The activity buffers this library handed to CUPTI. The callbacks are
+// process-global: a buffer another tool (Kineto) requested before our
+// registration may complete here; it is not ours to read or free.
+std::mutex g_buffers_mu;
+std::unordered_set<uint8_t*>& our_buffers() {
+  static auto* b = new std::unordered_set<uint8_t*>;  // used from CUPTI's threads: never destroyed
+  return *b;
+}
+
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kActivityBuffer));
   *size = *buffer ? kActivityBuffer : 0;
   *max_records = 0;
+  if (*buffer) {
+    std::lock_guard<std::mutex> lock(g_buffers_mu);
+    our_buffers().insert(*buffer);
+  }
 }
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  {
+    std::lock_guard<std::mutex> lock(g_buffers_mu);
+    if (!our_buffers().erase(buffer)) return;  // another tool's: leaked rather than freed twice
+  }
   Window& w = window();
   CUpti_Activity* record = nullptr;
   std::lock_guard<std::mutex> lock(w.mu);
@@ -145,6 +166,7 @@ void CUPTIAPI on_driver_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId
   const auto* cb = static_cast<const CUpti_CallbackData*>(data);
   if (cb->callbackSite != CUPTI_API_ENTER) return;
   Window& w = window();
+  std::lock_guard<std::mutex> lock(w.stop_mu);
   if (!w.object || w.stopped.exchange(true)) return;
   w.graph_launched.store(true);
   CUpti_RangeProfiler_Stop_Params stop{};
@@ -426,7 +448,7 @@ WindowResult Cupti::end_window(const std::function<bool()>& synchronize) {
   Window& w = window();
   WindowResult res;
   res.graph_guard = w.subscriber != nullptr;
-  if (!w.stopped.exchange(true)) {
+  if (std::lock_guard<std::mutex> lock(w.stop_mu); !w.stopped.exchange(true)) {
     auto stop = params<CUpti_RangeProfiler_Stop_Params>(CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE);
     stop.pRangeProfilerObject = w.object;
     if (CUptiResult r = api_->RangeStop(&stop); r != CUPTI_SUCCESS) res.reason = "cuptiRangeProfilerStop: " + describe(r);

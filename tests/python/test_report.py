@@ -2,6 +2,7 @@
 selection, LINGPROBE_PROFILE=1; tests/data/h200-seed-profile-run.tgz holds its
 metadata, profiles, replays and reports, not its snapshots). Runs anywhere:
 the report reads files only."""
+import hashlib
 import json
 import pathlib
 import shutil
@@ -97,9 +98,11 @@ def test_figures_recomputed_independently(cli, run):
 def test_roofline_and_summary(cli, run):
     audit_part = (run / "reports" / "summary.md").read_text()
     assert "## Capability" not in audit_part
-    report(cli, run)
-    report(cli, run)  # twice: the section is replaced, not repeated
+    report(cli, run, "--generated-at", "t")
+    once = (run / "reports" / "summary.md").read_text()
+    report(cli, run, "--generated-at", "t")  # twice: the section is replaced, not repeated
     summary = (run / "reports" / "summary.md").read_text()
+    assert summary == once
     assert summary.startswith(audit_part.rstrip("\n")) and summary.count("## Capability (inline counters)") == 1
     svg = ET.parse(run / "reports" / "roofline.svg").getroot()
     ns = "{http://www.w3.org/2000/svg}"
@@ -112,19 +115,63 @@ def test_roofline_and_summary(cli, run):
     assert (run / "reports" / "summary.md").read_text().count("## Capability (inline counters)") == 1
 
 
+def sha(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_altered_profile_is_not_a_job(cli, run):
-    prof = sorted((run / "profiles").iterdir())[0]
-    kernels = prof / "kernels.json"
-    kernels.write_text(kernels.read_text().replace("gpu__time_duration", "gpu__time_duration", 1) + " ")
-    manifest = prof / "manifest.json"
-    manifest.write_text(manifest.read_text() + " ")  # the metadata's SHA-256 no longer matches
+    """A kernels.json edited after the run (manifest untouched), then a
+    manifest edited too: neither profile becomes a job."""
+    profs = sorted((run / "profiles").iterdir())
+    kernels = profs[0] / "kernels.json"
+    kernels.write_text(kernels.read_text().replace('"value": ', '"value": 1', 1))
+    (profs[1] / "manifest.json").write_text((profs[1] / "manifest.json").read_text() + " ")
     p = report(cli, run)
-    assert f"profiles/{prof.name}: missing or altered" in p.stderr
+    assert f"profiles/{profs[0].name}: kernels.json is missing or altered since the run" in p.stderr
+    assert f"profiles/{profs[1].name}: missing or altered since the run" in p.stderr
     doc = load(run)
-    assert len(doc["jobs"]) == 29 and doc["whole_run"]["unattributed_signatures"] == 1
-    assert any("missing or altered" in w for w in doc["warnings"])
-    shutil.rmtree(prof)
-    assert len(load(run if report(cli, run) else run)["jobs"]) == 29
+    assert len(doc["jobs"]) == 28 and doc["whole_run"]["unattributed_signatures"] == 2
+    assert not {j["output"] for j in doc["jobs"]} & {f"profiles/{profs[0].name}", f"profiles/{profs[1].name}"}
+    shutil.rmtree(profs[0])
+    report(cli, run)
+    assert len(load(run)["jobs"]) == 28
+
+
+def fail_profile(run, prof, status):
+    """Rewrites a profile as if its window had ended `status` (identity,
+    manifest and the run's profile record kept consistent)."""
+    ident = json.loads((prof / "identity.json").read_text())
+    ident["status"] = status
+    (prof / "identity.json").write_text(json.dumps(ident))
+    manifest = json.loads((prof / "manifest.json").read_text())
+    manifest["sha256"]["identity.json"] = sha(prof / "identity.json")
+    old = sha(prof / "manifest.json")
+    (prof / "manifest.json").write_text(json.dumps(manifest))
+    for f in (run / "metadata").glob("*.jsonl"):
+        f.write_text(f.read_text().replace(old, sha(prof / "manifest.json")))
+
+
+def test_a_job_that_did_not_pass_is_listed_but_not_counted(cli, run):
+    report(cli, run)
+    before = load(run)
+    top = before["jobs"][0]
+    fail_profile(run, run / top["output"], "contaminated")
+    report(cli, run)
+    doc = load(run)
+    assert doc["status"] == "partial" and len(doc["jobs"]) == 30
+    last = doc["jobs"][-1]  # passed jobs first
+    assert last["output"] == top["output"] and last["status"] == "contaminated"
+    assert last["share_of_estimated_gpu_time"] is None
+    whole, was = doc["whole_run"], before["whole_run"]
+    assert whole["passed_signatures"] == 29 and whole["unattributed_signatures"] == 1
+    assert whole["unattributed_calls"] == top["calls"]
+    assert whole["estimated_gpu_time_us"] == pytest.approx(was["estimated_gpu_time_us"] - top["estimated_gpu_time_us"])
+    assert sum(j["share_of_estimated_gpu_time"] for j in doc["jobs"][:-1]) == pytest.approx(1)
+    svg = ET.parse(run / "reports" / "roofline.svg").getroot()
+    titles = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title")]
+    assert len(titles) == 28 and not any(top["signature_sha256"][:16] in t for t in titles)
+    assert "(29 passed, 1 contaminated)" in (run / "reports" / "summary.md").read_text() or \
+        "(1 contaminated, 29 passed)" in (run / "reports" / "summary.md").read_text()
 
 
 def test_run_without_profiles_and_not_a_run(cli, run, tmp_path):

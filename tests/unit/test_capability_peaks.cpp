@@ -16,6 +16,8 @@ TEST_CASE("peaks: H200 and H100 by math mode", "[report]") {
   CHECK(p.flops == Approx(494.7e12));
   REQUIRE(device_peak("NVIDIA H200", "fp32", p));
   CHECK(p.flops == Approx(67e12));
+  REQUIRE(device_peak("NVIDIA H200", "fp8", p));
+  CHECK(p.flops == Approx(1978.8e12));
   REQUIRE(device_peak("NVIDIA H200", "int8", p));
   CHECK(p.flops == Approx(1978.8e12));
   REQUIRE(device_peak("NVIDIA H100 80GB HBM3", "fp16", p));
@@ -30,6 +32,10 @@ TEST_CASE("peaks: H200 and H100 by math mode", "[report]") {
 TEST_CASE("peaks: none for an unknown GPU or mode", "[report]") {
   Peak p;
   CHECK_FALSE(device_peak("NVIDIA A100-SXM4-80GB", "bf16", p));
-  CHECK_FALSE(device_peak("NVIDIA H200", "fp8", p));
+  CHECK_FALSE(device_peak("NVIDIA H200", "fp4", p));
+  CHECK_FALSE(device_peak("NVIDIA H200", "", p));  // integer ops: no roof
+  CHECK_FALSE(device_peak("NVIDIA GH200 480GB", "bf16", p));  // other figures than the H200 SXM
+  CHECK_FALSE(device_peak("NVIDIA H100 NVL", "bf16", p));
+  CHECK_FALSE(device_peak("NVIDIA H200 NVL", "bf16", p));
   CHECK_FALSE(device_peak("", "bf16", p));
 }

@@ -382,7 +382,7 @@ ReportOutcome run_report(const ReportOptions& options) {
     job.set("scope", JsonValue::string(
         "Inline CUPTI range profiler (auto range, kernel replay: each kernel replayed once per pass) on this run's own "
         "call (rank " + std::to_string(p.rank) + ", seq " + std::to_string(p.seq) +
-        "); per-kernel times in isolation, clocks as found; not an end-to-end timing"));
+        "); per-kernel times in isolation, GPU clocks not locked (as the run had them); not an end-to-end timing"));
     j.json = std::move(job);
     // One job per signature: its first passed profile, else its first.
     auto same = std::find_if(jobs.begin(), jobs.end(), [&](const Job& x) { return x.sha == p.sha; });
@@ -450,7 +450,7 @@ ReportOutcome run_report(const ReportOptions& options) {
   report.set("scope", JsonValue::string(
       "One job per profiled signature of this run, measured inline on the run's own calls (its snapshot's hash as "
       "input_sha256; correctness from `lingprobe replay` of that snapshot where one ran). Kernel replay serialises "
-      "each kernel: times are per kernel in isolation with clocks as found, not integrated performance; "
+      "each kernel: times are per kernel in isolation with GPU clocks not locked, not integrated performance; "
       "percentages of peak use datasheet peaks for the op's math mode (docs/COUNTERS.md). " +
       std::to_string(unattributed_sigs) + " recorded signature(s) without a profile."));
   report.set("whole_run", std::move(whole));

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "audit/metadata_reader.h"
+#include "audit/profile_evidence.h"
 #include "format/canonical_json.h"
 #include "format/flops.h"
 #include "format/json_parse.h"
@@ -45,21 +46,6 @@ double num(const JsonValue* v) {
 }
 
 std::string str(const JsonValue* v) { return v && v->kind() == JsonValue::Kind::String ? v->as_string() : ""; }
-
-// A kernel's metric in base units (seconds, bytes), whatever prefix its unit
-// carries (ncu's: "ns", "us", "msecond", "byte", "Kbyte", "Mbyte", ...).
-double metric_si(const JsonValue& kernel, const char* name) {
-  const JsonValue* m = kernel.find("metrics");
-  const JsonValue* x = m ? m->find(name) : nullptr;
-  if (!x) return 0.0;
-  const std::string unit = str(x->find("unit"));
-  const double v = num(x->find("value"));
-  static const std::map<std::string, double> kScale = {
-      {"s", 1}, {"second", 1}, {"ms", 1e-3}, {"msecond", 1e-3}, {"us", 1e-6}, {"usecond", 1e-6}, {"ns", 1e-9},
-      {"nsecond", 1e-9}, {"byte", 1}, {"Kbyte", 1e3}, {"Mbyte", 1e6}, {"Gbyte", 1e9}, {"Tbyte", 1e12}};
-  auto it = kScale.find(unit);
-  return it == kScale.end() ? 0.0 : v * it->second;
-}
 
 std::string basename(const std::string& p) {
   const size_t s = p.find_last_of('/');
@@ -270,7 +256,7 @@ ReportOutcome run_report(const ReportOptions& options) {
   for (const Rec& p : profiles) {
     const std::string dir = run + "/" + p.path;
     std::string manifest_sha;
-    if (p.path.find("..") != std::string::npos || !format::sha256_file_hex(dir + "/manifest.json", manifest_sha) ||
+    if (!evidence_path_inside(p.path) || !format::sha256_file_hex(dir + "/manifest.json", manifest_sha) ||
         manifest_sha != p.evidence_sha) {
       out.warnings.push_back(p.path + ": missing or altered since the run (its manifest's SHA-256 does not match); no job");
       continue;
@@ -314,10 +300,10 @@ ReportOutcome run_report(const ReportOptions& options) {
     j.label = str(sig.find("op"));
     j.mode = math_mode(sig, replayed ? comparison.find("math_policy") : nullptr);
     double bytes = 0;
-    for (const auto& k : kernels.items()) {
-      j.time_us += metric_si(k, "gpu__time_duration.sum") * 1e6;
-      bytes += metric_si(k, "dram__bytes_read.sum") + metric_si(k, "dram__bytes_write.sum");
-    }
+    j.time_us = kernels_time_us(kernels).value_or(0.0);
+    for (const auto& k : kernels.items())
+      bytes += kernel_metric_si(k, "dram__bytes_read.sum").value_or(0.0) +
+               kernel_metric_si(k, "dram__bytes_write.sum").value_or(0.0);
     const auto flops = format::flops_per_call(sig);
     const double t = j.time_us * 1e-6;
     if (flops && t > 0) j.flops_per_s = static_cast<double>(*flops) / t;

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "audit/metadata_reader.h"
+#include "audit/profile_evidence.h"
 #include "format/canonical_json.h"
 #include "format/flops.h"
 #include "format/json_parse.h"
@@ -140,28 +141,14 @@ JsonValue coverage_json(const std::vector<const Signature*>& group) {
                             {"signatures_without_flop_formula", JsonValue::integer(static_cast<int64_t>(unknown_flops))}});
 }
 
-// Mean kernel time per call (µs) from a profile's kernels.json, if it has one.
+// Kernel time per call (µs) from a profile's kernels.json, if it has one.
 std::optional<double> profile_time_us(const std::string& dir) {
   std::ifstream f(dir + "/kernels.json");
   if (!f) return std::nullopt;
   std::stringstream ss;
   ss << f.rdbuf();
   auto parsed = format::parse_json(ss.str());
-  if (!parsed.ok) return std::nullopt;
-  const JsonValue* kernels = parsed.value.kind() == JsonValue::Kind::Array ? &parsed.value : parsed.value.find("kernels");
-  if (!kernels || kernels->kind() != JsonValue::Kind::Array || kernels->items().empty()) return std::nullopt;
-  double total = 0;
-  for (const auto& k : kernels->items()) {
-    const JsonValue* metrics = k.find("metrics");
-    const JsonValue* t = metrics ? metrics->find("gpu__time_duration.sum") : nullptr;
-    const JsonValue* v = t ? t->find("value") : nullptr;
-    const JsonValue* unit = t ? t->find("unit") : nullptr;
-    if (!v || (v->kind() != JsonValue::Kind::Float && v->kind() != JsonValue::Kind::Int)) return std::nullopt;
-    double x = v->kind() == JsonValue::Kind::Float ? v->as_float() : static_cast<double>(v->as_int());
-    const std::string u = unit && unit->kind() == JsonValue::Kind::String ? unit->as_string() : "us";
-    total += u == "ns" ? x / 1000 : u == "ms" ? x * 1000 : u == "s" ? x * 1e6 : x;
-  }
-  return total;
+  return parsed.ok ? kernels_time_us(parsed.value) : std::nullopt;
 }
 
 std::string pct(const JsonValue& fraction) {
@@ -446,16 +433,13 @@ AuditOutcome run_audit(const AuditOptions& options) {
     rejected.push_back(JsonValue::object({{"path", JsonValue::string(e.path)}, {"reason", JsonValue::string(why)}}));
     outcome.warnings.push_back("evidence " + e.path + " not counted: " + why);
   };
-  auto inside = [](const std::string& p) {
-    return !p.empty() && p[0] != '/' && p.find("..") == std::string::npos;
-  };
   for (auto& [sha, sig] : sigs) {
     std::vector<Evidence> kept;
     std::set<std::string> seen;
     for (const auto& e : sig.snapshots) {
       if (!seen.insert(e.path).second) continue;
       std::string actual;
-      if (!inside(e.path)) reject(e, "its path leaves the run directory");
+      if (!evidence_path_inside(e.path)) reject(e, "its path leaves the run directory");
       else if (!format::sha256_file_hex(run_dir + "/" + e.path, actual)) reject(e, "missing");
       else if (actual != e.sha256) reject(e, "its SHA-256 differs from the one recorded (altered after the run)");
       else kept.push_back(e);
@@ -466,7 +450,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
     for (const auto& e : sig.profiles) {
       if (!seen.insert(e.path).second) continue;
       std::string actual;
-      if (!inside(e.path)) {
+      if (!evidence_path_inside(e.path)) {
         reject(e, "its path leaves the run directory");
         continue;
       }

@@ -1,0 +1,51 @@
+#include "audit/profile_evidence.h"
+
+#include <map>
+
+namespace lingprobe::audit {
+
+using format::JsonValue;
+
+bool evidence_path_inside(const std::string& p) {
+  return !p.empty() && p[0] != '/' && p.find("..") == std::string::npos;
+}
+
+namespace {
+
+// The metric in units of `per` base units (1: seconds or bytes; 1e-6: µs),
+// exact where its unit is already that one.
+std::optional<double> metric_in(const JsonValue& kernel, const char* name, const char* unit_if_absent, double per) {
+  const JsonValue* metrics = kernel.find("metrics");
+  const JsonValue* m = metrics ? metrics->find(name) : nullptr;
+  const JsonValue* v = m ? m->find("value") : nullptr;
+  if (!v || (v->kind() != JsonValue::Kind::Float && v->kind() != JsonValue::Kind::Int)) return std::nullopt;
+  const JsonValue* u = m->find("unit");
+  const std::string unit = u && u->kind() == JsonValue::Kind::String ? u->as_string() : unit_if_absent;
+  static const std::map<std::string, double> kScale = {
+      {"s", 1},          {"second", 1},  {"ms", 1e-3},      {"msecond", 1e-3}, {"us", 1e-6},
+      {"usecond", 1e-6}, {"ns", 1e-9},   {"nsecond", 1e-9}, {"byte", 1},       {"Kbyte", 1e3},
+      {"Mbyte", 1e6},    {"Gbyte", 1e9}, {"Tbyte", 1e12}};
+  auto it = kScale.find(unit);
+  if (it == kScale.end()) return std::nullopt;
+  return (v->kind() == JsonValue::Kind::Float ? v->as_float() : static_cast<double>(v->as_int())) * (it->second / per);
+}
+
+}  // namespace
+
+std::optional<double> kernel_metric_si(const JsonValue& kernel, const char* name, const char* unit_if_absent) {
+  return metric_in(kernel, name, unit_if_absent, 1.0);
+}
+
+std::optional<double> kernels_time_us(const JsonValue& doc) {
+  const JsonValue* kernels = doc.kind() == JsonValue::Kind::Array ? &doc : doc.find("kernels");
+  if (!kernels || kernels->kind() != JsonValue::Kind::Array || kernels->items().empty()) return std::nullopt;
+  double total = 0;
+  for (const auto& k : kernels->items()) {
+    const auto t = metric_in(k, "gpu__time_duration.sum", "us", 1e-6);
+    if (!t) return std::nullopt;
+    total += *t;
+  }
+  return total;
+}
+
+}  // namespace lingprobe::audit

@@ -1,0 +1,27 @@
+// Reading a profile directory's kernels (profiles/{stem}/kernels.json, the
+// seed's units), shared by the coverage audit and the capability report.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "format/json_value.h"
+
+namespace lingprobe::audit {
+
+// A record's evidence path stays inside the run directory (relative, no "..").
+bool evidence_path_inside(const std::string& path);
+
+// A kernel's metric in base units (seconds, bytes), whatever prefix its unit
+// carries ("ns", "us", "ms", "s", "usecond", "byte", "Kbyte", "Mbyte", ...);
+// `unit_if_absent` is assumed where the metric has no unit. nullopt where the
+// metric, its value or a known unit is missing.
+std::optional<double> kernel_metric_si(const format::JsonValue& kernel, const char* name,
+                                       const char* unit_if_absent = "");
+
+// Kernel time of the profiled call (µs): the sum of gpu__time_duration.sum
+// over `kernels` (an array, or an object holding "kernels"); nullopt where
+// there is no kernel or one has no time.
+std::optional<double> kernels_time_us(const format::JsonValue& kernels);
+
+}  // namespace lingprobe::audit

@@ -35,6 +35,7 @@ int64_t clock_ns(clockid_t id) {
 class WriterSink;
 
 struct Session {
+  std::mutex finalize_mu;  // one finalize at a time, for its whole drain (never taken by the writer thread)
   std::mutex mu;  // guards everything below except the atomics
   std::atomic<lingprobe_state> state{LINGPROBE_STATE_FRESH};
   bool config_ok = false;
@@ -344,13 +345,21 @@ lingprobe_status session_flush(std::string& error) {
 
 lingprobe_status session_finalize() {
   Session& s = S();
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto st = s.state.load();
-  if (st == LINGPROBE_STATE_FRESH) return LINGPROBE_ERROR_NOT_INITIALIZED;
-  if (st == LINGPROBE_STATE_FINALIZED) return LINGPROBE_OK;
-  s.state.store(LINGPROBE_STATE_FINALIZED);
-  if (s.forked_child) return LINGPROBE_OK;
-  // Fixed order: stop the hook, then drain and close the writer.
+  // Held for the whole drain, so a second finalize (atexit beside an explicit
+  // call) returns once the files are complete. s.mu is held only to flip the
+  // state: the writer thread's cycle takes s.mu (control file, sampling poll),
+  // and joining that thread while holding it hung processes at exit.
+  std::lock_guard<std::mutex> finalizing(s.finalize_mu);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto st = s.state.load();
+    if (st == LINGPROBE_STATE_FRESH) return LINGPROBE_ERROR_NOT_INITIALIZED;
+    if (st == LINGPROBE_STATE_FINALIZED) return LINGPROBE_OK;
+    s.state.store(LINGPROBE_STATE_FINALIZED);
+    if (s.forked_child) return LINGPROBE_OK;
+  }
+  // Fixed order: stop the hook, then drain the snapshots, then drain and close
+  // the writer. Every other call sees FINALIZED under s.mu and touches neither.
   capture::set_recording(false);
   capture::uninstall_recorder();
   if (s.sampling) s.sampling->finalize();  // its snapshot records go into the metadata file first

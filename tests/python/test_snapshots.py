@@ -415,3 +415,28 @@ def test_snapshots_written_by_another_torch_load_and_replay(cli, tmp_path):
     for f in files:
         r = replay(cli, f, "-o", str(tmp_path / f.stem))
         assert r.returncode == 0 and "1 exact, 0 inexact" in r.stdout, r.stdout + r.stderr
+
+
+def test_exit_while_the_writer_cycles_does_not_hang(tmp_path, build_dir):
+    """Finalize (atexit) held the session lock while it drained the sampling
+    session and joined the writer thread, whose cycle takes that lock to poll
+    the control file: a process that exited mid-cycle hung forever (seen in CI
+    on a 4-rank CPU reference run). A 1 ms writer cycle and snapshots still
+    being written at exit make that moment near certain."""
+    code = textwrap.dedent("""
+        import torch
+        for i in range(40):
+            torch.add(torch.randn(i + 1, 256), 1.0)   # 40 input keys: 40 snapshots pending at exit
+    """)
+    script = tmp_path / "exit_job.py"
+    script.write_text(code)
+    for attempt in range(10):
+        e = env(tmp_path / str(attempt), build_dir, LINGPROBE_OPS="aten::add", LINGPROBE_FLUSH_INTERVAL_MS="1",
+                LINGPROBE_CONTROL_FILE=str(tmp_path / "control"))
+        try:
+            p = subprocess.run([sys.executable, str(script)], env=e, capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"attempt {attempt}: the process hung at exit")
+        assert p.returncode == 0, p.stderr
+        (run_dir,) = metadata.run_dirs(tmp_path / str(attempt) / "out")
+        assert len(snapshot_records(run_dir)) == 40

@@ -10,6 +10,7 @@
 #include "gpu/cuda_driver.h"
 #ifdef LINGPROBE_HAVE_CUPTI
 #include "gpu/cupti_profiler.h"
+#include "gpu/nvml_guard.h"
 #endif
 
 #include <cxxabi.h>
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <thread>
+#include <atomic>
 #include "sink/claims.h"
 #include "sink/run_directory.h"
 #include "sink/snapshot_writer.h"
@@ -101,7 +103,9 @@ class CudaAccess : public capture::DeviceAccess {
     // unbounded wait could deadlock the job; a refused window is retried at a
     // later call of the key (hardware_busy is transient).
     const int lock_fd = lock_gpu(d, device);
+    const auto t_locked = std::chrono::steady_clock::now();
     if (lock_fd == kLockTimedOut) {
+      add_stall(t_locked - t0);
       reason = "hardware_busy";
       log_ += "window not opened: the GPU's counter lock stayed held for " + std::to_string(kLockWaitSeconds) + " s\n";
       return nullptr;
@@ -110,12 +114,16 @@ class CudaAccess : public capture::DeviceAccess {
     // counter hardware answers HARDWARE_BUSY (seen on the H200 with 4 ranks).
     if (!set_ready_ && !prepare(d, device, ctx)) {
       unlock_gpu(lock_fd);
+      add_stall(std::chrono::steady_clock::now() - t0);
       reason = unavailable_.empty() ? "hardware_busy" : "counters_unavailable";
       return nullptr;
     }
+    // Who else computes on the GPU before, during and after the window (NVML, its own thread).
+    auto guard = std::make_unique<gpu::NvmlGuard>(d->device_uuid(device));
     std::string why = cupti_->begin_window(ctx, stream, set_);
     if (!why.empty()) {
       unlock_gpu(lock_fd);
+      add_stall(std::chrono::steady_clock::now() - t0);
       if (why.find("INSUFFICIENT_PRIVILEGES") != std::string::npos || why.find("NOT_SUPPORTED") != std::string::npos)
         unavailable_ = why;
       reason = !unavailable_.empty() ? "counters_unavailable"
@@ -124,7 +132,7 @@ class CudaAccess : public capture::DeviceAccess {
       log_ += "window not opened: " + why + "\n";
       return nullptr;
     }
-    return std::make_unique<Window>(this, d, device, ctx, t0, lock_fd);
+    return std::make_unique<Window>(this, d, device, ctx, t0, t_locked, lock_fd, std::move(guard));
 #else
     (void)device;
     (void)stream;
@@ -132,6 +140,10 @@ class CudaAccess : public capture::DeviceAccess {
     return nullptr;
 #endif
   }
+
+  // Windows closed and the wall time the calling threads spent on them (lock waits included).
+  uint64_t windows() const { return windows_.load(); }
+  uint64_t stall_us() const { return stall_us_.load(); }
 
   // Why counters cannot be read here ("" while they can); the probe's result.
   std::string unavailable() {
@@ -171,6 +183,9 @@ class CudaAccess : public capture::DeviceAccess {
     identity_.set("chip", format::JsonValue::string(chip));
     identity_.set("compute_capability", format::JsonValue::string(d->compute_capability(device)));
     identity_.set("driver_version", format::JsonValue::integer(d->driver_version()));
+    identity_.set("driver", format::JsonValue::string(gpu::NvmlGuard::driver_version()));
+    identity_.set("cuda_runtime_version", format::JsonValue::integer(gpu::CudaDriver::runtime_version()));
+    identity_.set("cupti_version", format::JsonValue::integer(cupti_->version()));
     identity_.set("sm_clock_khz", format::JsonValue::integer(d->clock_rate_khz(device)));
     format::JsonValue m = format::JsonValue::array();
     for (const auto& x : set_.metrics) m.push_back(format::JsonValue::string(x));
@@ -182,8 +197,9 @@ class CudaAccess : public capture::DeviceAccess {
   class Window : public capture::CounterWindow {
    public:
     Window(CudaAccess* owner, gpu::CudaDriver* d, int device, void* ctx, std::chrono::steady_clock::time_point t0,
-           int lock_fd)
-        : owner_(owner), d_(d), device_(device), ctx_(ctx), t0_(t0), lock_fd_(lock_fd) {}
+           std::chrono::steady_clock::time_point t_locked, int lock_fd, std::unique_ptr<gpu::NvmlGuard> guard)
+        : owner_(owner), d_(d), device_(device), ctx_(ctx), t0_(t0), t_locked_(t_locked), lock_fd_(lock_fd),
+          guard_(std::move(guard)) {}
     // A window that was never closed (its op threw past the capture) still
     // releases the GPU's lock, so the other ranks are not blocked by it.
     ~Window() override {
@@ -192,12 +208,14 @@ class CudaAccess : public capture::DeviceAccess {
         } catch (...) {  // nothing escapes into the op's unwinding
         }
       owner_->unlock_gpu(lock_fd_);
+      if (!closed_) owner_->add_stall(std::chrono::steady_clock::now() - t0_, true);
     }
     format::ProfileData close() override {
       gpu::WindowResult w = owner_->cupti_->end_window([this] { return d_->synchronize(ctx_); });
       closed_ = true;
       owner_->unlock_gpu(lock_fd_);
       lock_fd_ = -1;
+      format::JsonValue guard = guard_->finish();
       format::ProfileData p;
       p.status = gpu::status_name(w.status);
       p.reason = w.reason;
@@ -217,8 +235,14 @@ class CudaAccess : public capture::DeviceAccess {
         if (i < w.values.size()) pk.values = w.values[i];
         p.kernels.push_back(std::move(pk));
       }
-      p.window_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      const auto t1 = std::chrono::steady_clock::now();
+      p.window_seconds = std::chrono::duration<double>(t1 - t0_).count();
+      p.lock_wait_seconds = std::chrono::duration<double>(t_locked_ - t0_).count();
+      owner_->add_stall(t1 - t0_, true);
       p.identity = owner_->identity_;
+      if (const format::JsonValue* c = guard.find("clocks_mhz_before")) p.identity.set("clocks_mhz", *c);
+      if (const format::JsonValue* v = guard.find("verdict")) p.identity.set("gpu_shared", *v);
+      p.guard = std::move(guard);
       p.identity.set("cuda_device", format::JsonValue::string(std::to_string(device_)));
       p.identity.set("allocated", format::JsonValue::string(physical_index(device_)));
       p.identity.set("graph_guard", format::JsonValue::boolean(w.graph_guard));
@@ -234,10 +258,17 @@ class CudaAccess : public capture::DeviceAccess {
     gpu::CudaDriver* d_;
     int device_;
     void* ctx_;
-    std::chrono::steady_clock::time_point t0_;
+    std::chrono::steady_clock::time_point t0_, t_locked_;
     int lock_fd_;
+    std::unique_ptr<gpu::NvmlGuard> guard_;
     bool closed_ = false;
   };
+
+  // `window`: a window that opened (else a refused attempt's wait).
+  void add_stall(std::chrono::steady_clock::duration d, bool window = false) {
+    if (window) windows_.fetch_add(1);
+    stall_us_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count()));
+  }
 
   static constexpr int kLockTimedOut = -2;
   static constexpr int kLockWaitSeconds = 30;
@@ -277,6 +308,7 @@ class CudaAccess : public capture::DeviceAccess {
   std::mutex mu_;
   std::string unavailable_;
   std::string log_;
+  std::atomic<uint64_t> windows_{0}, stall_us_{0};
 
   class Transfer : public capture::DeviceTransfer {
    public:
@@ -419,6 +451,10 @@ void SamplingSession::add_counts(format::CountsSnapshot& counts) {
   counts.sampling["samples"] = s.samples;
   counts.sampling["snapshots_written"] = parts_->writer.written();
   counts.sampling["snapshot_bytes"] = parts_->writer.bytes_written();
+  if (parts_->cuda.windows() || parts_->cuda.stall_us()) {
+    counts.sampling["profile_windows"] = parts_->cuda.windows();
+    counts.sampling["profile_stall_us"] = parts_->cuda.stall_us();
+  }
   counts.unsampled = parts_->sampler.unsampled_reasons();
 }
 

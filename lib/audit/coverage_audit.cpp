@@ -344,6 +344,14 @@ AuditOutcome run_audit(const AuditOptions& options) {
   uint64_t other_calls = 0;
   std::vector<std::pair<std::string, std::string>> source_rows;
   size_t used_files = 0;
+  // Each rank's stall caused by counter windows (its profile records and counts).
+  struct WindowStall {
+    uint64_t windows = 0;
+    std::map<std::string, uint64_t> by_status;
+    double window_s = 0, lock_wait_s = 0, max_window_s = 0;
+    int64_t stall_us = -1;  // the counts record's total: refused waits for the lock included
+  };
+  std::map<int64_t, WindowStall> stalls;
   for (FileSummary& f : summaries) {
     const std::string& path = f.path;
     const std::map<uint32_t, uint64_t>* counts = &f.counts;
@@ -409,6 +417,15 @@ AuditOutcome run_audit(const AuditOptions& options) {
     for (const auto& e : f.profiles) {
       auto it = f.signature_sha.find(e.id);
       if (it != f.signature_sha.end()) sigs[it->second].profiles.push_back(e);
+      WindowStall& st = stalls[f.rank];
+      ++st.windows;
+      ++st.by_status[e.status.empty() ? "unknown" : e.status];
+      if (e.window_seconds >= 0) st.window_s += e.window_seconds, st.max_window_s = std::max(st.max_window_s, e.window_seconds);
+      if (e.lock_wait_seconds >= 0) st.lock_wait_s += e.lock_wait_seconds;
+    }
+    if (auto it = f.sampling.find("profile_stall_us"); it != f.sampling.end()) {
+      WindowStall& st = stalls[f.rank];
+      st.stall_us = std::max<int64_t>(st.stall_us, 0) + static_cast<int64_t>(it->second);
     }
     for (const auto& [what, reasons] : f.dropped)
       for (const auto& [reason, n] : reasons) dropped[what][reason] += n, dropped_total += n;
@@ -576,6 +593,31 @@ AuditOutcome run_audit(const AuditOptions& options) {
     sj.set("unsampled_keys", std::move(uj));
     report.set("sampling", std::move(sj));
   }
+  JsonValue stall_rows = JsonValue::array();
+  std::string stall_table;
+  for (const auto& [rank, st] : stalls) {
+    JsonValue statuses = JsonValue::object();
+    std::string status_text;
+    for (const auto& [k, n] : st.by_status) {
+      statuses.set(k, JsonValue::integer(static_cast<int64_t>(n)));
+      status_text += (status_text.empty() ? "" : ", ") + k + " " + std::to_string(n);
+    }
+    const double total = st.stall_us >= 0 ? static_cast<double>(st.stall_us) / 1e6 : st.window_s;
+    stall_rows.push_back(JsonValue::object({{"rank", JsonValue::integer(rank)},
+                                            {"windows", JsonValue::integer(static_cast<int64_t>(st.windows))},
+                                            {"by_status", std::move(statuses)},
+                                            {"window_seconds_total", JsonValue::floating(st.window_s)},
+                                            {"lock_wait_seconds_total", JsonValue::floating(st.lock_wait_s)},
+                                            {"max_window_seconds", JsonValue::floating(st.max_window_s)},
+                                            {"stall_seconds_total", JsonValue::floating(total)}}));
+    char line[256];
+    std::snprintf(line, sizeof line, "| %lld | %llu | %.2f | %.2f | %.2f | %.2f | %s |\n", static_cast<long long>(rank),
+                  static_cast<unsigned long long>(st.windows), total, st.window_s, st.lock_wait_s, st.max_window_s,
+                  status_text.c_str());
+    stall_table += line;
+  }
+  if (!stalls.empty())
+    report.set("counter_windows", JsonValue::object({{"by_rank", std::move(stall_rows)}}));
   report.set("rejected_evidence", std::move(rejected));
   report.set("foreign_evidence", std::move(foreign));
   report.set("warnings", std::move(warnings));
@@ -604,6 +646,12 @@ AuditOutcome run_audit(const AuditOptions& options) {
       outcome.summary += "- no snapshot: `" + short_signature(*missing[k]) + "` " + missing[k]->sha.substr(0, 12) +
                          " (" + std::to_string(missing[k]->calls) + " calls)\n";
   }
+  if (!stall_table.empty())
+    outcome.summary += "\n## Counter windows: each rank's stall\n\nWall seconds the ranks spent in counter windows "
+                       "(kernel replay, one window at a time per GPU); the lock wait is time spent waiting for another "
+                       "rank's window; the total adds waits that timed out (the window then refused as "
+                       "`hardware_busy`).\n\n| rank | windows | stall s (total) | in windows s | of which lock wait s | "
+                       "longest window s | status |\n|---|---|---|---|---|---|---|\n" + stall_table;
   if (const size_t n_others = report.find("other_processes")->items().size())
     outcome.summary += "\n## Other processes (not in the rows)\n\n" + std::to_string(n_others) +
                        " process(es) started by the ranks or starting them (DataLoader or compile workers, an "

@@ -103,6 +103,12 @@ std::string handle(Ctx& c, simdjson::dom::element doc) {
     e.seq = static_cast<uint64_t>(num(obj["seq"]));
     e.path = str(obj["path"]);
     e.sha256 = str(obj["sha256"]);
+    if (kind == "profile") {
+      e.status = str(obj["status"]);
+      double d = 0;
+      if (!obj["window_s"].get_double().get(d)) e.window_seconds = d;
+      if (!obj["lock_wait_s"].get_double().get(d)) e.lock_wait_seconds = d;
+    }
     (kind == "snapshot" ? f.snapshots : f.profiles).push_back(std::move(e));
   }
   return "";

@@ -20,6 +20,9 @@ struct Evidence {
   uint64_t seq = 0;
   std::string path;    // relative to the run directory
   std::string sha256;
+  std::string status;                 // profiles: passed, failed, ...
+  double window_seconds = -1;         // profiles: the window's wall time, lock wait included (-1: not recorded)
+  double lock_wait_seconds = -1;      // profiles: of which waiting for the GPU's counter lock
 };
 
 struct FileSummary {

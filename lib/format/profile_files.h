@@ -32,7 +32,9 @@ struct ProfileData {
   std::string compute_capability;  // "9.0"
   std::vector<ProfiledKernel> kernels;
   std::vector<std::string> foreign_kernels;
-  double window_seconds = 0;  // wall time of the window (the calling thread's stall)
+  double window_seconds = 0;     // wall time of the window, the lock wait included (the calling thread's stall)
+  double lock_wait_seconds = 0;  // of which waiting for the GPU's counter lock (another rank's window)
+  JsonValue guard;               // guard_own_pid_history.json (gpu/nvml_guard); null: none taken
   JsonValue identity = JsonValue::object();  // signature, GPU, driver, CUDA/CUPTI, clocks, process
   std::string log;
 };

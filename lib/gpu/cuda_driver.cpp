@@ -1,6 +1,7 @@
 #include "gpu/cuda_driver.h"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <chrono>
 #include <thread>
@@ -266,6 +267,29 @@ std::string CudaDriver::device_uuid(int device) {
 int CudaDriver::driver_version() {
   int v = 0;
   return api_->cuDriverGetVersion(&v) == 0 ? v : 0;
+}
+
+int CudaDriver::runtime_version() {
+  // The loaded libcudart, by its path among the process's objects (torch loads it RTLD_LOCAL).
+  std::string path;
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, size_t, void* out) {
+        const char* name = info->dlpi_name;
+        if (name && std::strstr(name, "/libcudart.so")) {
+          *static_cast<std::string*>(out) = name;
+          return 1;
+        }
+        return 0;
+      },
+      &path);
+  if (path.empty()) return -1;
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!lib) return -1;
+  auto fn = reinterpret_cast<int (*)(int*)>(dlsym(lib, "cudaRuntimeGetVersion"));
+  int v = -1;
+  if (!fn || fn(&v) != 0) v = -1;
+  dlclose(lib);  // drops only the reference NOLOAD took
+  return v;
 }
 
 }  // namespace lingprobe::gpu

@@ -54,6 +54,8 @@ class CudaDriver {
   std::string device_name(int device);
   std::string device_uuid(int device);
   int driver_version();
+  // The CUDA runtime the process loaded (torch's libcudart), cudaRuntimeGetVersion (13000); -1 if none is loaded.
+  static int runtime_version();
 
   static constexpr size_t kStagingBytes = 64u << 20;
   // At exit: copies still waiting for their op's stream give up after a few

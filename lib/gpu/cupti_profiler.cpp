@@ -78,6 +78,7 @@ struct Cupti::Api {
   CUptiResult (*Subscribe)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*);
   CUptiResult (*Unsubscribe)(CUpti_SubscriberHandle);
   CUptiResult (*EnableCallback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId);
+  CUptiResult (*GetVersion)(uint32_t*);
 };
 
 namespace {
@@ -252,12 +253,18 @@ bool Cupti::load(std::string& error) {
   sym(api->Subscribe, "cuptiSubscribe");
   sym(api->Unsubscribe, "cuptiUnsubscribe");
   sym(api->EnableCallback, "cuptiEnableCallback");
+  sym(api->GetVersion, "cuptiGetVersion");
   if (!ok) {
     delete api;
     return false;
   }
   api_ = api;
   return true;
+}
+
+int Cupti::version() {
+  uint32_t v = 0;
+  return api_->GetVersion(&v) == CUPTI_SUCCESS ? static_cast<int>(v) : -1;
 }
 
 std::string Cupti::describe(int r) const {

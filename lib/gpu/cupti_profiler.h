@@ -82,6 +82,9 @@ class Cupti {
   // Whether a torch.profiler-like tool holds CUPTI's subscriber right now.
   bool subscriber_held_elsewhere();
 
+  // CUPTI's API version (cuptiGetVersion: 130000-style or 21 etc.), -1 if unknown.
+  int version();
+
   std::string describe(int result) const;
   struct Api;
 

@@ -195,17 +195,20 @@ std::string SnapshotWriter::write_profile(const format::SnapshotJob& job, const 
   identity.set("snapshot", snapshot_rel.empty() ? JsonValue::null() : JsonValue::string(snapshot_rel));
   identity.set("passes", JsonValue::integer(static_cast<int64_t>(p.passes)));
   identity.set("window_seconds", JsonValue::floating(p.window_seconds));
+  identity.set("lock_wait_seconds", JsonValue::floating(p.lock_wait_seconds));
   JsonValue foreign = JsonValue::array();
   for (const auto& f : p.foreign_kernels) foreign.push_back(JsonValue::string(f));
   identity.set("foreign_kernels", std::move(foreign));
   std::string log = p.log;
   log += "status " + p.status + (p.reason.empty() ? "" : ": " + p.reason) + "\n";
-  const std::vector<std::pair<std::string, std::string>> files = {
+  std::vector<std::pair<std::string, std::string>> files = {
       {"kernels.json", format::pretty_json(format::kernels_json(p)) + "\n"},
       {"metrics.csv", format::metrics_csv(p, getpid(), "python3", host)},
       {"identity.json", format::pretty_json(identity) + "\n"},
       {"run.log", log},
   };
+  if (p.guard.kind() == JsonValue::Kind::Object)
+    files.emplace_back("guard_own_pid_history.json", format::pretty_json(p.guard) + "\n");
   JsonValue sums = JsonValue::object();
   bool ok = true;
   for (const auto& [name, content] : files) {
@@ -217,8 +220,8 @@ std::string SnapshotWriter::write_profile(const format::SnapshotJob& job, const 
   ok = ok && write_whole(tmp + "/manifest.json", manifest);
   const std::string final_dir = dir + "/" + stem;
   if (!ok || !rename_new(tmp, final_dir)) {
-    for (const char* name : {"kernels.json", "metrics.csv", "identity.json", "run.log", "manifest.json"})
-      ::unlink((tmp + "/" + name).c_str());
+    for (const auto& f : files) ::unlink((tmp + "/" + f.first).c_str());
+    ::unlink((tmp + "/manifest.json").c_str());
     ::rmdir(tmp.c_str());
     return "write_error";
   }
@@ -282,11 +285,13 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
     if (write_profile(job, stem, sha, text, kept ? snapshot_rel : "", manifest_sha).empty()) {
       std::string status;
       format::write_json_string(job.profile.status, status);
-      char line[512];
+      char line[640];
       std::snprintf(line, sizeof line,
-                    "{\"id\":%u,\"kind\":\"profile\",\"path\":\"profiles/%s\",\"seq\":%llu,\"sha256\":\"%s\",\"status\":%s}\n",
-                    job.signature_id, stem.c_str(), static_cast<unsigned long long>(job.seq), manifest_sha.c_str(),
-                    status.c_str());
+                    "{\"id\":%u,\"kind\":\"profile\",\"lock_wait_s\":%.6f,\"path\":\"profiles/%s\",\"seq\":%llu,"
+                    "\"sha256\":\"%s\",\"status\":%s,\"window_s\":%.6f}\n",
+                    job.signature_id, job.profile.lock_wait_seconds, stem.c_str(),
+                    static_cast<unsigned long long>(job.seq), manifest_sha.c_str(), status.c_str(),
+                    job.profile.window_seconds);
       metadata_->add_record(line);
       kept = true;
     }

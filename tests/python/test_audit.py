@@ -100,13 +100,20 @@ def test_counters_evidence_is_what_the_run_names(cli, seed_run, seed_audit):
                if r["kind"] == "signature" and r["sha256"] == row["signature_sha256"])
     with open(f, "a") as fh:
         fh.write(json.dumps({"kind": "profile", "id": sid, "seq": 7, "path": f"profiles/{prof.name}",
-                             "sha256": manifest_sha}) + "\n")
+                             "sha256": manifest_sha, "status": "passed", "window_s": 1.5,
+                             "lock_wait_s": 0.25}) + "\n")
     p = audit(cli, seed_run, "--quiet")
     assert p.returncode == 0, p.stderr
     report = json.loads((seed_run / "reports" / "coverage_audit.json").read_text())
     r0 = report["rows"][0]
     assert r0["same_structural_signature_ncu_inputs"][0]["input"] == f"profiles/{prof.name}"
     assert r0["kernel_time_us_per_call"] == 292.448 and report["foreign_evidence"] == []
+    # the window's stall, per rank, in the report and the summary
+    assert report["counter_windows"]["by_rank"] == [
+        {"rank": 0, "windows": 1, "by_status": {"passed": 1}, "window_seconds_total": 1.5,
+         "lock_wait_seconds_total": 0.25, "max_window_seconds": 1.5, "stall_seconds_total": 1.5}]
+    summary = (seed_run / "reports" / "summary.md").read_text()
+    assert "## Counter windows: each rank's stall" in summary and "| 0 | 1 | 1.50 | 1.50 | 0.25 | 1.50 | passed 1 |" in summary
     dit = report["stages"][0]
     assert dit["signatures_with_prior_ncu_input"] == 1 and dit["calls_with_structurally_matching_prior_input"] == 96000
     assert dit["coverage"]["counters"]["by_calls"]["covered"] == 96000

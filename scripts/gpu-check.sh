@@ -32,8 +32,11 @@ step_build() {
     -DOPENSSL_ROOT_DIR="$deps/usr" -DOPENSSL_INCLUDE_DIR="$deps/usr/include" \
     -DLINGPROBE_SEEDS_DIR="$root/.deps/seeds" >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; return 1; }
   grep -E "^-- lingprobe" "$OUT/configure.log"
-  cmake --build "$build" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -30; return 1; }
-  echo "build: ok"
+  local t0=$SECONDS targets=()
+  # GPU_BUILD_TARGETS: only what the later steps run (the Python tiers need the libraries and tools, not the unit tests)
+  for t in ${GPU_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+  cmake --build "$build" -j "$(nproc)" "${targets[@]}" >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -30; return 1; }
+  echo "build: ok ($((SECONDS - t0)) s)"
 }
 
 step_test() {
@@ -52,12 +55,12 @@ step_pytest() {
   return "${PIPESTATUS[0]}"
 }
 
-# Full-shape stand-in on CUDA, 4 ranks sharing the one GPU over gloo; $1 chunks.
+# Full-shape stand-in on CUDA, REFERENCE_WORLD ranks (default 4) sharing the one GPU over gloo; $1 chunks.
 # REFERENCE_MODES picks among: none (no lingprobe), seed (seed selection), all.
 step_reference() {
-  local chunks=${1:-20} modes=${REFERENCE_MODES:-none seed all}
+  local chunks=${1:-20} modes=${REFERENCE_MODES:-none seed all} world=${REFERENCE_WORLD:-4}
   for mode in $modes; do
-    local out=$root/gpu-runs/$mode
+    local out=$root/gpu-runs/$mode t0=$SECONDS
     local flags=(--select seed)
     [ "$mode" = all ] && flags=(--select all)
     [ "$mode" = none ] && flags+=(--no-lingprobe)
@@ -65,9 +68,10 @@ step_reference() {
     [ "$mode" = seed-profile ] && flags+=(--profile)
     [ "$mode" = all-profile ] && flags=(--select all --profile)
     LINGPROBE_CLI=$build/lingprobe LINGPROBE_PYTHON=$py MASTER_PORT=$((29600 + RANDOM % 100)) \
-      "$root/scripts/reference-run.sh" --device cuda --scale full --chunks "$chunks" --out "$out" "${flags[@]}" \
-      >"$OUT/reference-$mode.log" 2>&1
-    echo "reference $mode: rc=$? $(grep -h 'reference-run:' "$OUT/reference-$mode.log" | tail -1)"
+      "$root/scripts/reference-run.sh" --device cuda --scale full --chunks "$chunks" --world-size "$world" --out "$out" \
+      "${flags[@]}" >"$OUT/reference-$mode.log" 2>&1
+    echo "reference $mode (world $world): rc=$? $((SECONDS - t0)) s $(grep -h 'reference-run:' "$OUT/reference-$mode.log" | tail -1)"
+    [ -f "$out/reports/capability_report.json" ] && cp "$out/reports/capability_report.json" "$OUT/capability-$mode.json"
     cat "$out"/timing.rank*.json > "$OUT/timing-$mode.jsonl" 2>/dev/null
     [ -d "$out/reports" ] && cp "$out/reports/coverage_audit.json" "$OUT/audit-$mode.json" && cp "$out/reports/summary.md" "$OUT/summary-$mode.md"
     if [ -d "$out/replays" ]; then
@@ -83,7 +87,9 @@ step_reference() {
 # claim of docs/PERFORMANCE.md. BENCH_MODES picks among: none (no lingprobe), off
 # (loaded, LINGPROBE_ENABLE=0), all (every top-level call, call records), nested
 # (nested calls too), nvtx (every top-level call, stages from NVTX ranges through the
-# injection library instead of the stage map; the summary lines show the stages).
+# injection library instead of the stage map; the summary lines show the stages),
+# profidle (every top-level call with LINGPROBE_PROFILE=1 and nothing to sample:
+# the counters' idle cost).
 step_bench() {
   local reps=${1:-3} dir=$root/gpu-runs/bench modes=${BENCH_MODES:-none off all nested nvtx}
   rm -rf "$dir"; mkdir -p "$dir"
@@ -96,6 +102,7 @@ step_bench() {
         all) pre=("${run[@]}" "${stage_map[@]}" --) ;;
         nested) env=(LINGPROBE_NESTED=1); pre=("${run[@]}" "${stage_map[@]}" --) ;;
         nvtx) mark=nvtx; pre=("${run[@]}" --nvtx-map 'dit=^dit;vae=^vae;output=^output' --) ;;
+        profidle) env=(LINGPROBE_PROFILE=1 LINGPROBE_SAMPLE_OPS=lingprobe::nothing); pre=("${run[@]}" "${stage_map[@]}" --) ;;
       esac
       env "${env[@]}" PYTHONPATH="$root/examples" "${pre[@]}" $py -m lingbot_standin.generate --device cuda \
         --chunks 2 --steps 4 --mark "$mark" --report "$dir/$mode-$i" >"$dir/$mode-$i.log" 2>&1
@@ -109,10 +116,16 @@ step_bench() {
   done | tee -a "$OUT/bench.txt"
 }
 
-# Inline counters against ncu on a reference run's profiles: $1 the mode's run, $2 how many (most kernel time first).
+# Inline counters against ncu on a reference run's profiles: $1 the mode's run, $2 how many picked at
+# random (seed 13) among its passed profiles: signatures nobody chose.
 step_validate() {
-  PYTHONPATH=$root/python_shim $py -m lingprobe.validate "$root/gpu-runs/$1" --top "${2:-3}" --runs 2 \
-    --json "$OUT/validate-$1.json" 2>&1 | tee "$OUT/validate-$1.txt" | tail -60
+  local t0=$SECONDS
+  LINGPROBE_PYTHON=$py "$build/lingprobe" validate "$root/gpu-runs/$1" --random "${2:-10}" --seed 13 --runs 2 \
+    --json "$OUT/validate-$1.json" >"$OUT/validate-$1.txt" 2>&1
+  local rc=$?
+  grep -E "^validate:|OUT|MISS|ERROR" "$OUT/validate-$1.txt" | tail -60
+  echo "validate $1: rc=$rc $((SECONDS - t0)) s"
+  return $rc
 }
 
 # The CPU overhead benchmark on this machine's torch (wall clock only: no valgrind here).

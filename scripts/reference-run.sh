@@ -59,7 +59,7 @@ fi
 cli=${LINGPROBE_CLI:-$root/build/lingprobe}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-rm -rf "$out/metadata" "$out/reports" "$out/snapshots" "$out/replays" "$out/claims" "$out"/timing.rank*.json  # never a mix
+rm -rf "$out/metadata" "$out/reports" "$out/snapshots" "$out/profiles" "$out/replays" "$out/claims" "$out"/timing.rank*.json  # never a mix
 export PYTHONPATH="$root/examples${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 [ "$mark" = nvtx ] && [ "$device" != cuda ] && export LINGPROBE_NVTX_HELPER=${LINGPROBE_NVTX_HELPER:-$root/build/tests/libnvtx_helper.so}
 # torch 1.13's torchrun on Python 3.11 cannot parse its own default --redirects=0: pass 2 (stderr).

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 #include <iostream>
@@ -35,12 +36,17 @@ int cmd_hash_signature(int argc, char** argv) {
   return lingprobe::tools::hash_signature(std::cin, std::cout, std::cerr);
 }
 
-// `replay` needs torch: it lives in lingprobe-replay beside this binary.
-int cmd_replay(int argc, char** argv) {
+// The directory of this executable.
+std::string self_dir() {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(".");
-  dir = dir.substr(0, dir.rfind('/'));
+  return dir.substr(0, dir.rfind('/'));
+}
+
+// `replay` needs torch: it lives in lingprobe-replay beside this binary.
+int cmd_replay(int argc, char** argv) {
+  const std::string dir = self_dir();
   for (const std::string& candidate : {dir + "/lingprobe-replay", dir + "/../libexec/lingprobe/lingprobe-replay"}) {
     if (access(candidate.c_str(), X_OK) != 0) continue;
     std::vector<char*> args{const_cast<char*>(candidate.c_str())};
@@ -52,6 +58,37 @@ int cmd_replay(int argc, char** argv) {
   }
   std::cerr << "lingprobe replay: lingprobe-replay (the torch-linked replayer) is not installed beside " << dir
             << "; build lingprobe with torch (scripts/build.sh)\n";
+  return 2;
+}
+
+// `validate` drives Nsight Compute over replays: the Python module of the shim
+// (installed beside the preload library, else the source tree's).
+int cmd_validate(int argc, char** argv) {
+  const std::string dir = self_dir();
+  std::string shim;
+  for (const std::string& candidate : {dir + "/../share/lingprobe/python", std::string(LINGPROBE_SOURCE_PYTHON_SHIM)})
+    if (access((candidate + "/lingprobe/validate.py").c_str(), R_OK) == 0) {
+      shim = candidate;
+      break;
+    }
+  if (shim.empty()) {
+    std::cerr << "lingprobe validate: the lingprobe Python package (validate.py) is not installed beside " << dir
+              << " nor in " << LINGPROBE_SOURCE_PYTHON_SHIM << "\n";
+    return 2;
+  }
+  const char* old = std::getenv("PYTHONPATH");
+  const std::string path = shim + (old && *old ? ":" + std::string(old) : "");
+  setenv("PYTHONPATH", path.c_str(), 1);
+  const char* py = std::getenv("LINGPROBE_PYTHON");
+  const std::string python = py && *py ? py : "python3";
+  std::vector<std::string> words{python, "-m", "lingprobe.validate"};
+  for (int i = 1; i < argc; ++i) words.emplace_back(argv[i]);
+  std::vector<char*> args;
+  for (auto& w : words) args.push_back(const_cast<char*>(w.c_str()));
+  args.push_back(nullptr);
+  execvp(python.c_str(), args.data());
+  std::cerr << "lingprobe validate: cannot run " << python << ": " << std::strerror(errno)
+            << " (set LINGPROBE_PYTHON to a Python that has torch)\n";
   return 2;
 }
 
@@ -70,6 +107,8 @@ const Command kCommands[] = {
 #endif
     {"replay", "rerun snapshots in isolation and check them: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV]",
      cmd_replay},
+    {"validate", "inline counters against Nsight Compute on replays: lingprobe validate RUN_DIR [--top N] [--signatures H16,...] [--random N [--seed S]] [--runs N] [--json OUT]",
+     cmd_validate},
     {"run", "run a command with lingprobe preloaded: lingprobe run [options] -- CMD ARGS", lingprobe::tools::run_command},
     {"config", "print every LINGPROBE_* option with its type, default and meaning", lingprobe::tools::config_command},
     {"version", "print the lingprobe version", cmd_version},

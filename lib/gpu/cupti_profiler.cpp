@@ -502,12 +502,19 @@ WindowResult Cupti::end_window(const std::function<bool()>& synchronize) {
   api_->RangeDisable(&disable);
   w.object = nullptr;
   api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-  api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   std::vector<KernelLaunch> records;
   {
     std::lock_guard<std::mutex> lock(w.mu);
     w.collecting = false;
     records.swap(w.records);
+  }
+  // Ranges but not one launch record: the records went to another client's
+  // Activity callbacks, registered during the window (torch.profiler started
+  // on another thread). The kind it enabled stays enabled: its trace goes on.
+  const bool taken_over = res.reason.empty() && res.ranges > 0 && records.empty();
+  if (!taken_over) api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
     w.open = false;
   }
   // This context's launches, once each, in launch order; others are foreign.
@@ -526,6 +533,10 @@ WindowResult Cupti::end_window(const std::function<bool()>& synchronize) {
   }
   if (!res.reason.empty()) {
     res.status = WindowResult::Status::Failed;
+  } else if (taken_over) {
+    res.status = WindowResult::Status::Abandoned;
+    res.reason = "another CUPTI client registered its Activity callbacks during the window (torch.profiler started on "
+                 "another thread?): the launch records went to it; its tracing was left enabled";
   } else if (graph) {
     res.status = WindowResult::Status::Abandoned;
     res.reason = "a CUDA graph (or a device-side launch) ran inside the window: kernel replay profiles only its first "

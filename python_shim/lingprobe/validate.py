@@ -1,6 +1,7 @@
 """Inline counters against Nsight Compute, kernel by kernel.
 
-    python3 -m lingprobe.validate RUN_DIR [--top N | --signatures H16,...] [--runs 2] [--json OUT]
+    lingprobe validate RUN_DIR [--top N] [--signatures H16,...] [--random N [--seed S]] [--runs 2] [--json OUT]
+    (the same as python3 -m lingprobe.validate with the shim on PYTHONPATH)
 
 For each chosen profiled signature of the run (profiles/{stem}/ with its
 replay's replay_operator.py, from `lingprobe replay`), runs
@@ -14,12 +15,16 @@ matches kernels by mangled name and launch order, and prints per kernel and
 metric: inline, ncu (median of the runs), relative difference, ncu's spread,
 and whether it is within the target: max(3%, 2x ncu's spread) on time and
 throughput percentages, 3% on DRAM bytes, for kernels longer than 20 us.
-Kernels that differ between the inline profile and the replay count as misses."""
+Kernels that differ between the inline profile and the replay count as misses.
+--random picks N more profiles at random (seeded) among the passed ones not
+chosen otherwise: signatures nobody picked. Exit status 0 when at least 90% of
+the pairs are within target, 1 otherwise, 2 on bad input."""
 import argparse
 import csv
 import io
 import json
 import pathlib
+import random
 import statistics
 import subprocess
 import sys
@@ -100,22 +105,36 @@ def main():
     ap.add_argument("run_dir", type=pathlib.Path)
     ap.add_argument("--top", type=int, default=0, help="the N profiles with the most kernel time")
     ap.add_argument("--signatures", default="", help="comma-separated signature hash prefixes")
+    ap.add_argument("--random", type=int, default=0, help="N more profiles at random among the rest")
+    ap.add_argument("--seed", type=int, default=0, help="seed of --random")
     ap.add_argument("--runs", type=int, default=2, help="ncu runs per profile (its own spread)")
     ap.add_argument("--json", type=pathlib.Path)
     a = ap.parse_args()
+    if not (a.run_dir / "profiles").is_dir():
+        print(f"lingprobe validate: {a.run_dir} has no profiles/ (run the job with LINGPROBE_PROFILE=1)", file=sys.stderr)
+        return 2
     profiles = sorted(p for p in (a.run_dir / "profiles").iterdir() if (p / "kernels.json").exists())
-    chosen = []
+    passed = []
     for p in profiles:
         ident = json.loads((p / "identity.json").read_text())
         if ident.get("status") != "passed":
             continue
-        if a.signatures and not any(ident.get("signature_sha256", "").startswith(h) for h in a.signatures.split(",")):
-            continue
         t = sum(k["metrics"].get(TIME, {}).get("value", 0) for k in json.loads((p / "kernels.json").read_text()))
-        chosen.append((t, p))
-    chosen.sort(reverse=True)
+        passed.append((t, p, ident.get("signature_sha256", "")))
+    passed.sort(key=lambda x: (-x[0], x[1].name))
+    chosen = []
+    if a.signatures:
+        chosen += [x for x in passed if any(x[2].startswith(h) for h in a.signatures.split(","))]
     if a.top:
-        chosen = chosen[:a.top]
+        chosen += [x for x in passed if x not in chosen][:a.top]
+    if not a.signatures and not a.top and not a.random:
+        chosen = list(passed)
+    if a.random:
+        rest = [x for x in passed if x not in chosen]
+        picked = random.Random(a.seed).sample(rest, min(a.random, len(rest)))
+        chosen += sorted(picked, key=lambda x: (-x[0], x[1].name))
+        print(f"validate: --random {a.random} --seed {a.seed} picked " + ", ".join(x[1].name for x in picked))
+    chosen = [(t, p) for t, p, _ in chosen]
     results = []
     for _, p in chosen:
         replay = a.run_dir / "replays" / p.name
@@ -136,10 +155,18 @@ def main():
                   f"{'' if r['long_kernel'] else ' [<20us]'}")
         for m in res["misses"]:
             print(f"  MISS kernels differ: inline {m['inline']} vs ncu {m['ncu']}")
+    # The whole distribution of |inline - ncu| / ncu over the long kernels' pairs.
+    edges = [0.01, 0.03, 0.05, 0.10, 0.20]
+    hist = [0] * (len(edges) + 1)
+    for r in rows:
+        hist[next((i for i, e in enumerate(edges) if abs(r["relative"]) <= e), len(edges))] += 1
+    labels = [f"<={int(e * 100)}%" for e in edges] + [f">{int(edges[-1] * 100)}%"]
+    print("validate: |relative difference| of the pairs: " + ", ".join(f"{l} {n}" for l, n in zip(labels, hist)))
     print(f"validate: {ok}/{len(rows)} (kernel, metric) pairs of kernels > 20 us within target "
           f"({100 * ok / len(rows) if rows else 0:.1f}%), {sum(len(r['misses']) for r in results)} kernel-set misses")
     if a.json:
-        a.json.write_text(json.dumps({"results": results, "within": ok, "pairs": len(rows)}, indent=1))
+        a.json.write_text(json.dumps({"results": results, "within": ok, "pairs": len(rows),
+                                      "histogram": dict(zip(labels, hist))}, indent=1))
     return 0 if rows and ok >= 0.9 * len(rows) else 1
 
 

@@ -128,3 +128,169 @@ def test_torch_profiler_before_and_after_lingprobe(build_dir, tmp_path):
     # Kineto keeps CUPTI's subscriber after its first session: the graph guard could not be armed then
     assert not any(i["graph_guard"] for _, i, _ in profiles(before).values())
     assert all(i["graph_guard"] for _, i, _ in profiles(after).values())
+
+
+def test_guard_identity_and_stall_at_world_size_1(counted, cli):
+    """World size 1: nobody else computes on the GPU during the windows (NVML's
+    guard says `alone`, or `unknown` with the reason where a pid namespace
+    hides the processes); identity has the versions and the clocks as found;
+    the summary has the rank's stall."""
+    verdicts = set()
+    for op, (d, ident, kernels) in profiles(counted).items():
+        guard = json.loads((d / "guard_own_pid_history.json").read_text())
+        manifest = json.loads((d / "manifest.json").read_text())
+        assert "guard_own_pid_history.json" in manifest["sha256"]
+        assert guard["verdict"] in ("alone", "unknown"), guard
+        if guard["verdict"] == "unknown":
+            assert guard["reason"], guard
+        assert guard["during"]["samples"] >= 1
+        verdicts.add((guard["verdict"], guard["matched_by"], guard["reason"]))
+        assert ident["cuda_runtime_version"] >= 12000 and ident["cupti_version"] > 0 and ident["driver"], ident
+        assert ident["clocks_mhz"].get("sm", 0) > 0, ident
+        assert 0 <= ident["lock_wait_seconds"] <= ident["window_seconds"]
+    print(f"\nguard verdicts: {sorted(verdicts, key=str)}")
+    a = subprocess.run([cli, "audit", "--quiet", str(counted)], capture_output=True, text=True)
+    assert a.returncode == 0, a.stderr
+    report = json.loads((counted / "reports" / "coverage_audit.json").read_text())
+    (row,) = report["counter_windows"]["by_rank"]
+    assert row["windows"] == 3 and row["by_status"] == {"passed": 3} and row["stall_seconds_total"] >= row["window_seconds_total"] > 0
+    assert "## Counter windows: each rank's stall" in (counted / "reports" / "summary.md").read_text()
+
+
+def run_script(tmp_path, build_dir, source, **extra):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(source))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
+    env.update(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "out"),
+               LINGPROBE_PROFILE="1", **extra)
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    print("\n" + p.stdout[-1500:] + p.stderr[-1500:])
+    assert p.returncode == 0 and "ok" in p.stdout, p.stderr[-3000:]
+    (run_dir,) = metadata.run_dirs(tmp_path / "out")
+    return run_dir, p.stdout
+
+
+def last_counts(run_dir):
+    return [r for f in metadata.files(run_dir) for r in metadata.read(f) if r["kind"] == "counts"][-1]
+
+
+GRAPH_JOB = """
+    import threading, time, torch, torch.nn.functional as F
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    a = torch.randn(512, 512, device=dev)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        b = a @ a                                    # warm-up outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        b = a @ a
+    torch.cuda.synchronize()
+    x = torch.randn(1, 2640, 5120, device=dev, dtype=torch.bfloat16)
+    w = torch.randn(5120, 5120, device=dev, dtype=torch.bfloat16)
+    stop, replays = threading.Event(), [0]
+    def replay():
+        while not stop.is_set():
+            g.replay()
+            replays[0] += 1
+            time.sleep(0.002)
+    t = threading.Thread(target=replay)
+    t.start()
+    time.sleep(0.2)
+    y = F.linear(x, w)                               # sampled: the other thread's graph launches fall in its window
+    stop.set()
+    t.join()
+    torch.cuda.synchronize()
+    assert replays[0] > 0
+    assert torch.allclose(b, a @ a, rtol=1e-4, atol=1e-3), "the graph's result changed"
+    ref = (x.float() @ w.float().t())
+    assert torch.allclose(y.float(), ref, rtol=2e-2, atol=1.0), "the profiled op's result changed"
+    print("ok", replays[0])
+"""
+
+
+def test_window_with_a_graph_launch_is_abandoned_and_results_are_correct(build_dir, tmp_path):
+    run_dir, _ = run_script(tmp_path, build_dir, GRAPH_JOB, LINGPROBE_OPS="aten::linear,aten::mm",
+                            LINGPROBE_SAMPLE_OPS="aten::linear")
+    prof = profiles(run_dir)
+    d, ident, _ = prof["aten.linear.default"]
+    assert ident["status"] == "abandoned" and "graph" in ident["reason"], ident
+    assert last_counts(run_dir)["dropped"]["profiles"]["abandoned"] >= 1
+
+
+COLLECTIVE_JOB = """
+    import os, torch, torch.distributed as dist
+    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % (29700 + os.getpid() % 200), rank=0, world_size=1)
+    t = torch.ones(1 << 20, device="cuda")
+    dist.all_reduce(t)                               # sampled, refused before Start: a collective
+    torch.cuda.synchronize()
+    assert torch.equal(t, torch.ones(1 << 20, device="cuda"))
+    x = torch.randn(256, 256, device="cuda")
+    y = torch.mm(x, x)                               # an ordinary op of the same process: profiled
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+    print("ok")
+"""
+
+
+def test_collective_is_refused_before_start(build_dir, tmp_path):
+    run_dir, _ = run_script(tmp_path, build_dir, COLLECTIVE_JOB, LINGPROBE_OPS="c10d::allreduce_,aten::mm",
+                            NCCL_NVLS_ENABLE="0")
+    prof = profiles(run_dir)
+    assert set(prof) == {"aten.mm.default"} and prof["aten.mm.default"][1]["status"] == "passed", prof
+    counts = last_counts(run_dir)
+    assert counts["dropped"]["profiles"]["collective"] >= 1, counts
+    sigs = [r for f in metadata.files(run_dir) for r in metadata.read(f) if r["kind"] == "signature"]
+    assert any(json.loads(s["signature_json"])["op"].startswith("c10d.allreduce_") for s in sigs)
+
+
+PROFILER_DURING_JOB = """
+    import threading, time, torch, torch.nn.functional as F
+    from torch.profiler import profile, ProfilerActivity
+    dev = torch.device("cuda")
+    with profile(activities=[ProfilerActivity.CUDA]):  # Kineto initialised: its next start is quick
+        torch.mm(torch.randn(64, 64, device=dev), torch.randn(64, 64, device=dev))
+        torch.cuda.synchronize()
+    F.linear(torch.randn(64, 64, device=dev), torch.randn(64, 64, device=dev))  # first window: CUPTI prepared
+    torch.cuda.synchronize()
+    go, done, mm_calls, kernels = threading.Event(), threading.Event(), [0], []
+    def profiler_thread():
+        go.wait()
+        time.sleep(0.15)                             # inside the main thread's conv3d window
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            while not done.is_set():
+                torch.mm(torch.randn(128, 128, device=dev), torch.randn(128, 128, device=dev))
+                mm_calls[0] += 1
+                time.sleep(0.01)
+            torch.cuda.synchronize()
+        kernels.extend(e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    t = threading.Thread(target=profiler_thread)
+    t.start()
+    go.set()
+    y = F.conv3d(torch.randn(1, 96, 3, 482, 210, device=dev), torch.randn(96, 96, 3, 3, 3, device=dev))  # the window
+    torch.cuda.synchronize()
+    time.sleep(0.3)
+    done.set()
+    t.join()
+    gemms = [k for k in kernels if "gemm" in k.lower() or "nvjet" in k.lower() or "sgemm" in k.lower()]
+    print("profiler: mm calls", mm_calls[0], "CUDA events", len(kernels), "GEMM kernels", len(gemms))
+    assert mm_calls[0] > 0 and len(gemms) >= mm_calls[0], "the profiler's trace lost GPU events"
+    F.conv3d(torch.randn(1, 32, 3, 64, 64, device=dev), torch.randn(32, 32, 3, 3, 3, device=dev))  # after: passes
+    torch.cuda.synchronize()
+    print("ok")
+"""
+
+
+def test_torch_profiler_started_during_a_window_on_another_thread(build_dir, tmp_path):
+    run_dir, out = run_script(tmp_path, build_dir, PROFILER_DURING_JOB, LINGPROBE_OPS="aten::linear,aten::conv3d",
+                              LINGPROBE_SAMPLE_OPS="aten::linear,aten::conv3d")
+    idents = [json.loads((d / "identity.json").read_text()) for d in sorted((run_dir / "profiles").iterdir())]
+    conv = sorted((i for i in idents if json.loads(i["signature_json"])["op"] == "aten.conv3d.default"),
+                  key=lambda i: i["seq"])
+    assert len(conv) == 2, idents
+    during, after = conv
+    assert during["status"] in ("abandoned", "contaminated"), during
+    assert after["status"] == "passed", after
+    print(f"\nduring: {during['status']}: {during.get('reason')}")

@@ -3,6 +3,8 @@ selection, LINGPROBE_PROFILE=1; tests/data/h200-seed-profile-run.tgz holds its
 metadata, profiles, replays and reports, not its snapshots). Runs anywhere:
 the report reads files only."""
 import hashlib
+import os
+import sys
 import json
 import pathlib
 import shutil
@@ -186,3 +188,24 @@ def test_run_without_profiles_and_not_a_run(cli, run, tmp_path):
     assert p.returncode == 1 and "is not a run directory" in p.stderr and not (empty / "reports").exists()
     p = subprocess.run([cli, "report", "--bogus"], capture_output=True, text=True)
     assert p.returncode == 2 and "unknown option" in p.stderr
+
+
+def test_validate_command_chooses_signatures_and_never_crashes_without_ncu(cli, run, tmp_path):
+    """`lingprobe validate` on the real run without Nsight Compute (CI): the
+    choice (--top, then --random seeded among the rest) is deterministic,
+    each profile's failure is reported and the exit status says the target
+    was not shown; a directory without profiles is bad input."""
+    env = dict(os.environ, PATH=str(tmp_path))  # no ncu (nor anything else) on PATH but the Python below
+    (tmp_path / "python3").symlink_to(sys.executable)
+    args = [cli, "validate", str(run), "--top", "2", "--random", "3", "--seed", "7", "--runs", "1",
+            "--json", str(tmp_path / "v.json")]
+    first = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 1, first.stdout + first.stderr
+    picked = [l for l in first.stdout.splitlines() if "picked" in l]
+    assert len(picked) == 1 and picked == [l for l in again.stdout.splitlines() if "picked" in l]
+    doc = json.loads((tmp_path / "v.json").read_text())
+    assert len(doc["results"]) == 5 and all(r.get("error") for r in doc["results"]), doc
+    assert doc["pairs"] == 0
+    empty = subprocess.run([cli, "validate", str(tmp_path)], env=env, capture_output=True, text=True)
+    assert empty.returncode == 2 and "has no profiles/" in empty.stderr

@@ -120,6 +120,11 @@ const std::vector<ConfigEntry>& config_table() {
                                "RUN_DIR/profiles/{stage}_rank{R}_{h16}/ (kernels.json, metrics.csv, identity.json)."},
       {"PROFILE_METRICS", "string", "", "Comma-separated metrics for PROFILE; empty: the capability seed's eight "
                                         "(gpu__time_duration.sum, sm__/dram/lts throughput %, warps active %, DRAM bytes)."},
+      {"PROFILE_UNGUARDED", "bool", "0",
+       "Open counter windows even while another tool holds CUPTI's callback subscriber (torch.profiler's Kineto keeps "
+       "it after its first session). Off: such windows are refused (subscriber_held). On: other threads' kernel and "
+       "graph launches are not held at their entry during a window: they run under kernel replay inside it "
+       "(contaminated; a graph would run only its first node)."},
       {"SAMPLE_FIRST", "int", "1", "Samples per input key (op, stage, arguments) per launch."},
       {"SAMPLE_SKIP", "int", "0", "Skip the first N calls of each input key before sampling (warm-up: cuDNN "
                                   "heuristics, lazy loading); counted per process."},
@@ -178,6 +183,7 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
   else if (name == "SNAPSHOTS") err = parse_bool(v, c.snapshots);
   else if (name == "PROFILE") err = parse_bool(v, c.profile);
   else if (name == "PROFILE_METRICS") c.profile_metrics = v;
+  else if (name == "PROFILE_UNGUARDED") err = parse_bool(v, c.profile_unguarded);
   else if (name == "SAMPLE_FIRST") err = parse_int(v, c.sample_first, 1);
   else if (name == "SAMPLE_SKIP") err = parse_int(v, c.sample_skip, 0);
   else if (name == "SAMPLE_EVERY") err = parse_int(v, c.sample_every, 1);

@@ -60,8 +60,11 @@ class CudaAccess : public capture::DeviceAccess {
   // `lock_dir`: where the per-GPU lock that serialises the launch's counter
   // windows lives (the ranks of one launch share one GPU on small machines,
   // and the counter hardware serves one profiling session at a time).
-  CudaAccess(std::vector<std::string> metrics, std::function<void(std::string)> on_probe, std::string lock_dir)
-      : metrics_(std::move(metrics)), on_probe_(std::move(on_probe)), lock_dir_(std::move(lock_dir)) {}
+  // `unguarded`: windows even while another tool holds CUPTI's subscriber (PROFILE_UNGUARDED).
+  CudaAccess(std::vector<std::string> metrics, std::function<void(std::string)> on_probe, std::string lock_dir,
+             bool unguarded)
+      : metrics_(std::move(metrics)), on_probe_(std::move(on_probe)), lock_dir_(std::move(lock_dir)),
+        unguarded_(unguarded) {}
   Capture stream_capture(void* stream) override {
     gpu::CudaDriver* d = gpu::CudaDriver::get();
     if (!d) return Capture::Unknown;
@@ -120,7 +123,7 @@ class CudaAccess : public capture::DeviceAccess {
     }
     // Who else computes on the GPU before, during and after the window (NVML, its own thread).
     auto guard = std::make_unique<gpu::NvmlGuard>(d->device_uuid(device));
-    std::string why = cupti_->begin_window(ctx, stream, set_);
+    std::string why = cupti_->begin_window(ctx, stream, set_, unguarded_);
     if (!why.empty()) {
       unlock_gpu(lock_fd);
       add_stall(std::chrono::steady_clock::now() - t0);
@@ -128,6 +131,7 @@ class CudaAccess : public capture::DeviceAccess {
         unavailable_ = why;
       reason = !unavailable_.empty() ? "counters_unavailable"
                : why.find("HARDWARE_BUSY") != std::string::npos ? "hardware_busy"
+               : why.rfind(gpu::Cupti::kSubscriberHeld, 0) == 0  ? "subscriber_held"
                                                                  : "window_not_opened";
       log_ += "window not opened: " + why + "\n";
       return nullptr;
@@ -245,11 +249,12 @@ class CudaAccess : public capture::DeviceAccess {
       p.guard = std::move(guard);
       p.identity.set("cuda_device", format::JsonValue::string(std::to_string(device_)));
       p.identity.set("allocated", format::JsonValue::string(physical_index(device_)));
-      p.identity.set("graph_guard", format::JsonValue::boolean(w.graph_guard));
+      p.identity.set("launch_guard", format::JsonValue::boolean(w.launch_guard));
       p.identity.set("ranges", format::JsonValue::integer(static_cast<int64_t>(w.ranges)));
+      p.identity.set("launches_held", format::JsonValue::integer(w.launches_held));
       p.log = "ranges " + std::to_string(w.ranges) + ", kernels " + std::to_string(w.kernels.size()) + ", passes " +
-              std::to_string(p.passes) + ", graph guard " + (w.graph_guard ? "armed" : "not armed (subscriber held)") +
-              "\n";
+              std::to_string(p.passes) + ", launch guard " + (w.launch_guard ? "armed" : "not armed (subscriber held, PROFILE_UNGUARDED)") +
+              ", other threads' launches held until the window closed " + std::to_string(w.launches_held) + "\n";
       return p;
     }
 
@@ -305,6 +310,7 @@ class CudaAccess : public capture::DeviceAccess {
   std::vector<std::string> metrics_;
   std::function<void(std::string)> on_probe_;
   std::string lock_dir_;
+  bool unguarded_;
   std::mutex mu_;
   std::string unavailable_;
   std::string log_;
@@ -406,7 +412,7 @@ struct SamplingSession::Parts {
         writer(run_dir, who, metadata, c.sample_coordination == SampleCoordination::Claims ? &claims : nullptr),
         writer_sink(&writer),
         cuda(metrics_of(c), [metadata](std::string line) { metadata->add_record(std::move(line)); },
-             run_dir + "/claims"),
+             run_dir + "/claims", c.profile_unguarded),
         snapshots(&sampler, &writer_sink, &broker, &cuda,
                   capture::SnapshotOptions{c.snapshots, c.profile, static_cast<uint64_t>(c.sample_budget_process),
                                            static_cast<uint64_t>(c.sample_budget_device), rank, run_id}) {}

@@ -11,11 +11,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <type_traits>
 #include <unordered_set>
 #include <vector>
@@ -94,8 +97,14 @@ struct Window {
   std::vector<uint8_t> counter_data;
   const MetricSet* set = nullptr;
   CUpti_SubscriberHandle subscriber = nullptr;
-  std::mutex stop_mu;  // one RangeStop: the window's end or a graph launch's entry (any thread)
+  std::mutex stop_mu;  // one RangeStop: the window's end or a graph launch's entry on the window's thread
   std::atomic<bool> stopped{false}, graph_launched{false};
+  std::thread::id owner;  // the thread that opened the window (Start and Stop belong to it)
+  // Graph launches of other threads wait at their entry until the window has closed.
+  std::mutex closed_mu;
+  std::condition_variable closed_cv;
+  bool closed = true;
+  std::atomic<uint32_t> launches_held{0}, hold_timeouts{0};
   std::vector<KernelLaunch> records;
   size_t dropped_records = 0;
 };
@@ -159,14 +168,46 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   std::free(buffer);
 }
 
-// A graph launch inside the window: auto range + kernel replay would run
-// only its first node, so the window ends here, at the launch's entry.
+// Launches while the window is open. A graph launch on the window's own
+// thread ends the window here, at its entry (auto range + kernel replay would
+// run only the graph's first node; Start and Stop stay on one thread, between
+// launches). Another thread's kernel or graph launch waits at its entry until
+// the window has closed: under kernel replay it would be replayed inside the
+// window (and a RangeStop from that thread, tried first, crashed the process
+// on the H200). After kHoldSeconds it proceeds and the window is abandoned.
+constexpr int kHoldSeconds = 20;
+
+void release_held_launches(Window& w) {
+  {
+    std::lock_guard<std::mutex> lock(w.closed_mu);
+    w.closed = true;
+  }
+  w.closed_cv.notify_all();
+}
+
+bool is_launch(CUpti_CallbackId cbid, bool& graph) {
+  graph = cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch || cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz;
+  return graph || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz;
+}
+
 void CUPTIAPI on_driver_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
-  if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
-  if (cbid != CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch && cbid != CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz) return;
+  bool graph = false;
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API || !is_launch(cbid, graph)) return;
   const auto* cb = static_cast<const CUpti_CallbackData*>(data);
   if (cb->callbackSite != CUPTI_API_ENTER) return;
   Window& w = window();
+  if (std::this_thread::get_id() != w.owner) {
+    std::unique_lock<std::mutex> lock(w.closed_mu);
+    if (w.closed) return;
+    w.launches_held.fetch_add(1);
+    if (!w.closed_cv.wait_for(lock, std::chrono::seconds(kHoldSeconds), [&] { return w.closed; }))
+      w.hold_timeouts.fetch_add(1);
+    return;
+  }
+  if (!graph) return;  // the window's own kernels
   std::lock_guard<std::mutex> lock(w.stop_mu);
   if (!w.object || w.stopped.exchange(true)) return;
   w.graph_launched.store(true);
@@ -353,7 +394,7 @@ bool Cupti::subscriber_held_elsewhere() {
   return r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
 }
 
-std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set) {
+std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, bool unguarded) {
   Window& w = window();
   {
     std::lock_guard<std::mutex> lock(w.mu);
@@ -363,6 +404,7 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set) {
     w.dropped_records = 0;
   }
   auto fail = [&](const std::string& why) {
+    release_held_launches(w);
     std::lock_guard<std::mutex> lock(w.mu);
     w.open = false;
     return why;
@@ -371,18 +413,39 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set) {
   w.set = &set;
   w.stopped.store(false);
   w.graph_launched.store(false);
+  w.owner = std::this_thread::get_id();
+  w.launches_held.store(0);
+  w.hold_timeouts.store(0);
+  {
+    std::lock_guard<std::mutex> lock(w.closed_mu);
+    w.closed = false;
+  }
   if (api_->GetContextId(w.ctx, &w.context_id) != CUPTI_SUCCESS) w.context_id = 0;
   if (api_->GetStreamId(w.ctx, static_cast<CUstream>(stream), &w.stream_id) != CUPTI_SUCCESS) w.stream_id = 0;
+  // The launch guard first: without it other threads' launches would run under kernel replay.
+  w.subscriber = nullptr;
+  if (const CUptiResult r = api_->Subscribe(&w.subscriber, on_driver_api, nullptr); r != CUPTI_SUCCESS) {
+    w.subscriber = nullptr;
+    if (!unguarded) return fail(std::string(kSubscriberHeld) + " (" + describe(r) + ")");
+  }
+  auto unsubscribe = [&] {
+    if (w.subscriber) api_->Unsubscribe(w.subscriber);
+    w.subscriber = nullptr;
+  };
   auto enable = params<CUpti_RangeProfiler_Enable_Params>(CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE);
   enable.ctx = w.ctx;
   if (CUptiResult r = api_->RangeEnable(&enable); r != CUPTI_SUCCESS)
+  {
+    unsubscribe();
     return fail("cuptiRangeProfilerEnable: " + describe(r) + " (" + std::to_string(r) + ")");
+  }
   w.object = enable.pRangeProfilerObject;
   auto disable = [&] {
     auto d = params<CUpti_RangeProfiler_Disable_Params>(CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE);
     d.pRangeProfilerObject = w.object;
     api_->RangeDisable(&d);
     w.object = nullptr;
+    unsubscribe();
   };
   std::vector<const char*> names;
   for (const auto& m : set.metrics) names.push_back(m.c_str());
@@ -431,20 +494,17 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set) {
     w.collecting = true;
   }
   api_->ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-  // The graph guard, when CUPTI's subscriber is free (Kineto keeps it after torch.profiler's first use).
-  w.subscriber = nullptr;
-  if (api_->Subscribe(&w.subscriber, on_driver_api, nullptr) == CUPTI_SUCCESS) {
-    api_->EnableCallback(1, w.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch);
-    api_->EnableCallback(1, w.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz);
-  } else {
-    w.subscriber = nullptr;
-  }
+  if (w.subscriber)
+    for (CUpti_CallbackId cbid :
+         {CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+          CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+          CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+          CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz})
+      api_->EnableCallback(1, w.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
   auto start = params<CUpti_RangeProfiler_Start_Params>(CUpti_RangeProfiler_Start_Params_STRUCT_SIZE);
   start.pRangeProfilerObject = w.object;
   if (CUptiResult r = api_->RangeStart(&start); r != CUPTI_SUCCESS) {
     api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    if (w.subscriber) api_->Unsubscribe(w.subscriber);
-    w.subscriber = nullptr;
     disable();
     return fail("cuptiRangeProfilerStart: " + describe(r));
   }
@@ -454,16 +514,12 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set) {
 WindowResult Cupti::end_window(const std::function<bool()>& synchronize) {
   Window& w = window();
   WindowResult res;
-  res.graph_guard = w.subscriber != nullptr;
+  res.launch_guard = w.subscriber != nullptr;
   if (std::lock_guard<std::mutex> lock(w.stop_mu); !w.stopped.exchange(true)) {
     auto stop = params<CUpti_RangeProfiler_Stop_Params>(CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE);
     stop.pRangeProfilerObject = w.object;
     if (CUptiResult r = api_->RangeStop(&stop); r != CUPTI_SUCCESS) res.reason = "cuptiRangeProfilerStop: " + describe(r);
     else if (!stop.isAllPassSubmitted) res.reason = "not every replay pass was submitted";
-  }
-  if (w.subscriber) {
-    api_->Unsubscribe(w.subscriber);
-    w.subscriber = nullptr;
   }
   if (synchronize && !synchronize() && res.reason.empty()) res.reason = "synchronizing the context failed";
   if (res.reason.empty()) {
@@ -501,12 +557,19 @@ WindowResult Cupti::end_window(const std::function<bool()>& synchronize) {
   disable.pRangeProfilerObject = w.object;
   api_->RangeDisable(&disable);
   w.object = nullptr;
+
   api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::vector<KernelLaunch> records;
   {
     std::lock_guard<std::mutex> lock(w.mu);
     w.collecting = false;
     records.swap(w.records);
+  }
+  release_held_launches(w);  // other threads' launches run now, outside the window (records no longer read)
+  res.launches_held = w.launches_held.load();
+  if (w.subscriber) {  // after the release: no launch is held inside the callback any more
+    api_->Unsubscribe(w.subscriber);
+    w.subscriber = nullptr;
   }
   // Ranges but not one launch record: the records went to another client's
   // Activity callbacks, registered during the window (torch.profiler started
@@ -537,6 +600,10 @@ WindowResult Cupti::end_window(const std::function<bool()>& synchronize) {
     res.status = WindowResult::Status::Abandoned;
     res.reason = "another CUPTI client registered its Activity callbacks during the window (torch.profiler started on "
                  "another thread?): the launch records went to it; its tracing was left enabled";
+  } else if (w.hold_timeouts.load()) {
+    res.status = WindowResult::Status::Abandoned;
+    res.reason = std::to_string(w.hold_timeouts.load()) + " launch(es) of other threads waited " +
+                 std::to_string(kHoldSeconds) + " s for the window to close, then ran inside it";
   } else if (graph) {
     res.status = WindowResult::Status::Abandoned;
     res.reason = "a CUDA graph (or a device-side launch) ran inside the window: kernel replay profiles only its first "

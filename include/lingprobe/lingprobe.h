@@ -140,6 +140,18 @@ LINGPROBE_API const char* lingprobe_last_error(void);
 LINGPROBE_API void lingprobe_nvtx_range_push(const char* name);
 LINGPROBE_API void lingprobe_nvtx_range_pop(void);
 
+/* Holds counter windows (LINGPROBE_PROFILE) off while another CUPTI client
+ * starts or runs: while held, sampled calls are not profiled (counted as
+ * `profiler_active`), so CUPTI's one callback subscriber, which a window takes
+ * for its duration, is free when that client initialises. The Python shim
+ * calls it around torch.profiler sessions; C++ code that starts Kineto or
+ * another CUPTI tool itself should too. `hold` nonzero takes a hold (holds
+ * nest) and waits up to 30 s for a window open on another thread to close;
+ * zero releases one. Any thread, any state (a no-op without profiling).
+ * Returns LINGPROBE_OK, or LINGPROBE_ERROR_UNAVAILABLE when a window stayed
+ * open past the wait (the hold is taken all the same). */
+LINGPROBE_API lingprobe_status lingprobe_hold_counters(int hold);
+
 /* Entry point for the LD_PRELOAD stub: initialise from the environment.
  * Same return codes as lingprobe_init. */
 LINGPROBE_API lingprobe_status lingprobe_preload_attach(void);

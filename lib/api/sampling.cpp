@@ -22,12 +22,44 @@
 #include <cstdlib>
 #include <thread>
 #include <atomic>
+#include <condition_variable>
 #include "sink/claims.h"
 #include "sink/run_directory.h"
 #include "sink/snapshot_writer.h"
 
 namespace lingprobe::api {
 namespace {
+
+// hold_counters' state: the holds, and whether a window is opening or open.
+std::mutex g_hold_mu;
+std::condition_variable g_hold_cv;
+int g_holds = 0;
+bool g_window_busy = false;
+
+// Marks a window opening (refused while held); clears the mark unless kept by a Window.
+class WindowSlot {
+ public:
+  bool acquire() {
+    std::lock_guard<std::mutex> lock(g_hold_mu);
+    if (g_holds > 0 || g_window_busy) return false;
+    g_window_busy = owned_ = true;
+    return true;
+  }
+  void keep() { owned_ = false; }
+  static void release() {
+    {
+      std::lock_guard<std::mutex> lock(g_hold_mu);
+      g_window_busy = false;
+    }
+    g_hold_cv.notify_all();
+  }
+  ~WindowSlot() {
+    if (owned_) release();
+  }
+
+ private:
+  bool owned_ = false;
+};
 
 std::string demangle(const std::string& mangled) {
   int status = 0;
@@ -96,6 +128,11 @@ class CudaAccess : public capture::DeviceAccess {
       reason = "counters_unavailable";
       return nullptr;
     }
+    WindowSlot slot;
+    if (!slot.acquire()) {  // torch.profiler starting or running (the shim holds counters around it)
+      reason = "profiler_active";
+      return nullptr;
+    }
     gpu::CudaDriver* d = gpu::CudaDriver::get(&reason);
     if (!d) return nullptr;
     void* ctx = d->primary_context(device);
@@ -127,15 +164,18 @@ class CudaAccess : public capture::DeviceAccess {
     if (!why.empty()) {
       unlock_gpu(lock_fd);
       add_stall(std::chrono::steady_clock::now() - t0);
-      if (why.find("INSUFFICIENT_PRIVILEGES") != std::string::npos || why.find("NOT_SUPPORTED") != std::string::npos)
+      const bool subscriber_held = why.rfind(gpu::Cupti::kSubscriberHeld, 0) == 0;  // transient: its holder may let go
+      if (!subscriber_held &&
+          (why.find("INSUFFICIENT_PRIVILEGES") != std::string::npos || why.find("NOT_SUPPORTED") != std::string::npos))
         unavailable_ = why;
       reason = !unavailable_.empty() ? "counters_unavailable"
                : why.find("HARDWARE_BUSY") != std::string::npos ? "hardware_busy"
-               : why.rfind(gpu::Cupti::kSubscriberHeld, 0) == 0  ? "subscriber_held"
+               : subscriber_held                                 ? "subscriber_held"
                                                                  : "window_not_opened";
       log_ += "window not opened: " + why + "\n";
       return nullptr;
     }
+    slot.keep();  // the Window releases it
     return std::make_unique<Window>(this, d, device, ctx, t0, t_locked, lock_fd, std::move(guard));
 #else
     (void)device;
@@ -213,12 +253,14 @@ class CudaAccess : public capture::DeviceAccess {
         }
       owner_->unlock_gpu(lock_fd_);
       if (!closed_) owner_->add_stall(std::chrono::steady_clock::now() - t0_, true);
+      if (!closed_) WindowSlot::release();
     }
     format::ProfileData close() override {
       gpu::WindowResult w = owner_->cupti_->end_window([this] { return d_->synchronize(ctx_); });
       closed_ = true;
       owner_->unlock_gpu(lock_fd_);
       lock_fd_ = -1;
+      WindowSlot::release();
       format::JsonValue guard = guard_->finish();
       format::ProfileData p;
       p.status = gpu::status_name(w.status);
@@ -469,6 +511,16 @@ void SamplingSession::set_identity(int64_t rank, int64_t world_size, const std::
   parts_->snapshots.set_rank(rank);
   parts_->writer.set_who(who);
   parts_->claims.set_rank(rank);
+}
+
+bool hold_counters(bool hold, int wait_seconds) {
+  std::unique_lock<std::mutex> lock(g_hold_mu);
+  if (!hold) {
+    if (g_holds > 0) --g_holds;
+    return true;
+  }
+  ++g_holds;
+  return g_hold_cv.wait_for(lock, std::chrono::seconds(wait_seconds), [] { return !g_window_busy; });
 }
 
 void SamplingSession::finalize() {

@@ -45,4 +45,11 @@ class SamplingSession {
   std::unique_ptr<Parts> parts_;
 };
 
+// Process-wide, with or without a sampling session: while held (another
+// CUPTI client such as torch.profiler is starting or running), no counter
+// window opens (sampled calls count as `profiler_active`). `hold` waits up to
+// `wait_seconds` for a window already open on another thread to close;
+// false if it stayed open. Release with hold = false (holds nest).
+bool hold_counters(bool hold, int wait_seconds = 30);
+
 }  // namespace lingprobe::api

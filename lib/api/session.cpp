@@ -367,6 +367,8 @@ lingprobe_status session_finalize() {
   return LINGPROBE_OK;
 }
 
+bool session_hold_counters(bool hold) { return hold_counters(hold); }
+
 lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t world_size, std::string& error) {
   Session& s = S();
   std::lock_guard<std::mutex> lock(s.mu);

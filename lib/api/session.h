@@ -21,6 +21,8 @@ lingprobe_status session_set_recording(bool on, std::string& error);
 lingprobe_status session_flush(std::string& error);
 lingprobe_status session_finalize();
 lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t world_size, std::string& error);
+// lingprobe_hold_counters: false when a window stayed open past the wait.
+bool session_hold_counters(bool hold);
 lingprobe_state session_state();
 void session_stats(lingprobe_stats& out);
 lingprobe_status session_metadata_path(std::string& path);

@@ -89,6 +89,8 @@ def _declare(lib):
     lib.lingprobe_get_stats.restype = status
     lib.lingprobe_get_stats.argtypes = [ctypes.POINTER(Stats)]
     lib.lingprobe_get_state.restype = ctypes.c_int
+    lib.lingprobe_hold_counters.restype = status
+    lib.lingprobe_hold_counters.argtypes = [ctypes.c_int]
     for name in ("lingprobe_get_metadata_path", "lingprobe_get_run_dir"):
         getattr(lib, name).restype = status
         getattr(lib, name).argtypes = [ctypes.c_char_p, ctypes.c_size_t]

@@ -77,6 +77,10 @@ int main(void) {
     EXPECT(lingprobe_get_metadata_path(path, sizeof path) == LINGPROBE_OK);
     EXPECT(lingprobe_get_run_dir(path, sizeof path) == LINGPROBE_OK); /* "" after an invalid init */
     EXPECT(lingprobe_get_run_dir(NULL, 0) == LINGPROBE_ERROR_INVALID_ARGUMENT);
+    EXPECT(lingprobe_hold_counters(1) == LINGPROBE_OK); /* any state: no window is open */
+    EXPECT(lingprobe_hold_counters(1) == LINGPROBE_OK); /* holds nest */
+    EXPECT(lingprobe_hold_counters(0) == LINGPROBE_OK && lingprobe_hold_counters(0) == LINGPROBE_OK);
+    EXPECT(lingprobe_hold_counters(0) == LINGPROBE_OK); /* one release too many changes nothing */
     (void)settings;
   }
 

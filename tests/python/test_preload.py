@@ -80,3 +80,29 @@ def test_runpath_relative_dlopen_still_works_under_the_stub(build_dir, tmp_path)
     code = f"import ctypes; print(ctypes.CDLL({str(build_dir / 'tests' / 'liborigin_a.so')!r}).origin_a_load())"
     p = subprocess.run([sys.executable, "-c", code], env=env_for(build_dir, tmp_path), capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.strip() == "1", p.stderr
+
+
+def test_torch_profiler_sessions_hold_counter_windows_off(build_dir, tmp_path):
+    """The shim wraps torch.autograd.profiler's prepare/enable/disable so that
+    counter windows are held off around a torch.profiler session (CUPTI's one
+    subscriber stays free for Kineto): the wrappers are installed, the
+    profiler works as before, and the C ABI call answers from Python. (That
+    the holds are released is shown on the GPU: tests/python/test_counters.py.)"""
+    job = """if True:
+        import ctypes, torch, torch.autograd.profiler as ap
+        from torch.profiler import profile, ProfilerActivity
+        assert all(getattr(getattr(ap, n), "_lingprobe_wrapped", False)
+                   for n in ("_prepare_profiler", "_enable_profiler", "_disable_profiler"))
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            torch.mm(torch.ones(3, 3), torch.ones(3, 3))
+        assert any(e.name == "aten::mm" for e in prof.events())
+        with torch.autograd.profiler.profile() as legacy:
+            torch.mm(torch.ones(3, 3), torch.ones(3, 3))
+        assert any(e.name == "aten::mm" for e in legacy.function_events)
+        lib = ctypes.CDLL("liblingprobe.so.0", mode=ctypes.RTLD_NOLOAD if hasattr(ctypes, "RTLD_NOLOAD") else 4)
+        assert lib.lingprobe_hold_counters(1) == 0 and lib.lingprobe_hold_counters(0) == 0
+        print("ok")
+    """
+    p = subprocess.run([sys.executable, "-c", job], env=env_for(build_dir, tmp_path, LINGPROBE_PROFILE="1"),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "ok" in p.stdout, p.stderr

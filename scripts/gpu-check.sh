@@ -78,7 +78,7 @@ step_reference() {
       du -sb "$out/snapshots" | tee -a "$OUT/reference-$mode.log"
     fi
     # the run without its snapshots (GBs): metadata, profiles, replays, reports, for `lingprobe report` here and there
-    tar czf "$OUT/run-$mode.tgz" --exclude=snapshots --exclude=claims -C "$root/gpu-runs" "$mode" 2>/dev/null
+    tar czf "$OUT/run-$mode.tgz" --exclude=snapshots --exclude=claims --exclude="*.pt" -C "$root/gpu-runs" "$mode" 2>/dev/null
   done
 }
 

@@ -321,17 +321,17 @@ PROFILER_DURING_JOB = """
     import threading, time, torch
     from torch.profiler import profile, ProfilerActivity
     dev = torch.device("cuda")
-    entering, started, mm_calls, kernels, waited = threading.Event(), threading.Event(), [0], [], [0.0]
+    in_window, started, mm_calls, kernels, waited = threading.Event(), threading.Event(), [0], [], [0.0]
 
     @torch.library.custom_op("lp::window_while_the_profiler_starts", mutates_args=())
     def window_while_the_profiler_starts(x: torch.Tensor) -> torch.Tensor:
-        assert entering.wait(60), "the profiler thread never started"
-        time.sleep(0.5)                              # the profiler's start now waits for this window
+        in_window.set()                              # the window is open: the profiler thread starts now
+        time.sleep(0.5)                              # and its start waits for this window
         assert not started.is_set(), "the profiler started inside the window"
         return x @ x
 
     def profiler_thread():
-        entering.set()
+        assert in_window.wait(60), "no window opened"
         t0 = time.monotonic()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             waited[0] = time.monotonic() - t0

@@ -55,7 +55,9 @@ def test_instructions_per_call_lingprobe_against_the_floor(build_dir, tmp_path):
     assert lingprobe["added"] < profiler["added"], (lingprobe, profiler)
     # call records cost the writer thread (not the caller) ~800 instructions each; snprintf cost ~5,000
     assert lingprobe["other"] < 1100, lingprobe
-    # sampling on, nothing left to sample: one relaxed load more per call, within the method's noise (issue 12)
+    # sampling on, nothing left to sample: one relaxed load more per call, within the method's noise (issue 12).
+    # Each figure carries the method's noise (±110 seen), so their difference up to twice that (222 seen in CI
+    # on 2026-12-01 with +15 measured the day before); a real hot-path cost (a lookup, a format) is thousands.
     idle = numbers["add/lingprobe-sampling-idle"]
-    assert abs(idle["added"] - lingprobe["added"]) < 200, (idle, lingprobe)
+    assert abs(idle["added"] - lingprobe["added"]) < 350, (idle, lingprobe)
     print(f"\ninstructions per torch.add: lingprobe {lingprobe['added']:.0f}, sampling idle {idle['added']:.0f}")

@@ -145,9 +145,12 @@ LINGPROBE_API void lingprobe_nvtx_range_pop(void);
  * `profiler_active`), so CUPTI's one callback subscriber, which a window takes
  * for its duration, is free when that client initialises. The Python shim
  * calls it around torch.profiler sessions; C++ code that starts Kineto or
- * another CUPTI tool itself should too. `hold` nonzero takes a hold (holds
- * nest) and waits up to 30 s for a window open on another thread to close;
- * zero releases one. Any thread, any state (a no-op without profiling).
+ * another CUPTI tool itself should too. `hold` nonzero takes a hold and waits
+ * up to 30 s for a window open on another thread to close; zero releases one.
+ * Holds are counts for the whole process, not per thread: each hold taken
+ * needs one release (a release with none taken does nothing). Never call it
+ * from inside an op's callbacks. Any thread, any state (a no-op without
+ * profiling).
  * Returns LINGPROBE_OK, or LINGPROBE_ERROR_UNAVAILABLE when a window stayed
  * open past the wait (the hold is taken all the same). */
 LINGPROBE_API lingprobe_status lingprobe_hold_counters(int hold);

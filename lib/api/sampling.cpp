@@ -39,11 +39,13 @@ bool g_window_busy = false;
 // Marks a window opening (refused while held); clears the mark unless kept by a Window.
 class WindowSlot {
  public:
-  bool acquire() {
+  // "" or why not: profiler_active (held), window_busy (another window of this process is open).
+  std::string acquire() {
     std::lock_guard<std::mutex> lock(g_hold_mu);
-    if (g_holds > 0 || g_window_busy) return false;
+    if (g_holds > 0) return "profiler_active";
+    if (g_window_busy) return "window_busy";
     g_window_busy = owned_ = true;
-    return true;
+    return "";
   }
   void keep() { owned_ = false; }
   static void release() {
@@ -129,8 +131,13 @@ class CudaAccess : public capture::DeviceAccess {
       return nullptr;
     }
     WindowSlot slot;
-    if (!slot.acquire()) {  // torch.profiler starting or running (the shim holds counters around it)
-      reason = "profiler_active";
+    if (std::string why = slot.acquire(); !why.empty()) {  // torch.profiler starting or running, or a window open
+      reason = why;
+      return nullptr;
+    }
+    // Kineto keeps CUPTI's subscriber once it has run: refused before the GPU lock and the NVML thread.
+    if (set_ready_ && !unguarded_ && cupti_->subscriber_held_elsewhere()) {
+      reason = "subscriber_held";
       return nullptr;
     }
     gpu::CudaDriver* d = gpu::CudaDriver::get(&reason);
@@ -159,7 +166,11 @@ class CudaAccess : public capture::DeviceAccess {
       return nullptr;
     }
     // Who else computes on the GPU before, during and after the window (NVML, its own thread).
-    auto guard = std::make_unique<gpu::NvmlGuard>(d->device_uuid(device));
+    std::unique_ptr<gpu::NvmlGuard> guard;
+    try {
+      guard = std::make_unique<gpu::NvmlGuard>(d->device_uuid(device));
+    } catch (...) {  // no thread for it (EAGAIN): the window goes on without the guard, the lock still released
+    }
     std::string why = cupti_->begin_window(ctx, stream, set_, unguarded_);
     if (!why.empty()) {
       unlock_gpu(lock_fd);
@@ -261,7 +272,7 @@ class CudaAccess : public capture::DeviceAccess {
       owner_->unlock_gpu(lock_fd_);
       lock_fd_ = -1;
       WindowSlot::release();
-      format::JsonValue guard = guard_->finish();
+      format::JsonValue guard = guard_ ? guard_->finish() : format::JsonValue::null();
       format::ProfileData p;
       p.status = gpu::status_name(w.status);
       p.reason = w.reason;

@@ -610,11 +610,10 @@ AuditOutcome run_audit(const AuditOptions& options) {
                                             {"lock_wait_seconds_total", JsonValue::floating(st.lock_wait_s)},
                                             {"max_window_seconds", JsonValue::floating(st.max_window_s)},
                                             {"stall_seconds_total", JsonValue::floating(total)}}));
-    char line[256];
-    std::snprintf(line, sizeof line, "| %lld | %llu | %.2f | %.2f | %.2f | %.2f | %s |\n", static_cast<long long>(rank),
-                  static_cast<unsigned long long>(st.windows), total, st.window_s, st.lock_wait_s, st.max_window_s,
-                  status_text.c_str());
-    stall_table += line;
+    char line[160];
+    std::snprintf(line, sizeof line, "| %lld | %llu | %.2f | %.2f | %.2f | %.2f | ", static_cast<long long>(rank),
+                  static_cast<unsigned long long>(st.windows), total, st.window_s, st.lock_wait_s, st.max_window_s);
+    stall_table += line + status_text + " |\n";
   }
   if (!stalls.empty())
     report.set("counter_windows", JsonValue::object({{"by_rank", std::move(stall_rows)}}));

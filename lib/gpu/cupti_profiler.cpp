@@ -99,11 +99,14 @@ struct Window {
   CUpti_SubscriberHandle subscriber = nullptr;
   std::mutex stop_mu;  // one RangeStop: the window's end or a graph launch's entry on the window's thread
   std::atomic<bool> stopped{false}, graph_launched{false};
-  std::thread::id owner;  // the thread that opened the window (Start and Stop belong to it)
-  // Graph launches of other threads wait at their entry until the window has closed.
+  std::atomic<std::thread::id> owner;  // the thread that opened the window (Start and Stop belong to it)
+  // Other threads' launches wait at their entry until the window has closed.
+  // The generation counts closes: a waiter woken late, after the next window
+  // opened, still sees that its window closed.
   std::mutex closed_mu;
   std::condition_variable closed_cv;
   bool closed = true;
+  uint64_t generation = 0;
   std::atomic<uint32_t> launches_held{0}, hold_timeouts{0};
   std::vector<KernelLaunch> records;
   size_t dropped_records = 0;
@@ -180,6 +183,7 @@ constexpr int kHoldSeconds = 20;
 void release_held_launches(Window& w) {
   {
     std::lock_guard<std::mutex> lock(w.closed_mu);
+    if (!w.closed) ++w.generation;
     w.closed = true;
   }
   w.closed_cv.notify_all();
@@ -199,11 +203,12 @@ void CUPTIAPI on_driver_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId
   const auto* cb = static_cast<const CUpti_CallbackData*>(data);
   if (cb->callbackSite != CUPTI_API_ENTER) return;
   Window& w = window();
-  if (std::this_thread::get_id() != w.owner) {
+  if (std::this_thread::get_id() != w.owner.load()) {
     std::unique_lock<std::mutex> lock(w.closed_mu);
     if (w.closed) return;
+    const uint64_t generation = w.generation;
     w.launches_held.fetch_add(1);
-    if (!w.closed_cv.wait_for(lock, std::chrono::seconds(kHoldSeconds), [&] { return w.closed; }))
+    if (!w.closed_cv.wait_for(lock, std::chrono::seconds(kHoldSeconds), [&] { return w.generation != generation; }))
       w.hold_timeouts.fetch_add(1);
     return;
   }
@@ -413,7 +418,7 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, b
   w.set = &set;
   w.stopped.store(false);
   w.graph_launched.store(false);
-  w.owner = std::this_thread::get_id();
+  w.owner.store(std::this_thread::get_id());
   w.launches_held.store(0);
   w.hold_timeouts.store(0);
   {
@@ -505,6 +510,7 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, b
   start.pRangeProfilerObject = w.object;
   if (CUptiResult r = api_->RangeStart(&start); r != CUPTI_SUCCESS) {
     api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    release_held_launches(w);  // before the unsubscribe, as at the window's end
     disable();
     return fail("cuptiRangeProfilerStart: " + describe(r));
   }
@@ -565,17 +571,19 @@ WindowResult Cupti::end_window(const std::function<bool()>& synchronize) {
     w.collecting = false;
     records.swap(w.records);
   }
-  release_held_launches(w);  // other threads' launches run now, outside the window (records no longer read)
+  // Ranges but not one launch record: the records went to another client's
+  // Activity callbacks, registered during the window (torch.profiler started
+  // on another thread). The kind it enabled stays enabled: its trace goes on.
+  const bool taken_over = res.reason.empty() && res.ranges > 0 && records.empty();
+  // Disabled before the held launches go: their records must not wait in a
+  // buffer for the next window's flush.
+  if (!taken_over) api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  release_held_launches(w);  // other threads' launches run now, outside the window
   res.launches_held = w.launches_held.load();
   if (w.subscriber) {  // after the release: no launch is held inside the callback any more
     api_->Unsubscribe(w.subscriber);
     w.subscriber = nullptr;
   }
-  // Ranges but not one launch record: the records went to another client's
-  // Activity callbacks, registered during the window (torch.profiler started
-  // on another thread). The kind it enabled stays enabled: its trace goes on.
-  const bool taken_over = res.reason.empty() && res.ranges > 0 && records.empty();
-  if (!taken_over) api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   {
     std::lock_guard<std::mutex> lock(w.mu);
     w.open = false;

@@ -65,6 +65,8 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
         from ._import_hooks import after_import
         _process.sync_environment()  # what lingprobe exported for child processes, into os.environ
         after_import("torch.distributed.distributed_c10d", _process.watch_init_process_group)
+        from . import _profiler_guard
+        after_import("torch.autograd.profiler", _profiler_guard.watch)
     elif options or out_dir or ops:
         raise LingprobeError(1, "already initialised: options apply only to the first start()")
     check(lib, lib.lingprobe_start())

@@ -24,6 +24,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import pathlib
 import random
 import statistics
@@ -37,7 +38,13 @@ def ncu_run(script, metrics, cache):
     cmd = ["ncu", "--clock-control", "none", "--cache-control", cache, "--csv", "--page", "raw", "--print-units", "base",
            "--print-kernel-base", "mangled", "--nvtx", "--nvtx-include", "lingprobe_replay/", "--metrics",
            ",".join(metrics), sys.executable, str(script), "--nvtx"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    # The replay runs bare: no lingprobe preloaded, and not the shim's sitecustomize (`lingprobe validate` puts
+    # the shim on PYTHONPATH to find this module); the rest of the user's PYTHONPATH (their torch) stays.
+    shim = str(pathlib.Path(__file__).resolve().parents[1])
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    kept = [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e and os.path.realpath(e) != shim]
+    env["PYTHONPATH"] = os.pathsep.join(kept)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     if p.returncode != 0:
         raise RuntimeError(f"ncu failed ({p.returncode}): {p.stderr[-2000:]}")
     lines = p.stdout.splitlines()
@@ -91,7 +98,8 @@ def validate_profile(profile_dir, replay_dir, runs):
             inline = base_value(m, k["metrics"][m])
             spread = (max(seen) - min(seen)) / ref if ref else 0.0
             rel = (inline - ref) / ref if ref else 0.0
-            all_cache = ncu_all[i]["values"].get(m) if i < len(ncu_all) else None
+            same = i < len(ncu_all) and ncu_all[i]["mangled"] == k["mangled_name"]
+            all_cache = ncu_all[i]["values"].get(m) if same else None
             long = base_value(TIME, k["metrics"][TIME]) > 20e3 if TIME in k["metrics"] else True
             table.append({"kernel": k["name"][:80], "mangled": k["mangled_name"], "index": i, "metric": m,
                           "inline": inline, "ncu": ref, "ncu_cache_all": all_cache, "relative": rel,
@@ -126,7 +134,11 @@ def main():
     passed.sort(key=lambda x: (-x[0], x[1].name))
     chosen = []
     if a.signatures:
-        chosen += [x for x in passed if any(x[2].startswith(h) for h in a.signatures.split(","))]
+        for h in a.signatures.split(","):
+            hits = [x for x in passed if x[2].startswith(h) and x not in chosen]
+            if not hits:
+                print(f"validate: --signatures {h}: no passed profile with kernels has that hash prefix", file=sys.stderr)
+            chosen += hits
     if a.top:
         chosen += [x for x in passed if x not in chosen][:a.top]
     if not a.signatures and not a.top and not a.random:

@@ -86,8 +86,9 @@ def test_torch_profiler_sessions_hold_counter_windows_off(build_dir, tmp_path):
     """The shim wraps torch.autograd.profiler's prepare/enable/disable so that
     counter windows are held off around a torch.profiler session (CUPTI's one
     subscriber stays free for Kineto): the wrappers are installed, the
-    profiler works as before, and the C ABI call answers from Python. (That
-    the holds are released is shown on the GPU: tests/python/test_counters.py.)"""
+    profiler works as before, every hold taken is given back (a refused
+    nested start included), and the C ABI call answers from Python. (That a
+    window then opens again is shown on the GPU: tests/python/test_counters.py.)"""
     job = """if True:
         import ctypes, torch, torch.autograd.profiler as ap
         from torch.profiler import profile, ProfilerActivity
@@ -99,6 +100,16 @@ def test_torch_profiler_sessions_hold_counter_windows_off(build_dir, tmp_path):
         with torch.autograd.profiler.profile() as legacy:
             torch.mm(torch.ones(3, 3), torch.ones(3, 3))
         assert any(e.name == "aten::mm" for e in legacy.function_events)
+        from lingprobe import _profiler_guard as g
+        assert g._taken == 0, g._taken                     # every session's hold given back
+        with profile(activities=[ProfilerActivity.CPU]):
+            try:
+                with profile(activities=[ProfilerActivity.CPU]):  # a second session at once: torch refuses it
+                    pass
+            except RuntimeError:
+                pass
+            assert g._taken >= 1                           # the running session's hold stays
+        assert g._taken == 0, g._taken                     # a refused start keeps no hold
         lib = ctypes.CDLL("liblingprobe.so.0", mode=ctypes.RTLD_NOLOAD if hasattr(ctypes, "RTLD_NOLOAD") else 4)
         assert lib.lingprobe_hold_counters(1) == 0 and lib.lingprobe_hold_counters(0) == 0
         print("ok")

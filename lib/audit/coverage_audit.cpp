@@ -190,7 +190,8 @@ std::string make_summary(const std::map<std::string, std::vector<const Signature
   for (auto* s : all) calls += s->calls;
   md << "# lingprobe coverage audit\n\n"
      << all.size() << " distinct signatures, " << calls << " calls, from " << files << " metadata file(s) of "
-     << ranks.size() << " rank(s); " << dropped << " dropped record(s).\n\n"
+     << ranks.size() << " rank(s); " << dropped
+     << " dropped (call records, snapshots or profiles: `dropped` in coverage_audit.json says which).\n\n"
      << "| coverage | by signatures | by calls | by FLOPs | by measured time |\n|---|---|---|---|---|\n";
   for (const char* kind : {"snapshots", "counters"}) {
     const JsonValue& c = *overall.find(kind);

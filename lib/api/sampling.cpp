@@ -171,18 +171,17 @@ class CudaAccess : public capture::DeviceAccess {
       guard = std::make_unique<gpu::NvmlGuard>(d->device_uuid(device));
     } catch (...) {  // no thread for it (EAGAIN): the window goes on without the guard, the lock still released
     }
-    std::string why = cupti_->begin_window(ctx, stream, set_, unguarded_);
+    gpu::Cupti::Refusal refusal;
+    std::string why = cupti_->begin_window(ctx, stream, set_, unguarded_, refusal);
     if (!why.empty()) {
       unlock_gpu(lock_fd);
       add_stall(std::chrono::steady_clock::now() - t0);
-      const bool subscriber_held = why.rfind(gpu::Cupti::kSubscriberHeld, 0) == 0;  // transient: its holder may let go
-      if (!subscriber_held &&
-          (why.find("INSUFFICIENT_PRIVILEGES") != std::string::npos || why.find("NOT_SUPPORTED") != std::string::npos))
-        unavailable_ = why;
-      reason = !unavailable_.empty() ? "counters_unavailable"
-               : why.find("HARDWARE_BUSY") != std::string::npos ? "hardware_busy"
-               : subscriber_held                                 ? "subscriber_held"
-                                                                 : "window_not_opened";
+      using R = gpu::Cupti::Refusal;
+      if (refusal == R::Unavailable) unavailable_ = why;  // for the process; a held subscriber or busy hardware is not
+      reason = refusal == R::Unavailable      ? "counters_unavailable"
+               : refusal == R::HardwareBusy   ? "hardware_busy"
+               : refusal == R::SubscriberHeld ? "subscriber_held"
+                                              : "window_not_opened";
       log_ += "window not opened: " + why + "\n";
       return nullptr;
     }
@@ -263,8 +262,10 @@ class CudaAccess : public capture::DeviceAccess {
         } catch (...) {  // nothing escapes into the op's unwinding
         }
       owner_->unlock_gpu(lock_fd_);
-      if (!closed_) owner_->add_stall(std::chrono::steady_clock::now() - t0_, true);
-      if (!closed_) WindowSlot::release();
+      if (!closed_) {
+        owner_->add_stall(std::chrono::steady_clock::now() - t0_, true);
+        WindowSlot::release();
+      }
     }
     format::ProfileData close() override {
       gpu::WindowResult w = owner_->cupti_->end_window([this] { return d_->synchronize(ctx_); });

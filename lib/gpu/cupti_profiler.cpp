@@ -399,8 +399,9 @@ bool Cupti::subscriber_held_elsewhere() {
   return r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
 }
 
-std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, bool unguarded) {
+std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, bool unguarded, Refusal& refusal) {
   Window& w = window();
+  refusal = Refusal::Other;
   {
     std::lock_guard<std::mutex> lock(w.mu);
     if (w.open) return "another window is open";
@@ -408,7 +409,11 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, b
     w.records.clear();
     w.dropped_records = 0;
   }
-  auto fail = [&](const std::string& why) {
+  // `r`: CUPTI's answer, which says whether counters can ever be read here, or later.
+  auto fail = [&](const std::string& why, CUptiResult r) {
+    refusal = r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES || r == CUPTI_ERROR_NOT_SUPPORTED ? Refusal::Unavailable
+              : r == CUPTI_ERROR_HARDWARE_BUSY                                          ? Refusal::HardwareBusy
+                                                                                        : Refusal::Other;
     release_held_launches(w);
     std::lock_guard<std::mutex> lock(w.mu);
     w.open = false;
@@ -431,7 +436,11 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, b
   w.subscriber = nullptr;
   if (const CUptiResult r = api_->Subscribe(&w.subscriber, on_driver_api, nullptr); r != CUPTI_SUCCESS) {
     w.subscriber = nullptr;
-    if (!unguarded) return fail(std::string(kSubscriberHeld) + " (" + describe(r) + ")");
+    if (!unguarded) {
+      const std::string why = fail("CUPTI's callback subscriber is held by another tool (" + describe(r) + ")", r);
+      refusal = Refusal::SubscriberHeld;
+      return why;
+    }
   }
   auto unsubscribe = [&] {
     if (w.subscriber) api_->Unsubscribe(w.subscriber);
@@ -439,10 +448,9 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, b
   };
   auto enable = params<CUpti_RangeProfiler_Enable_Params>(CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE);
   enable.ctx = w.ctx;
-  if (CUptiResult r = api_->RangeEnable(&enable); r != CUPTI_SUCCESS)
-  {
+  if (CUptiResult r = api_->RangeEnable(&enable); r != CUPTI_SUCCESS) {
     unsubscribe();
-    return fail("cuptiRangeProfilerEnable: " + describe(r) + " (" + std::to_string(r) + ")");
+    return fail("cuptiRangeProfilerEnable: " + describe(r) + " (" + std::to_string(r) + ")", r);
   }
   w.object = enable.pRangeProfilerObject;
   auto disable = [&] {
@@ -462,7 +470,7 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, b
   size.maxNumRangeTreeNodes = kMaxRanges;
   if (CUptiResult r = api_->RangeGetCounterDataSize(&size); r != CUPTI_SUCCESS) {
     disable();
-    return fail("counter data size: " + describe(r));
+    return fail("counter data size: " + describe(r), r);
   }
   w.counter_data.assign(size.counterDataSize, 0);
   auto init = params<CUpti_RangeProfiler_CounterDataImage_Initialize_Params>(
@@ -472,7 +480,7 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, b
   init.pCounterData = w.counter_data.data();
   if (CUptiResult r = api_->RangeCounterDataImageInitialize(&init); r != CUPTI_SUCCESS) {
     disable();
-    return fail("counter data image: " + describe(r));
+    return fail("counter data image: " + describe(r), r);
   }
   auto config = params<CUpti_RangeProfiler_SetConfig_Params>(CUpti_RangeProfiler_SetConfig_Params_STRUCT_SIZE);
   config.pRangeProfilerObject = w.object;
@@ -489,7 +497,7 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, b
   config.targetNestingLevel = 1;
   if (CUptiResult r = api_->RangeSetConfig(&config); r != CUPTI_SUCCESS) {
     disable();
-    return fail("cuptiRangeProfilerSetConfig: " + describe(r));
+    return fail("cuptiRangeProfilerSetConfig: " + describe(r), r);
   }
   // Launch attributes, for this window only (the callbacks are process-global:
   // registered again each window, as Kineto does at each session).
@@ -512,8 +520,9 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, b
     api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     release_held_launches(w);  // before the unsubscribe, as at the window's end
     disable();
-    return fail("cuptiRangeProfilerStart: " + describe(r));
+    return fail("cuptiRangeProfilerStart: " + describe(r), r);
   }
+  refusal = Refusal::None;
   return "";
 }
 

@@ -81,9 +81,9 @@ class Cupti {
   // process. While it is open, CUPTI's callback subscriber holds other
   // threads' kernel and graph launches at their entry until it closes; when
   // another tool holds the subscriber the window is refused
-  // (kSubscriberHeld) unless `unguarded`.
-  std::string begin_window(void* ctx, void* stream, const MetricSet& set, bool unguarded);
-  static constexpr const char* kSubscriberHeld = "CUPTI's callback subscriber is held by another tool";
+  // (SubscriberHeld) unless `unguarded`. `refusal` says which kind of "no".
+  enum class Refusal { None, SubscriberHeld, HardwareBusy, Unavailable, Other };
+  std::string begin_window(void* ctx, void* stream, const MetricSet& set, bool unguarded, Refusal& refusal);
   // Closes it after the op: stops, decodes, evaluates every range, collects
   // the launches. `synchronize` makes the context idle first (the caller's
   // CUDA driver call, e.g. cuCtxSynchronize).

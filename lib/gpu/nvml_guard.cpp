@@ -177,7 +177,7 @@ GuardVerdict judge(const std::vector<GuardSample>& samples, const std::vector<ui
 NvmlGuard::NvmlGuard(const std::string& uuid, int period_ms) : uuid_(uuid), period_ms_(period_ms) {
   t0_ = now_seconds();
   device_ = device_of(uuid, error_);
-  clocks_before_ = clocks(uuid);
+  clocks_before_ = clocks();
   before_.push_back(sample());
   if (!device_) return;
   thread_ = std::thread([this] {
@@ -253,15 +253,14 @@ format::JsonValue NvmlGuard::finish() {
   result_.set("other_pids", std::move(others));
   result_.set("reason", v.reason.empty() ? JsonValue::null() : JsonValue::string(v.reason));
   result_.set("clocks_mhz_before", clocks_before_);
-  result_.set("clocks_mhz_after", clocks(uuid_));
+  result_.set("clocks_mhz_after", clocks());
   return result_;
 }
 
-format::JsonValue NvmlGuard::clocks(const std::string& uuid) {
+format::JsonValue NvmlGuard::clocks() const {
   using format::JsonValue;
   JsonValue out = JsonValue::object();
-  std::string error;
-  nvmlDevice d = device_of(uuid, error);
+  nvmlDevice d = device_;
   const Nvml& n = nvml();
   if (!d || !n.ClockInfo) return out;
   unsigned mhz = 0;

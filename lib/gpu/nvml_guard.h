@@ -55,16 +55,16 @@ class NvmlGuard {
 
   // Stops the thread, samples once more and returns the history:
   // {device_uuid, nvml, own_pids, before, during{samples, period_ms, changes[]}, after,
-  //  verdict, matched_by, other_pids, reason, clocks_mhz}. Idempotent.
+  //  verdict, matched_by, other_pids, reason, clocks_mhz_before, clocks_mhz_after}. Idempotent.
   format::JsonValue finish();
 
-  // The device's clocks now, in MHz ({sm, memory, sm_max, memory_max}); empty object without NVML.
-  static format::JsonValue clocks(const std::string& uuid);
   // NVML's driver version string ("580.95.05"), "" without NVML.
   static std::string driver_version();
 
  private:
   GuardSample sample();
+  // The device's clocks now, in MHz ({sm, memory, sm_max, memory_max}); empty object without the device.
+  format::JsonValue clocks() const;
   std::string uuid_;
   int period_ms_;
   void* device_ = nullptr;

@@ -120,7 +120,9 @@ def main():
     ap.add_argument("--json", type=pathlib.Path)
     a = ap.parse_args()
     if not (a.run_dir / "profiles").is_dir():
-        print(f"lingprobe validate: {a.run_dir} has no profiles/ (run the job with LINGPROBE_PROFILE=1)", file=sys.stderr)
+        print(f"lingprobe validate: {a.run_dir} has no profiles/: no counter window ran (they need "
+              f"LINGPROBE_PROFILE=1 and ops on CUDA tensors; `lingprobe audit` shows the dropped profiles' reasons)",
+              file=sys.stderr)
         return 2
     profiles = sorted(p for p in (a.run_dir / "profiles").iterdir() if (p / "kernels.json").exists())
     passed = []

@@ -125,6 +125,10 @@ const std::vector<ConfigEntry>& config_table() {
        "it after its first session). Off: such windows are refused (subscriber_held). On: other threads' kernel and "
        "graph launches are not held at their entry during a window: they run under kernel replay inside it "
        "(contaminated; a graph would run only its first node)."},
+      {"STAGE_GPU_TIME", "bool", "1",
+       "With PROFILE: measure each stage's GPU time with CUDA timing events at its first op and at its end, on that "
+       "op's stream (the capability report's denominator; intervals during which a counter window opened on the GPU "
+       "are told apart). Costs two events per stage change of a thread."},
       {"SAMPLE_FIRST", "int", "1", "Samples per input key (op, stage, arguments) per launch."},
       {"SAMPLE_SKIP", "int", "0", "Skip the first N calls of each input key before sampling (warm-up: cuDNN "
                                   "heuristics, lazy loading); counted per process."},
@@ -184,6 +188,7 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
   else if (name == "PROFILE") err = parse_bool(v, c.profile);
   else if (name == "PROFILE_METRICS") c.profile_metrics = v;
   else if (name == "PROFILE_UNGUARDED") err = parse_bool(v, c.profile_unguarded);
+  else if (name == "STAGE_GPU_TIME") err = parse_bool(v, c.stage_gpu_time);
   else if (name == "SAMPLE_FIRST") err = parse_int(v, c.sample_first, 1);
   else if (name == "SAMPLE_SKIP") err = parse_int(v, c.sample_skip, 0);
   else if (name == "SAMPLE_EVERY") err = parse_int(v, c.sample_every, 1);

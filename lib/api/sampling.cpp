@@ -1,4 +1,5 @@
 #include "api/sampling.h"
+#include "api/stage_gpu_time.h"
 
 #include "capture/torch_guard.h"
 
@@ -195,6 +196,23 @@ class CudaAccess : public capture::DeviceAccess {
 #endif
   }
 
+  // The window epoch of `device`'s GPU (see bump_epoch); 0 before any window opened on it.
+  uint64_t window_epoch(int device) {
+#ifndef LINGPROBE_HAVE_CUPTI
+    (void)device;
+    return 0;  // no windows without CUPTI
+#else
+    gpu::CudaDriver* d = gpu::CudaDriver::loaded();
+    if (!d) return 0;
+    const int fd = ::open(lock_path(d, device).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    uint64_t n = 0;
+    if (::pread(fd, &n, sizeof n, 0) != static_cast<ssize_t>(sizeof n)) n = 0;
+    ::close(fd);
+    return n;
+#endif
+  }
+
   // Windows closed and the wall time the calling threads spent on them (lock waits included).
   uint64_t windows() const { return windows_.load(); }
   uint64_t stall_us() const { return stall_us_.load(); }
@@ -333,11 +351,22 @@ class CudaAccess : public capture::DeviceAccess {
   static constexpr int kLockWaitSeconds = 30;
   // The lock's fd; -1 without a shared directory (windows of different
   // processes are then not serialised); kLockTimedOut after kLockWaitSeconds.
-  int lock_gpu(gpu::CudaDriver* d, int device) {
+  std::string lock_path(gpu::CudaDriver* d, int device) {
     std::string uuid = d->device_uuid(device);
     if (uuid.empty()) uuid = "device" + std::to_string(device);
+    return lock_dir_ + "/counters-" + uuid + ".lock";
+  }
+  // The GPU's window epoch: the lock file's first 8 bytes, bumped by the lock's holder when it takes and
+  // when it gives back the lock (odd while a window is open), read by every process's stage clock.
+  static void bump_epoch(int fd) {
+    uint64_t n = 0;
+    if (::pread(fd, &n, sizeof n, 0) != static_cast<ssize_t>(sizeof n)) n = 0;
+    ++n;
+    (void)!::pwrite(fd, &n, sizeof n, 0);
+  }
+  int lock_gpu(gpu::CudaDriver* d, int device) {
     if (!sink::make_directories(lock_dir_).empty()) return -1;
-    const int fd = ::open((lock_dir_ + "/counters-" + uuid + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    const int fd = ::open(lock_path(d, device).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return -1;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kLockWaitSeconds);
     while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -348,10 +377,12 @@ class CudaAccess : public capture::DeviceAccess {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    bump_epoch(fd);
     return fd;
   }
   void unlock_gpu(int fd) {
     if (fd < 0) return;
+    bump_epoch(fd);
     ::flock(fd, LOCK_UN);
     ::close(fd);
   }
@@ -458,6 +489,7 @@ struct SamplingSession::Parts {
   CudaAccess cuda;
   capture::Sampler sampler;
   capture::SnapshotCapture snapshots;
+  std::unique_ptr<StageGpuTime> stage_time;  // PROFILE with STAGE_GPU_TIME
 
   Parts(const Config& c, int64_t rank, const std::string& who, const std::string& run_dir, const std::string& run_id,
         sink::MetadataWriter* metadata)
@@ -469,7 +501,10 @@ struct SamplingSession::Parts {
              run_dir + "/claims", c.profile_unguarded),
         snapshots(&sampler, &writer_sink, &broker, &cuda,
                   capture::SnapshotOptions{c.snapshots, c.profile, static_cast<uint64_t>(c.sample_budget_process),
-                                           static_cast<uint64_t>(c.sample_budget_device), rank, run_id}) {}
+                                           static_cast<uint64_t>(c.sample_budget_device), rank, run_id}) {
+    if (c.profile && c.stage_gpu_time)
+      stage_time = std::make_unique<StageGpuTime>([this](int device) { return cuda.window_epoch(device); });
+  }
 };
 
 SamplingSession::SamplingSession(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
@@ -495,12 +530,16 @@ std::unique_ptr<SamplingSession> SamplingSession::create(const Config& c, int64_
 
 capture::Sampler* SamplingSession::sampler() { return &parts_->sampler; }
 capture::SampledCallHooks* SamplingSession::hooks() { return &parts_->snapshots; }
+capture::StageTiming* SamplingSession::stage_timing() { return parts_->stage_time.get(); }
 
 void SamplingSession::on_new_signature(uint32_t id, const std::string& sha, const std::string& text) {
   parts_->writer.add_signature(id, sha, text);
 }
 
-void SamplingSession::poll() { parts_->sampler.poll(); }
+void SamplingSession::poll() {
+  parts_->sampler.poll();
+  if (parts_->stage_time) parts_->stage_time->poll();
+}
 
 void SamplingSession::add_counts(format::CountsSnapshot& counts) {
   for (const auto& [what, reasons] : parts_->snapshots.drops())
@@ -516,6 +555,7 @@ void SamplingSession::add_counts(format::CountsSnapshot& counts) {
     counts.sampling["profile_stall_us"] = parts_->cuda.stall_us();
   }
   counts.unsampled = parts_->sampler.unsampled_reasons();
+  if (parts_->stage_time) parts_->stage_time->add_counts(counts);
 }
 
 void SamplingSession::set_identity(int64_t rank, int64_t world_size, const std::string& who) {
@@ -537,6 +577,7 @@ bool hold_counters(bool hold, int wait_seconds) {
 
 void SamplingSession::finalize() {
   if (gpu::CudaDriver* d = gpu::CudaDriver::loaded()) d->set_finishing();  // no exit hangs behind a stuck stream
+  if (parts_->stage_time) parts_->stage_time->finalize();  // before the final counts record
   parts_->writer.finalize();
 }
 uint64_t SamplingSession::snapshots_written() const { return parts_->writer.written(); }

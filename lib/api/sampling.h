@@ -14,6 +14,7 @@
 namespace lingprobe::capture {
 class Sampler;
 class SampledCallHooks;
+class StageTiming;
 }  // namespace lingprobe::capture
 namespace lingprobe::sink {
 class MetadataWriter;
@@ -31,6 +32,7 @@ class SamplingSession {
 
   capture::Sampler* sampler();
   capture::SampledCallHooks* hooks();
+  capture::StageTiming* stage_timing();  // nullptr unless PROFILE with STAGE_GPU_TIME
   void on_new_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json);
   void poll();                                   // the writer thread, every cycle
   void add_counts(format::CountsSnapshot& counts);  // drops and sampling figures into a counts record

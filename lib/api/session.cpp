@@ -307,6 +307,7 @@ lingprobe_status session_init(const Config& config, std::string& error) {
   if (s.sampling) {
     options.sampler = s.sampling->sampler();
     options.hooks = s.sampling->hooks();
+    options.stage_timing = s.sampling->stage_timing();
   }
   capture::install_recorder(options, s.sink.get());
   if (!config.control_file.empty()) s.writer->start();
@@ -399,7 +400,7 @@ lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t worl
     s.sampling->set_identity(id.rank, id.world_size, who_of(id));
   } else if (previous.role == Role::Child) {  // a child that became a rank (mp.spawn) samples from now on
     start_sampling_locked(s);
-    if (s.sampling) capture::enable_sampling(s.sampling->sampler(), s.sampling->hooks());
+    if (s.sampling) capture::enable_sampling(s.sampling->sampler(), s.sampling->hooks(), s.sampling->stage_timing());
   }
   export_for_children(s);
   return LINGPROBE_OK;

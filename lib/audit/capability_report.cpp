@@ -11,6 +11,7 @@
 
 #include "audit/metadata_reader.h"
 #include "audit/profile_evidence.h"
+#include "audit/stage_time.h"
 #include "format/canonical_json.h"
 #include "format/flops.h"
 #include "format/json_parse.h"
@@ -238,8 +239,10 @@ ReportOutcome run_report(const ReportOptions& options) {
     any_rank = any_rank || s.role == "rank";
     summaries.push_back(std::move(s));
   }
+  std::vector<const FileSummary*> counted;
   for (const FileSummary& s : summaries) {
     if (s.role == "launcher" || s.role == "child" || (any_rank && s.role != "rank")) continue;
+    counted.push_back(&s);
     for (const auto& [id, n] : (s.has_counts ? s.counts : s.call_records)) {
       auto it = s.signature_sha.find(id);
       if (it != s.signature_sha.end()) calls[it->second] += n;
@@ -399,6 +402,10 @@ ReportOutcome run_report(const ReportOptions& options) {
       ++unattributed_sigs;
     }
   }
+  std::map<std::string, double> attributed_by_stage;
+  for (const auto& j : jobs)
+    if (j.passed) attributed_by_stage[j.stage] += j.est_us;
+  const StageTimeView measured = stage_time_view(counted, attributed_by_stage);
   std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
     return a.passed != b.passed ? a.passed : a.est_us > b.est_us;  // passed first, by estimated GPU time
   });
@@ -407,6 +414,9 @@ ReportOutcome run_report(const ReportOptions& options) {
   for (auto& j : jobs) {
     j.json.set("share_of_estimated_gpu_time", j.passed && total_est > 0 ? JsonValue::floating(j.est_us / total_est)
                                                                        : JsonValue::null());
+    j.json.set("share_of_measured_gpu_time", j.passed && measured.denominator_us > 0
+                                                 ? JsonValue::floating(j.est_us / measured.denominator_us)
+                                                 : JsonValue::null());
     const JsonValue* c = j.json.find("correctness");
     all_passed = all_passed && str(j.json.find("status")) == "passed" &&
                  (!c || c->is_null() || (c->find("exact") && c->find("exact")->kind() == JsonValue::Kind::Bool &&
@@ -424,11 +434,13 @@ ReportOutcome run_report(const ReportOptions& options) {
   whole.set("unattributed_calls", JsonValue::integer(static_cast<int64_t>(unattributed_calls)));
   whole.set("achieved_flops_per_second", total_est > 0 ? JsonValue::floating(attributed_flops / (total_est * 1e-6))
                                                        : JsonValue::null());
-  whole.set("measured_gpu_busy_time_us", JsonValue::null());
+  whole.set("measured_gpu_time", measured.json);
   whole.set("note", JsonValue::string(
       "estimated GPU time = sum over profiled signatures of (kernel time per call x recorded calls): the recorded ops "
-      "only (LINGPROBE_OPS), kernels in isolation under replay; GPU busy time per stage is not measured yet, so time "
-      "outside recorded ops (unselected ops, graph replays, compiled regions, NCCL) is not in this denominator"));
+      "only (LINGPROBE_OPS), kernels in isolation under replay. measured_gpu_time is the run's own GPU time per stage "
+      "(CUDA events, LINGPROBE_STAGE_GPU_TIME) and what of it the profiled signatures account for; " +
+      std::string(measured.json.is_null() ? "this run has no such measurement (PROFILE off, or no CUDA op)"
+                                          : "share_of_measured_gpu_time divides by its total without the windows")));
   JsonValue report = JsonValue::object();
   report.set("generated_at", JsonValue::string(options.generated_at.empty() ? now_iso() : options.generated_at));
   report.set("status", JsonValue::string(jobs.empty() ? "no_profiles" : all_passed ? "passed" : "partial"));
@@ -468,7 +480,7 @@ ReportOutcome run_report(const ReportOptions& options) {
     md << jobs.size() << " of " << calls.size() << " signatures profiled inline (" << statuses
        << "); estimated GPU time of the recorded ops " << human(total_est * 1e-6, "s")
        << " (kernel time per call x calls), " << unattributed_sigs << " signature(s) and " << unattributed_calls
-       << " call(s) unattributed. Roofline: reports/roofline.svg.\n\n"
+       << " call(s) unattributed. Roofline: reports/roofline.svg.\n" << measured.markdown << "\n"
        << "| share of est. GPU time | calls | us/call | achieved | % of peak | DRAM | % of DRAM peak | mode | status | signature |\n"
        << "|---|---|---|---|---|---|---|---|---|---|\n";
     for (size_t i = 0; i < jobs.size() && i < 10; ++i) {

@@ -76,6 +76,21 @@ std::string handle(Ctx& c, simdjson::dom::element doc) {
         }
       }
     }
+    f.stage_gpu.clear();
+    f.stage_gpu_lost.clear();
+    simdjson::dom::object stages;
+    if (!obj["stage_gpu"].get_object().get(stages)) {
+      for (auto stage : stages) {
+        simdjson::dom::object fields;
+        if (stage.value.get_object().get(fields)) continue;
+        for (auto x : fields)
+          if (num(x.value) >= 0) f.stage_gpu[std::string(stage.key)][std::string(x.key)] = static_cast<uint64_t>(num(x.value));
+      }
+    }
+    simdjson::dom::object lost;
+    if (!obj["stage_gpu_lost"].get_object().get(lost))
+      for (auto x : lost)
+        if (num(x.value) >= 0) f.stage_gpu_lost[std::string(x.key)] = static_cast<uint64_t>(num(x.value));
     bool fin = false;
     f.final_counts = !obj["final"].get_bool().get(fin) && fin;
     f.has_counts = true;

@@ -39,6 +39,8 @@ struct FileSummary {
   std::map<uint32_t, uint64_t> call_records;  // call records per id
   std::map<std::string, std::map<std::string, uint64_t>> dropped;
   std::map<std::string, uint64_t> sampling, unsampled;  // the last counts record's "sampling"
+  std::map<std::string, std::map<std::string, uint64_t>> stage_gpu;  // the last counts record's GPU time per stage
+  std::map<std::string, uint64_t> stage_gpu_lost;
   std::vector<Evidence> snapshots, profiles;
   uint64_t lines = 0, bytes = 0;
   bool truncated_last_line = false;

@@ -25,6 +25,15 @@ class CounterWindow {
   virtual format::ProfileData close() = 0;
 };
 
+// The stage clock (GPU time per stage, lib/gpu/stage_clock): the recorder
+// tells it, before the op runs, of a thread's first op with a CUDA tensor
+// after each change of the thread's stage.
+class StageTiming {
+ public:
+  virtual ~StageTiming() = default;
+  virtual void begin(uint16_t stage, int device, void* stream) = 0;
+};
+
 class DeviceTransfer {
  public:
   virtual ~DeviceTransfer() = default;

@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "capture/cuda_stream.h"
+#include "capture/device_access.h"
 #include "capture/key_table.h"
 #include "capture/sampled_call.h"
 #include "capture/signature_builder.h"
@@ -102,6 +104,7 @@ struct ThreadState {
   std::atomic<Counter*> counts[kMaxChunks] = {};  // per-signature calls of this thread
   format::RecordBuffer* buffer = nullptr;
   bool buffer_requested = false;
+  uint32_t timed_changes = ~0u;  // the stage stack's `changes` the stage clock last began an interval at
 };
 
 struct Global {
@@ -129,6 +132,7 @@ struct Global {
   // the hooks are published before the sampler, and never change again.
   std::atomic<SampledCallHooks*> hooks{nullptr};
   std::atomic<Sampler*> sampler{nullptr};
+  std::atomic<StageTiming*> stage_timing{nullptr};
   // Live threads' states, and the totals of threads that have exited.
   std::mutex threads_mu;
   std::vector<ThreadState*> threads;
@@ -240,6 +244,19 @@ inline OpInfo* find_op(ThreadState* ts, const at::RecordFunction& fn) {
   ThreadState::OpSlot& slot = ts->op_cache[(reinterpret_cast<uintptr_t>(name) >> 4) % kOpCacheSlots];
   if (slot.name == name) return slot.op;
   return find_op_slow(ts, fn, slot);
+}
+
+// The stage clock's interval begins at the thread's first op with a CUDA
+// tensor after a stage change (an op without one leaves it for the next).
+void begin_stage_interval(StageTiming& clock, ThreadState& ts, const at::RecordFunction& fn, StageId stage) {
+  const at::Tensor* cuda = nullptr;
+  for (const c10::IValue& v : fn.inputs()) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cuda()) cuda = &v.toTensor();
+    if (cuda) break;
+  }
+  if (!cuda) return;
+  ts.timed_changes = ts.stages->changes;
+  clock.begin(stage, cuda->get_device(), current_stream_handle(cuda->device()));
 }
 
 bool decide_selected(OpInfo* op, StageId stage) {
@@ -354,6 +371,9 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     f.sample = nullptr;
     bump(ts->calls_seen);
     const StageId stage = top_stage(*ts->stages);
+    if (StageTiming* clock = G.stage_timing.load(std::memory_order_relaxed);
+        C10_UNLIKELY(clock != nullptr) && ts->stages->changes != ts->timed_changes)
+      begin_stage_interval(*clock, *ts, fn, stage);
     if (!is_selected(op, stage)) return nullptr;
     if (C10_UNLIKELY(G.skips_warm_up) && in_warm_up(G)) return nullptr;
     f.op = op;
@@ -480,6 +500,7 @@ void install_recorder(const RecorderOptions& options, RecorderSink* sink) {
   if (G.installed) return;
   g_installed = &G;
   G.options = options;
+  if (options.stage_timing) G.stage_timing.store(options.stage_timing, std::memory_order_release);
   if (options.sampler && options.hooks) {
     G.hooks.store(options.hooks, std::memory_order_release);
     G.sampler.store(options.sampler, std::memory_order_release);
@@ -513,10 +534,11 @@ void set_recording(bool on) {
 
 bool recording() { return g().active.load(std::memory_order_relaxed); }
 
-void enable_sampling(Sampler* sampler, SampledCallHooks* hooks) {
+void enable_sampling(Sampler* sampler, SampledCallHooks* hooks, StageTiming* stage_timing) {
   Global& G = g();
   std::lock_guard<std::mutex> lock(G.mu);
   if (G.sampler.load() || !sampler || !hooks) return;
+  if (stage_timing) G.stage_timing.store(stage_timing, std::memory_order_release);
   G.hooks.store(hooks, std::memory_order_release);
   G.sampler.store(sampler, std::memory_order_release);
 }

@@ -21,6 +21,7 @@
 namespace lingprobe::capture {
 
 class SampledCallHooks;
+class StageTiming;
 
 class RecorderSink {
  public:
@@ -47,6 +48,8 @@ struct RecorderOptions {
   // counters) do the work; both null when sampling is off.
   Sampler* sampler = nullptr;
   SampledCallHooks* hooks = nullptr;
+  // GPU time per stage: told of each thread's first CUDA op after a stage change; null when off.
+  StageTiming* stage_timing = nullptr;
 };
 
 struct RecorderStats {
@@ -63,7 +66,7 @@ void set_recording(bool on);
 bool recording();
 // Starts sampling in a recorder installed without it (once; keys first seen
 // before this are not sampled).
-void enable_sampling(Sampler* sampler, SampledCallHooks* hooks);
+void enable_sampling(Sampler* sampler, SampledCallHooks* hooks, StageTiming* stage_timing = nullptr);
 // Removes the callback; afterwards the hook never touches the sink again.
 void uninstall_recorder();
 

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "capture/cuda_stream.h"
 #include "capture/signature_builder.h"
 #include "format/float_repr.h"
 #include "format/tensor_layout.h"
@@ -26,27 +27,12 @@ using format::PickleValue;
 
 namespace {
 
-// c10::Stream::native_handle() exists from torch 2.2 on; before, CUDA tensors are not snapshotted.
-#define LINGPROBE_STREAM_HANDLE (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2))
-constexpr bool kHasStreamNativeHandle = LINGPROBE_STREAM_HANDLE;
-
 std::string bool_text(bool b) { return b ? "true" : "false"; }
 
 template <typename T>
 std::string setting_text(T v) {
   if constexpr (std::is_same_v<T, bool>) return bool_text(v);
   else return std::to_string(static_cast<int>(v));
-}
-
-// The current stream of a CUDA device as a cudaStream_t, or nullptr.
-void* current_stream_handle(const c10::Device& device) {
-#if LINGPROBE_STREAM_HANDLE
-  const auto* impl = c10::impl::getDeviceGuardImpl(device.type());
-  return impl->getStream(device).native_handle();
-#else
-  (void)device;
-  return nullptr;
-#endif
 }
 
 // A tensor copied for a snapshot: its metadata and the copy (compact or span).

@@ -21,6 +21,12 @@ Registry& registry() {
 }
 
 thread_local StageStack t_stack;
+std::atomic<StageListener> g_listener{nullptr};
+
+void changed(StageStack& s) {
+  ++s.changes;
+  if (StageListener l = g_listener.load(std::memory_order_acquire)) l();
+}
 
 }  // namespace
 
@@ -55,6 +61,7 @@ bool push_stage(StageId id) {
     return false;
   }
   s.ids[s.size++] = id;
+  changed(s);
   return true;
 }
 
@@ -66,9 +73,12 @@ bool pop_stage() {
   }
   if (s.size == 0) return false;
   --s.size;
+  changed(s);
   return true;
 }
 
 StageStack* this_thread_stage_stack() { return &t_stack; }
+
+void set_stage_listener(StageListener listener) { g_listener.store(listener, std::memory_order_release); }
 
 }  // namespace lingprobe::capture

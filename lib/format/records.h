@@ -29,6 +29,10 @@ struct CountsSnapshot {
   // what stays unsampled by reason. Written only when sampling is on.
   std::map<std::string, uint64_t> sampling;
   std::map<std::string, uint64_t> unsampled;
+  // GPU time per stage (LINGPROBE_STAGE_GPU_TIME), by stage name: "gpu_us",
+  // "intervals", "clean_gpu_us", "clean_intervals"; and intervals lost by reason.
+  std::map<std::string, std::map<std::string, uint64_t>> stage_gpu;
+  std::map<std::string, uint64_t> stage_gpu_lost;
 };
 
 }  // namespace lingprobe::format

@@ -40,6 +40,7 @@ struct CudaDriver::Api {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventQuery)(CUevent);
   CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
   CUresult (*cuStreamCreate)(CUstream*, unsigned);
   CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);
@@ -103,6 +104,8 @@ bool CudaDriver::load(std::string& error) {
   sym(api->cuEventRecord, "cuEventRecord");
   sym(api->cuEventQuery, "cuEventQuery");
   sym(api->cuEventDestroy, "cuEventDestroy_v2");
+  api->cuEventElapsedTime = reinterpret_cast<CUresult (*)(float*, CUevent, CUevent)>(dlsym(lib, "cuEventElapsedTime_v2"));
+  if (!api->cuEventElapsedTime) sym(api->cuEventElapsedTime, "cuEventElapsedTime");
   sym(api->cuStreamCreate, "cuStreamCreate");
   sym(api->cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
   sym(api->cuStreamSynchronize, "cuStreamSynchronize");
@@ -163,14 +166,14 @@ void CudaDriver::restore_capture_mode(int previous) {
   if (previous >= 0) api_->cuThreadExchangeStreamCaptureMode(&previous);
 }
 
-void* CudaDriver::record_event(int device, void* stream, std::string& error) {
+void* CudaDriver::record_event(int device, void* stream, std::string& error, bool timing) {
   CUcontext ctx = context(device);
   if (!ctx || api_->cuCtxPushCurrent(ctx) != 0) {
     error = "no context for device " + std::to_string(device);
     return nullptr;
   }
   CUevent ev = nullptr;
-  CUresult r = api_->cuEventCreate(&ev, kEventDisableTiming);
+  CUresult r = api_->cuEventCreate(&ev, timing ? 0u : kEventDisableTiming);
   if (r == 0) r = api_->cuEventRecord(ev, stream);
   if (r != 0) {
     error = "event on the op's stream: " + describe(r);
@@ -188,6 +191,24 @@ void CudaDriver::destroy_event(int device, void* event) {
   api_->cuEventDestroy(event);
   CUcontext popped = nullptr;
   api_->cuCtxPopCurrent(&popped);
+}
+
+CudaDriver::EventState CudaDriver::query_event(int device, void* event) {
+  CUcontext ctx = context(device);
+  if (!event || !ctx || api_->cuCtxPushCurrent(ctx) != 0) return EventState::Failed;
+  const CUresult r = api_->cuEventQuery(event);
+  CUcontext popped = nullptr;
+  api_->cuCtxPopCurrent(&popped);
+  return r == 0 ? EventState::Done : r == kNotReady ? EventState::Pending : EventState::Failed;
+}
+
+bool CudaDriver::elapsed_ms(int device, void* start, void* end, float& ms) {
+  CUcontext ctx = context(device);
+  if (!start || !end || !ctx || api_->cuCtxPushCurrent(ctx) != 0) return false;
+  const bool ok = api_->cuEventElapsedTime(&ms, start, end) == 0;
+  CUcontext popped = nullptr;
+  api_->cuCtxPopCurrent(&popped);
+  return ok;
 }
 
 void* CudaDriver::own_stream(int device) {

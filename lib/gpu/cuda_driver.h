@@ -32,8 +32,13 @@ class CudaDriver {
   void restore_capture_mode(int previous);
 
   // An event recorded on `stream` (of device `device`) now; nullptr on failure.
-  void* record_event(int device, void* stream, std::string& error);
+  // `timing`: one cuEventElapsedTime can measure (else the cheaper kind without timing).
+  void* record_event(int device, void* stream, std::string& error, bool timing = false);
   void destroy_event(int device, void* event);
+  enum class EventState { Done, Pending, Failed };
+  EventState query_event(int device, void* event);
+  // Milliseconds between two completed timing events of `device`; false on error.
+  bool elapsed_ms(int device, void* start, void* end, float& ms);
   // Waits for `event` on lingprobe's own stream of `device`, then copies
   // `nbytes` from `device_ptr` to the host in chunks of the pinned staging
   // buffer, handing each chunk to `out`. The calling thread waits; the job's

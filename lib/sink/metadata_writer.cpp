@@ -263,6 +263,33 @@ void MetadataWriter::cycle(bool final) {
     if (!unsampled_done) put_unsampled();
     text += '}';
   }
+  auto put_counts = [&text](const std::map<std::string, uint64_t>& m) {
+    text += '{';
+    bool first_entry = true;
+    for (const auto& [k, n] : m) {
+      if (!first_entry) text += ',';
+      first_entry = false;
+      format::write_json_string(k, text);
+      text += ':' + std::to_string(n);
+    }
+    text += '}';
+  };
+  if (!snap.stage_gpu.empty()) {
+    text += ",\"stage_gpu\":{";
+    bool first_stage = true;
+    for (const auto& [stage, fields] : snap.stage_gpu) {
+      if (!first_stage) text += ',';
+      first_stage = false;
+      format::write_json_string(stage, text);
+      text += ':';
+      put_counts(fields);
+    }
+    text += '}';
+  }
+  if (!snap.stage_gpu_lost.empty()) {
+    text += ",\"stage_gpu_lost\":";
+    put_counts(snap.stage_gpu_lost);
+  }
   text += "}\n";
   const uint64_t lines = signatures.size() + n_calls + 1;
   write_out(text);

@@ -1,6 +1,7 @@
 """Inline counters against Nsight Compute, kernel by kernel.
 
-    lingprobe validate RUN_DIR [--top N] [--signatures H16,...] [--random N [--seed S]] [--runs 2] [--json OUT]
+    lingprobe validate RUN_DIR [--top N] [--signatures H16,...] [--random N [--seed S] [--min-kernel-us US]]
+                       [--runs 2] [--json OUT]
     (the same as python3 -m lingprobe.validate with the shim on PYTHONPATH)
 
 For each chosen profiled signature of the run (profiles/{stem}/ with its
@@ -17,8 +18,9 @@ and whether it is within the target: max(3%, 2x ncu's spread) on time and
 throughput percentages, 3% on DRAM bytes, for kernels longer than 20 us.
 Kernels that differ between the inline profile and the replay count as misses.
 --random picks N more profiles at random (seeded) among the passed ones not
-chosen otherwise: signatures nobody picked. Profiles whose call launched no
-kernel are never chosen. Exit status 0 when at least 90% of
+chosen otherwise: signatures nobody picked; with --min-kernel-us, only among
+those with a kernel at least that long (20: the target's kernels). Profiles
+whose call launched no kernel are never chosen. Exit status 0 when at least 90% of
 the pairs are within target, 1 otherwise, 2 on bad input."""
 import argparse
 import csv
@@ -116,6 +118,8 @@ def main():
     ap.add_argument("--signatures", default="", help="comma-separated signature hash prefixes")
     ap.add_argument("--random", type=int, default=0, help="N more profiles at random among the rest")
     ap.add_argument("--seed", type=int, default=0, help="seed of --random")
+    ap.add_argument("--min-kernel-us", type=float, default=0.0,
+                    help="--random picks only profiles with a kernel at least this long (us)")
     ap.add_argument("--runs", type=int, default=2, help="ncu runs per profile (its own spread)")
     ap.add_argument("--json", type=pathlib.Path)
     a = ap.parse_args()
@@ -125,14 +129,15 @@ def main():
               file=sys.stderr)
         return 2
     profiles = sorted(p for p in (a.run_dir / "profiles").iterdir() if (p / "kernels.json").exists())
-    passed = []
+    passed, longest = [], {}
     for p in profiles:
         ident = json.loads((p / "identity.json").read_text())
         if ident.get("status") != "passed":
             continue
-        t = sum(k["metrics"].get(TIME, {}).get("value", 0) for k in json.loads((p / "kernels.json").read_text()))
-        if t > 0:  # a call that launched no kernel (a view, a metadata op) has nothing to compare
-            passed.append((t, p, ident.get("signature_sha256", "")))
+        times = [k["metrics"].get(TIME, {}).get("value", 0) for k in json.loads((p / "kernels.json").read_text())]
+        if sum(times) > 0:  # a call that launched no kernel (a view, a metadata op) has nothing to compare
+            passed.append((sum(times), p, ident.get("signature_sha256", "")))
+            longest[p] = max(times)
     passed.sort(key=lambda x: (-x[0], x[1].name))
     chosen = []
     if a.signatures:
@@ -146,10 +151,11 @@ def main():
     if not a.signatures and not a.top and not a.random:
         chosen = list(passed)
     if a.random:
-        rest = [x for x in passed if x not in chosen]
+        rest = [x for x in passed if x not in chosen and longest[x[1]] >= a.min_kernel_us]
         picked = random.Random(a.seed).sample(rest, min(a.random, len(rest)))
         chosen += sorted(picked, key=lambda x: (-x[0], x[1].name))
-        print(f"validate: --random {a.random} --seed {a.seed} picked " + ", ".join(x[1].name for x in picked))
+        among = f" among {len(rest)} with a kernel >= {a.min_kernel_us:g} us" if a.min_kernel_us else f" among {len(rest)}"
+        print(f"validate: --random {a.random} --seed {a.seed} picked{among}: " + ", ".join(x[1].name for x in picked))
     chosen = [(t, p) for t, p, _ in chosen]
     results = []
     for _, p in chosen:

@@ -371,3 +371,50 @@ def test_torch_profiler_started_during_a_window_on_another_thread(build_dir, tmp
     dropped = last_counts(run_dir)["dropped"]["profiles"]
     assert dropped.get("subscriber_held", 0) >= 1, dropped  # the hold was released: the later window met Kineto
     print(f"\nduring: {during['status']}; later windows: {dropped}")
+
+
+STAGE_JOB = """
+    import json, sys, torch, lingprobe
+    dev = torch.device("cuda")
+    a = torch.randn(4096, 4096, device=dev)
+    b = torch.randn(2048, 2048, device=dev)
+    own = {"big": [], "small": []}
+    for it in range(4):                              # iteration 0: each key's first call opens a window
+        for stage, x, n in (("big", a, 12), ("small", b, 6)):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with lingprobe.stage(stage):
+                s.record()
+                for _ in range(n):
+                    y = torch.mm(x, x)
+                e.record()
+            torch.cuda.synchronize()
+            own[stage].append(1000.0 * s.elapsed_time(e))
+    json.dump(own, open(sys.argv[1], "w"))
+    print("ok")
+"""
+
+
+def test_stage_gpu_time_is_measured_and_windows_are_told_apart(build_dir, tmp_path, cli):
+    # The capability report's denominator: each stage's GPU time by CUDA events at its first op and its end.
+    # The job times the same regions with its own events; the first iteration's windows make it not clean.
+    own_path = tmp_path / "own.json"
+    run_dir, _ = run_script(tmp_path, build_dir, STAGE_JOB, str(own_path), LINGPROBE_OPS="aten::mm",
+                            PYTHONPATH=str(ROOT / "python_shim"))
+    own = json.loads(own_path.read_text())
+    counts = last_counts(run_dir)
+    assert counts["final"] and counts.get("stage_gpu_lost", {}) == {}, counts
+    stages = counts["stage_gpu"]
+    for stage in ("big", "small"):
+        s = stages[stage]
+        assert s["intervals"] == 4 and s["clean_intervals"] == 3, s   # the first iteration had the windows
+        clean_mean, job_mean = s["clean_gpu_us"] / 3, sum(own[stage][1:]) / 3
+        assert abs(clean_mean - job_mean) <= 0.05 * job_mean + 20, (stage, clean_mean, job_mean)
+        assert s["gpu_us"] > s["clean_gpu_us"] + 0.5 * job_mean       # the windowed iteration took longer
+    p = subprocess.run([str(cli), "report", str(run_dir)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    whole = json.loads((run_dir / "reports" / "capability_report.json").read_text())["whole_run"]
+    measured = whole["measured_gpu_time"]
+    big = measured["by_stage"]["big"]
+    assert big["gpu_time_without_windows_us"] == pytest.approx(stages["big"]["clean_gpu_us"] * 4 / 3, rel=1e-3)
+    assert 0.5 < big["attributed_fraction"] <= 1.2, big                # the mm's kernel time x 48 calls
+    assert "Measured GPU time (CUDA events per stage" in (run_dir / "reports" / "summary.md").read_text()

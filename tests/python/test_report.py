@@ -209,3 +209,48 @@ def test_validate_command_chooses_signatures_and_never_crashes_without_ncu(cli, 
     assert doc["pairs"] == 0
     empty = subprocess.run([cli, "validate", str(tmp_path)], env=env, capture_output=True, text=True)
     assert empty.returncode == 2 and "has no profiles/" in empty.stderr
+    # --min-kernel-us: --random picks only among profiles with a kernel at least that long
+    longest = {}
+    for prof in (run / "profiles").iterdir():
+        times = [k["metrics"]["gpu__time_duration.sum"]["value"] for k in json.loads((prof / "kernels.json").read_text())]
+        longest[prof.name] = max(times, default=0)
+    long_ones = {n for n, t in longest.items() if t >= 400}
+    assert 2 < len(long_ones) < len(longest) - 5
+    p = subprocess.run([cli, "validate", str(run), "--random", "2", "--seed", "1", "--min-kernel-us", "400", "--runs", "1"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    (line,) = [l for l in p.stdout.splitlines() if "picked" in l]
+    assert f"among {len(long_ones)} with a kernel >= 400 us" in line, line
+    names = line.rsplit(": ", 1)[1].split(", ")
+    assert len(names) == 2 and set(names) <= long_ones, (names, long_ones)
+
+
+def test_measured_stage_time_is_the_denominator(cli, run):
+    """A run with GPU time per stage (its counts records' stage_gpu): the
+    report sets each stage's time without the windows against the passed
+    jobs' estimated time, and every job gets its share of that total."""
+    report(cli, run)
+    jobs = load(run)["jobs"]
+    by_stage = {}
+    for j in jobs:
+        by_stage[j["stage"]] = by_stage.get(j["stage"], 0) + j["estimated_gpu_time_us"]
+    files = sorted((run / "metadata").glob("*.jsonl"))
+    assert len(files) == 4
+    for f in files:  # each rank measured a quarter of twice the estimate, half of it in clean intervals
+        lines = f.read_text().splitlines()
+        last = max(i for i, l in enumerate(lines) if '"kind":"counts"' in l)
+        rec = json.loads(lines[last])
+        rec["stage_gpu"] = {s: {"gpu_us": round(t / 2), "intervals": 2, "clean_gpu_us": round(t / 4), "clean_intervals": 1}
+                            for s, t in by_stage.items()}
+        lines[last] = json.dumps(rec, sort_keys=True, separators=(",", ":"))
+        f.write_text("\n".join(lines) + "\n")
+    report(cli, run)
+    doc = load(run)
+    measured = doc["whole_run"]["measured_gpu_time"]
+    assert set(measured["by_stage"]) == set(by_stage)
+    for s, t in by_stage.items():
+        m = measured["by_stage"][s]
+        assert m["intervals"] == 8 and m["clean_intervals"] == 4
+        assert m["gpu_time_without_windows_us"] == pytest.approx(2 * t, rel=1e-3, abs=4)  # rounded to us per rank
+        assert m["attributed_fraction"] == pytest.approx(0.5, rel=2e-2)
+    assert sum(j["share_of_measured_gpu_time"] for j in doc["jobs"]) == pytest.approx(0.5, rel=1e-3)
+    assert "Measured GPU time (CUDA events per stage, all ranks)" in (run / "reports" / "summary.md").read_text()

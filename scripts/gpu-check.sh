@@ -117,10 +117,12 @@ step_bench() {
 }
 
 # Inline counters against ncu on a reference run's profiles: $1 the mode's run, $2 how many picked at
-# random (seed 13) among its passed profiles: signatures nobody chose.
+# random (seed 13) among its passed profiles: signatures nobody chose (VALIDATE_MIN_US: only among those
+# with a kernel at least that long, the target's kernels).
 step_validate() {
-  local t0=$SECONDS
-  LINGPROBE_PYTHON=$py "$build/lingprobe" validate "$root/gpu-runs/$1" --random "${2:-10}" --seed 13 --runs 2 \
+  local t0=$SECONDS min=()
+  [ -n "${VALIDATE_MIN_US:-}" ] && min=(--min-kernel-us "$VALIDATE_MIN_US")
+  LINGPROBE_PYTHON=$py "$build/lingprobe" validate "$root/gpu-runs/$1" --random "${2:-10}" --seed 13 --runs 2 "${min[@]}" \
     --json "$OUT/validate-$1.json" >"$OUT/validate-$1.txt" 2>&1
   local rc=$?
   grep -E "^validate:|OUT|MISS|ERROR" "$OUT/validate-$1.txt" | tail -60

@@ -1,7 +1,9 @@
 // lingprobe-replay: the torch-linked half of `lingprobe replay` (the
 // `lingprobe` CLI itself never links libtorch and forwards here).
-//   lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--quiet]
+//   lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--profile] [--quiet]
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 
 #include <cstdio>
@@ -10,19 +12,27 @@
 #include <string>
 #include <vector>
 
+#include <ctime>
+#include <map>
+
 #include "audit/metadata_reader.h"
+#include "format/canonical_json.h"
 #include "format/sha256.h"
+#include "lingprobe/lingprobe.h"
 #include "replay/replay.h"
+#include "replay/replay_profile.h"
 #include "sink/run_directory.h"
 
 namespace {
 
 int usage() {
-  std::cerr << "usage: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--quiet]\n"
+  std::cerr << "usage: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--profile] [--quiet]\n"
                "  SNAPSHOT  a snapshot file (.pt); its replay goes to RUN_DIR/replays/{stem}/\n"
                "  RUN_DIR   replays every snapshot this run's metadata names (each checked against its sha256)\n"
                "  -o DIR    write replays/{stem}/ under DIR instead of the run directory\n"
                "  --device  replay on this device (cpu, cuda, cuda:1) instead of the recorded one\n"
+               "  --profile then replay each again under lingprobe's inline counters (as the run measured it, into\n"
+               "            replay_profiles/{run}/) and set that profile beside the run's: replays/{stem}/replay_profile.json\n"
                "Exit status 0 when every deterministic op replays exactly, 1 otherwise, 2 for bad usage.\n";
   return 2;
 }
@@ -45,7 +55,96 @@ std::string stem(const std::string& p) {
 
 struct Target {
   std::string path, rel, sha256;  // sha256: as the metadata names it ("" for a file given directly)
+  std::string op, stage;          // from its first replay
 };
+
+// "aten.linear.default" -> "aten::linear" (OPS syntax: the name matches every overload).
+std::string op_rule_name(const std::string& dotted) {
+  const size_t dot = dotted.find('.');
+  if (dot == std::string::npos) return dotted;
+  const size_t second = dotted.find('.', dot + 1);
+  return dotted.substr(0, dot) + "::" + dotted.substr(dot + 1, second == std::string::npos ? std::string::npos : second - dot - 1);
+}
+
+// The profile directory of a run whose name ends with the signature's 16 hex digits ("" if none).
+std::string profile_with_hash(const std::string& run_dir, const std::string& h16) {
+  std::string found;
+  if (DIR* d = ::opendir((run_dir + "/profiles").c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (found.empty() && n.find("_" + h16) != std::string::npos) found = run_dir + "/profiles/" + n;
+    }
+    ::closedir(d);
+  }
+  return found;
+}
+
+// Replays each target again with lingprobe's inline counters on (its own run directory under
+// BASE/replay_profiles/), then compares each replay's profile with the run's. Returns the failures.
+int profile_replays(std::vector<Target>& targets, const std::string& run_dir, const std::string& base,
+                    const std::string& device) {
+  const std::string replays = base + "/replays";
+  std::string ops;
+  for (const auto& t : targets)
+    if (!t.op.empty()) ops += (ops.empty() ? "" : ";") + t.stage + ":" + op_rule_name(t.op);
+  if (ops.empty()) return 0;
+  const std::string out = base + "/replay_profiles";
+  const std::string run_id = "replay-" + std::to_string(std::time(nullptr)) + "-" + std::to_string(::getpid());
+  const std::vector<std::string> settings = {"ENABLE=0", "PROFILE=1", "SNAPSHOTS=0", "RUN_ID=" + run_id, "OPS=" + ops,
+                                             "SAMPLE_COORDINATION=none", "LOG_LEVEL=warn"};
+  std::vector<const char*> raw;
+  for (const auto& x : settings) raw.push_back(x.c_str());
+  lingprobe_options o{};
+  o.struct_size = sizeof o;
+  o.use_environment = 0;  // the job's LINGPROBE_* settings are not this measurement's
+  o.out_dir = out.c_str();
+  o.settings = raw.data();
+  o.settings_count = raw.size();
+  if (lingprobe_status st = lingprobe_init(&o); st != LINGPROBE_OK) {
+    std::cout << "FAILED  --profile: lingprobe_init: " << lingprobe_status_string(st) << ": " << lingprobe_last_error() << "\n";
+    return 1;
+  }
+  char dir[4096] = {0};
+  (void)lingprobe_get_run_dir(dir, sizeof dir);
+  for (const auto& t : targets) {
+    if (t.op.empty()) continue;
+    lingprobe::replay::ReplayOptions ro;
+    ro.device = device;  // ro.out_dir empty: this pass writes no replay files
+    ro.before_call = [] { lingprobe_start(); };  // recording the call only, not its inputs' rebuilding
+    ro.after_call = [] { lingprobe_stop(); };
+    lingprobe_stage_push(t.stage.c_str());
+    (void)lingprobe::replay::replay_snapshot(t.path, ro);
+    lingprobe_stage_pop();
+  }
+  lingprobe_finalize();
+  int failed = 0;
+  for (const auto& t : targets) {
+    if (t.op.empty()) continue;
+    const std::string name = stem(t.path);
+    const size_t rank = name.rfind("_rank");  // {stage}_rank{R}_{h16}[_s{seq}]
+    const size_t at = rank == std::string::npos ? std::string::npos : name.find('_', rank + 5);
+    const std::string h16 = at == std::string::npos ? "" : name.substr(at + 1, 16);
+    const std::string mine = profile_with_hash(dir, h16);
+    const std::string theirs = run_dir + "/profiles/" + name;
+    std::string error;
+    lingprobe::format::JsonValue c =
+        mine.empty() ? lingprobe::format::JsonValue::null() : lingprobe::replay::compare_profiles(theirs, mine, error);
+    if (c.is_null()) {
+      std::cout << "FAILED  --profile " << t.rel << ": "
+                << (mine.empty() ? "the replay opened no counter window (its reasons are in " + std::string(dir) +
+                                       "'s counts record: `lingprobe audit " + dir + "`)"
+                                 : error)
+                << "\n";
+      ++failed;
+      continue;
+    }
+    const std::string path = replays + "/" + name + "/replay_profile.json";
+    if (!lingprobe::sink::replace_file(path, lingprobe::format::pretty_json(c) + "\n").empty()) ++failed;
+    std::cout << lingprobe::replay::profile_line(c) << "  " << t.rel << "\n";
+  }
+  std::cout << "replay profiles: " << dir << "/profiles/; comparisons in " << replays << "/{stem}/replay_profile.json\n";
+  return failed;
+}
 
 }  // namespace
 
@@ -62,12 +161,13 @@ int main(int argc, char** argv) {
 
 int run(int argc, char** argv) {
   std::string input, out_dir, device;
-  bool quiet = false;
+  bool quiet = false, profile = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if ((a == "-o" || a == "--output") && i + 1 < argc) out_dir = argv[++i];
     else if (a == "--device" && i + 1 < argc) device = argv[++i];
     else if (a == "--quiet" || a == "-q") quiet = true;
+    else if (a == "--profile") profile = true;
     else if (a == "-h" || a == "--help") return usage(), 0;
     else if (!a.empty() && a[0] == '-') return usage();
     else if (input.empty()) input = a;
@@ -92,7 +192,7 @@ int run(int argc, char** argv) {
         std::cerr << "lingprobe replay: " << rr.error << "\n";
         return 1;
       }
-      for (const auto& e : s.snapshots) targets.push_back({run_dir + "/" + e.path, e.path, e.sha256});
+      for (const auto& e : s.snapshots) targets.push_back({run_dir + "/" + e.path, e.path, e.sha256, "", ""});
     }
     if (targets.empty()) {
       std::cerr << "lingprobe replay: " << run_dir << "'s metadata names no snapshot (was LINGPROBE_SNAPSHOTS=1?)\n";
@@ -102,12 +202,12 @@ int run(int argc, char** argv) {
     const std::string dir = parent(input);
     run_dir = dir.size() >= 9 && dir.compare(dir.size() - 9, 9, "snapshots") == 0 ? parent(dir) : dir;
     const std::string rel = input.rfind(run_dir + "/", 0) == 0 ? input.substr(run_dir.size() + 1) : input;
-    targets.push_back({input, rel, ""});
+    targets.push_back({input, rel, "", "", ""});
   }
   const std::string replays = (out_dir.empty() ? run_dir : out_dir) + "/replays";
 
   int exact = 0, inexact = 0, nondet = 0, failed = 0;
-  for (const auto& t : targets) {
+  for (auto& t : targets) {
     if (!t.sha256.empty()) {
       std::string sha;
       if (!lingprobe::format::sha256_file_hex(t.path, sha) || sha != t.sha256) {
@@ -127,6 +227,8 @@ int run(int argc, char** argv) {
       ++failed;
       continue;
     }
+    t.op = r.op;
+    t.stage = r.stage;
     const char* verdict = !r.exact ? "nondet " : *r.exact ? "exact  " : "INEXACT";
     (!r.exact ? nondet : *r.exact ? exact : inexact)++;
     if (!quiet || (r.exact && !*r.exact)) {
@@ -139,5 +241,6 @@ int run(int argc, char** argv) {
   }
   std::cout << "replayed " << targets.size() << " snapshot(s): " << exact << " exact, " << inexact << " inexact, "
             << nondet << " nondeterministic (exact null), " << failed << " failed; results in " << replays << "/\n";
+  if (profile) failed += profile_replays(targets, run_dir, out_dir.empty() ? run_dir : out_dir, device);
   return inexact || failed ? 1 : 0;
 }

@@ -439,7 +439,14 @@ ReplayResult replay_one(const std::string& path, const ReplayOptions& options) {
     host_ctx.reader = &reader;
     host_ctx.device = "cpu";
     flatten_tensors(rebuild(host_ctx, *doc.find("output"), nullptr), expected);
-    handle->callBoxed(&stack);
+    if (options.before_call) options.before_call();
+    try {
+      handle->callBoxed(&stack);
+    } catch (...) {
+      if (options.after_call) options.after_call();
+      throw;
+    }
+    if (options.after_call) options.after_call();
   } catch (const std::exception& e) {
     r.error = path + ": " + e.what();
     return r;

@@ -7,6 +7,7 @@
 // identity.json, run.log, replay_operator.py, manifest.json).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,9 @@ struct ReplayOptions {
   std::string device;       // "" : the device the snapshot's tensors were on
   std::string out_dir;      // the replay's own folder (replays/{stem}); "" : write nothing
   std::string snapshot_rel; // the snapshot's path relative to its run directory (for the reports)
+  // Run just before and just after the op's call, around nothing else (`replay --profile`
+  // records only the call itself, not the rebuilding of its inputs).
+  std::function<void()> before_call, after_call;
 };
 
 struct ReplayResult {

@@ -418,3 +418,19 @@ def test_stage_gpu_time_is_measured_and_windows_are_told_apart(build_dir, tmp_pa
     assert big["gpu_time_without_windows_us"] == pytest.approx(stages["big"]["clean_gpu_us"] * 4 / 3, rel=1e-3)
     assert 0.5 < big["attributed_fraction"] <= 1.2, big                # the mm's kernel time x 48 calls
     assert "Measured GPU time (CUDA events per stage" in (run_dir / "reports" / "summary.md").read_text()
+
+
+def test_replay_profile_sets_the_isolated_call_beside_the_run(counted, cli, tmp_path):
+    # `lingprobe replay --profile`: each snapshot's call replayed in isolation under lingprobe's own
+    # counter window, kernel by kernel beside the run's profile of the same call.
+    r = subprocess.run([str(cli), "replay", str(counted), "-o", str(tmp_path), "--profile"], capture_output=True,
+                       text=True, timeout=600)
+    print(r.stdout[-3000:])
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("profile kernels")]
+    assert len(lines) == 3 and all("(same)" in l for l in lines), r.stdout
+    for d in (tmp_path / "replays").iterdir():
+        c = json.loads((d / "replay_profile.json").read_text())
+        assert c["kernels_match"] and c["run_status"] == c["replay_status"] == "passed", c
+        assert c["run_kernels"] == c["replay_kernels"] >= 1
+        assert abs(c["replay_time_us"] - c["run_time_us"]) <= 0.15 * c["run_time_us"] + 5, c

@@ -452,3 +452,19 @@ def test_exit_while_the_writer_cycles_does_not_hang(tmp_path, build_dir):
         assert p.returncode == 0, p.stderr
         (run_dir,) = metadata.run_dirs(tmp_path / str(attempt) / "out")
         assert len(snapshot_records(run_dir)) == 40
+
+
+def test_replay_profile_without_a_gpu_says_why_and_replays_anyway(ops_run, cli, tmp_path):
+    # `lingprobe replay --profile` on CPU snapshots: the replays run and compare as without it; no counter
+    # window opens on CPU tensors, and each target says so and where the reasons are.
+    r = replay(cli, ops_run, "-o", str(tmp_path), "--profile")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "replayed 6 snapshot(s): 6 exact, 0 inexact" in r.stdout
+    failed = [l for l in r.stdout.splitlines() if l.startswith("FAILED  --profile")]
+    assert len(failed) == 6 and all("opened no counter window" in l and "lingprobe audit" in l for l in failed), r.stdout
+    assert sorted(p.name for p in (tmp_path / "replays").iterdir()) == sorted(
+        p.stem for p in (ops_run / "snapshots").glob("*.pt"))  # the profiled replays' run is not among them
+    (meta,) = (tmp_path / "replay_profiles" / "latest" / "metadata").glob("*.jsonl")
+    counts = [r for r in metadata.read(meta) if r["kind"] == "counts"][-1]
+    assert len(counts["calls"]) == 6, counts  # the six calls alone, not the rebuilding of their inputs
+    assert counts["dropped"]["profiles"] == {"no_cuda_tensor": 6}, counts

@@ -3,7 +3,8 @@
 # scripts/fetch-gpu-deps.sh): builds lingprobe against that machine's torch,
 # runs the test suite (GPU and CPU tiers) and the GPU workloads, and writes
 # results under $OUT.
-#   scripts/gpu-check.sh build|test|pytest FILE.py...|reference N|bench N|cpubench N ...   (steps in order; default: build test)
+#   scripts/gpu-check.sh build|test|pytest FILE.py...|reference N|bench N|cpubench N|validate RUN N|replayprofile RUN ...
+#   (steps in order; default: build test)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
@@ -116,13 +117,26 @@ step_bench() {
   done | tee -a "$OUT/bench.txt"
 }
 
+# The reference run $1's snapshots replayed again under lingprobe's own counter windows (replay --profile),
+# each set beside the run's profile; `validate` then sets those beside ncu too.
+step_replayprofile() {
+  local t0=$SECONDS
+  "$build/lingprobe" replay --quiet --profile "$root/gpu-runs/$1" >"$OUT/replay-profile-$1.txt" 2>&1
+  local rc=$?
+  grep -E "^profile|FAILED|replay profiles" "$OUT/replay-profile-$1.txt" | tail -60
+  echo "replayprofile $1: rc=$rc $((SECONDS - t0)) s"
+  return $rc
+}
+
 # Inline counters against ncu on a reference run's profiles: $1 the mode's run, $2 how many picked at
 # random (seed 13) among its passed profiles: signatures nobody chose (VALIDATE_MIN_US: only among those
 # with a kernel at least that long, the target's kernels).
 step_validate() {
   local t0=$SECONDS min=()
   [ -n "${VALIDATE_MIN_US:-}" ] && min=(--min-kernel-us "$VALIDATE_MIN_US")
-  LINGPROBE_PYTHON=$py "$build/lingprobe" validate "$root/gpu-runs/$1" --random "${2:-10}" --seed 13 --runs 2 "${min[@]}" \
+  local pick=(--random "${2:-10}" --seed 13 "${min[@]}")
+  [ -n "${VALIDATE_SIGNATURES:-}" ] && pick=(--signatures "$VALIDATE_SIGNATURES")  # named: the rest of a cut run
+  LINGPROBE_PYTHON=$py "$build/lingprobe" validate "$root/gpu-runs/$1" "${pick[@]}" --runs 2 \
     --json "$OUT/validate-$1.json" >"$OUT/validate-$1.txt" 2>&1
   local rc=$?
   grep -E "^validate:|OUT|MISS|ERROR" "$OUT/validate-$1.txt" | tail -60
@@ -152,6 +166,7 @@ while [ ${#steps[@]} -gt 0 ]; do
     pytest) files=(); while [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} == *.py* ]]; do files+=("${steps[0]}"); steps=("${steps[@]:1}"); done
             step_pytest "${files[@]}" || rc=1 ;;
     validate) m=${steps[0]}; n=${steps[1]}; steps=("${steps[@]:2}"); step_validate "$m" "$n" || rc=1 ;;
+    replayprofile) m=${steps[0]}; steps=("${steps[@]:1}"); step_replayprofile "$m" || rc=1 ;;
     reference) arg=20; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
                step_reference "$arg" || rc=1 ;;
     *) echo "gpu-check: unknown step $s"; rc=2 ;;

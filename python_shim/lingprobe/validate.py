@@ -17,6 +17,8 @@ metric: inline, ncu (median of the runs), relative difference, ncu's spread,
 and whether it is within the target: max(3%, 2x ncu's spread) on time and
 throughput percentages, 3% on DRAM bytes, for kernels longer than 20 us.
 Kernels that differ between the inline profile and the replay count as misses.
+Where `lingprobe replay --profile` ran, the replay's own inline profile (the
+same call in the same cache state as ncu's runs) is set beside ncu as well.
 --random picks N more profiles at random (seeded) among the passed ones not
 chosen otherwise: signatures nobody picked; with --min-kernel-us, only among
 those with a kernel at least that long (20: the target's kernels). Profiles
@@ -86,6 +88,13 @@ def validate_profile(profile_dir, replay_dir, runs):
     ncu = [ncu_run(script, metrics, "none")[0] for _ in range(runs)]
     ncu_all = ncu_run(script, metrics, "all")[0]
     table, misses = [], []
+    # `lingprobe replay --profile` measured the replayed call inline too: the same cache state as ncu's runs
+    replay_inline = None
+    rp = replay_dir / "replay_profile.json"
+    if rp.exists():
+        rk = json.loads((pathlib.Path(json.loads(rp.read_text())["replay_profile"]) / "kernels.json").read_text())
+        if [k["mangled_name"] for k in rk] == [k["mangled_name"] for k in kernels]:
+            replay_inline = rk
     if [k["mangled_name"] for k in kernels] != [k["mangled"] for k in ncu[0]]:
         misses.append({"inline": [k["mangled_name"] for k in kernels], "ncu": [k["mangled"] for k in ncu[0]]})
     for i, k in enumerate(kernels):
@@ -103,10 +112,15 @@ def validate_profile(profile_dir, replay_dir, runs):
             same = i < len(ncu_all) and ncu_all[i]["mangled"] == k["mangled_name"]
             all_cache = ncu_all[i]["values"].get(m) if same else None
             long = base_value(TIME, k["metrics"][TIME]) > 20e3 if TIME in k["metrics"] else True
-            table.append({"kernel": k["name"][:80], "mangled": k["mangled_name"], "index": i, "metric": m,
-                          "inline": inline, "ncu": ref, "ncu_cache_all": all_cache, "relative": rel,
-                          "ncu_spread": spread, "tolerance": tolerance(m, spread), "long_kernel": long,
-                          "within": abs(rel) <= tolerance(m, spread)})
+            row = {"kernel": k["name"][:80], "mangled": k["mangled_name"], "index": i, "metric": m,
+                   "inline": inline, "ncu": ref, "ncu_cache_all": all_cache, "relative": rel,
+                   "ncu_spread": spread, "tolerance": tolerance(m, spread), "long_kernel": long,
+                   "within": abs(rel) <= tolerance(m, spread)}
+            if replay_inline is not None and m in replay_inline[i]["metrics"]:
+                ri = base_value(m, replay_inline[i]["metrics"][m])
+                row.update(replay_inline=ri, replay_relative=(ri - ref) / ref if ref else 0.0)
+                row["replay_within"] = abs(row["replay_relative"]) <= row["tolerance"]
+            table.append(row)
     return {"profile": profile_dir.name, "signature": identity.get("signature_sha256", ""), "rows": table,
             "misses": misses}
 
@@ -129,16 +143,22 @@ def main():
               file=sys.stderr)
         return 2
     profiles = sorted(p for p in (a.run_dir / "profiles").iterdir() if (p / "kernels.json").exists())
-    passed, longest = [], {}
+    passed, longest, unreplayed = [], {}, []
     for p in profiles:
         ident = json.loads((p / "identity.json").read_text())
         if ident.get("status") != "passed":
             continue
         times = [k["metrics"].get(TIME, {}).get("value", 0) for k in json.loads((p / "kernels.json").read_text())]
+        if not (a.run_dir / "replays" / p.name / "replay_operator.py").exists():
+            unreplayed.append(p.name)  # no snapshot (the budget ran out) or no replay run: nothing for ncu
+            continue
         if sum(times) > 0:  # a call that launched no kernel (a view, a metadata op) has nothing to compare
             passed.append((sum(times), p, ident.get("signature_sha256", "")))
             longest[p] = max(times)
     passed.sort(key=lambda x: (-x[0], x[1].name))
+    if unreplayed:
+        print(f"validate: {len(unreplayed)} passed profile(s) have no replay and cannot be chosen "
+              f"(run `lingprobe replay {a.run_dir}`; a snapshot refused by its budget has none)")
     chosen = []
     if a.signatures:
         for h in a.signatures.split(","):
@@ -173,8 +193,10 @@ def main():
     for res in results:
         print(f"== {res['profile']}" + (f": ERROR {res['error']}" if res.get("error") else ""))
         for r in res["rows"]:
+            beside = (f"; replay inline {r['replay_inline']:.5g} ({100 * r['replay_relative']:+.2f}%)"
+                      if "replay_inline" in r else "")
             print(f"  {'ok ' if r['within'] else 'OUT'} k{r['index']} {r['metric'][:48]:48} inline {r['inline']:.5g} "
-                  f"ncu {r['ncu']:.5g} ({100 * r['relative']:+.2f}%, spread {100 * r['ncu_spread']:.2f}%)"
+                  f"ncu {r['ncu']:.5g} ({100 * r['relative']:+.2f}%, spread {100 * r['ncu_spread']:.2f}%){beside}"
                   f"{'' if r['long_kernel'] else ' [<20us]'}")
         for m in res["misses"]:
             print(f"  MISS kernels differ: inline {m['inline']} vs ncu {m['ncu']}")
@@ -183,6 +205,9 @@ def main():
     print(f"validate: {ok}/{pairs} (kernel, metric) pairs of kernels > 20 us within target "
           f"({100 * ok / pairs if pairs else 0:.1f}%), {doc['kernel_set_misses']} kernel-set misses; "
           f"{doc['within_against_none_or_all']}/{pairs} within against ncu with --cache-control none or all")
+    if doc["replay_inline_pairs"]:
+        print(f"validate: the replays' own inline profiles (lingprobe replay --profile: the same cache state as ncu's "
+              f"runs): {doc['replay_inline_within']}/{doc['replay_inline_pairs']} pairs within target")
     if a.json:
         a.json.write_text(json.dumps(doc, indent=1))
     return 0 if pairs and ok >= 0.9 * pairs else 1
@@ -204,7 +229,9 @@ def summary(results, partial):
         ref = r["ncu_cache_all"]
         return ref is not None and ref != 0 and abs(r["inline"] - ref) / ref <= r["tolerance"]
 
+    replayed = [r for r in rows if "replay_within" in r]
     return {"results": results, "within": sum(r["within"] for r in rows), "pairs": len(rows),
+            "replay_inline_pairs": len(replayed), "replay_inline_within": sum(r["replay_within"] for r in replayed),
             "within_against_none_or_all": sum(r["within"] or within_all(r) for r in rows),
             "kernel_set_misses": sum(len(r["misses"]) for r in results), "histogram": dict(zip(labels, hist)),
             "partial": partial}

@@ -126,6 +126,11 @@ int profile_replays(std::vector<Target>& targets, const std::string& run_dir, co
     const std::string h16 = at == std::string::npos ? "" : name.substr(at + 1, 16);
     const std::string mine = profile_with_hash(dir, h16);
     const std::string theirs = run_dir + "/profiles/" + name;
+    if (!is_dir(theirs)) {  // nothing to compare with: not this replay's failure
+      std::cout << "skipped --profile " << t.rel << ": the run has no profile of this call (" << name
+                << (mine.empty() ? "; no counter window in the replay either" : "; the replay's is in " + mine) << ")\n";
+      continue;
+    }
     std::string error;
     lingprobe::format::JsonValue c =
         mine.empty() ? lingprobe::format::JsonValue::null() : lingprobe::replay::compare_profiles(theirs, mine, error);

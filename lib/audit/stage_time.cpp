@@ -82,8 +82,10 @@ StageTimeView stage_time_view(const std::vector<const FileSummary*>& files,
   out.set("intervals_lost", std::move(lost_json));
   out.set("scope", JsonValue::string(
       std::string("Measured per rank with CUDA timing events on the stream of each stage run's first CUDA op, from that "
-                  "op to the stage's end, summed over the ranks: the stage's GPU span on that stream, so it includes "
-                  "idle gaps where the host fell behind and the time of other streams' work it waited for (NCCL). An "
+                  "op to the stage's end, summed over the ranks (rank-seconds: ranks sharing a GPU overlap in time): "
+                  "the stage's GPU span on that stream, not its busy time, so it includes idle gaps where the host "
+                  "fell behind or waited (host-side collectives such as gloo's) and other streams' work it waited for "
+                  "(NCCL). An "
                   "interval is clean when no counter window opened on its GPU while it ran; without windows = the "
                   "measurement where all intervals are clean") +
       (extrapolated_any ? ", else the clean intervals' mean x all intervals" : "") +

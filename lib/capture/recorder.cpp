@@ -104,7 +104,9 @@ struct ThreadState {
   std::atomic<Counter*> counts[kMaxChunks] = {};  // per-signature calls of this thread
   format::RecordBuffer* buffer = nullptr;
   bool buffer_requested = false;
-  uint32_t timed_changes = ~0u;  // the stage stack's `changes` the stage clock last began an interval at
+  uint32_t timed_changes = ~0u;  // the stage stack's `changes` the stage clock is done with (began, or gave up)
+  uint32_t timed_seen = ~0u;     // ... and the one timed_tries counts for
+  uint32_t timed_tries = 0;      // ops without a CUDA tensor since that change
 };
 
 struct Global {
@@ -247,15 +249,23 @@ inline OpInfo* find_op(ThreadState* ts, const at::RecordFunction& fn) {
 }
 
 // The stage clock's interval begins at the thread's first op with a CUDA
-// tensor after a stage change (an op without one leaves it for the next).
+// tensor after a stage change (an op without one leaves it for the next, up
+// to kStageClockTries ops: a CPU-only stage, or process, stops paying for the
+// scan; that stage run goes unmeasured).
+constexpr uint32_t kStageClockTries = 64;
 void begin_stage_interval(StageTiming& clock, ThreadState& ts, const at::RecordFunction& fn, StageId stage) {
+  const uint32_t changes = ts.stages->changes;
+  if (ts.timed_seen != changes) ts.timed_seen = changes, ts.timed_tries = 0;
   const at::Tensor* cuda = nullptr;
   for (const c10::IValue& v : fn.inputs()) {
     if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cuda()) cuda = &v.toTensor();
     if (cuda) break;
   }
-  if (!cuda) return;
-  ts.timed_changes = ts.stages->changes;
+  if (!cuda) {
+    if (++ts.timed_tries >= kStageClockTries) ts.timed_changes = changes;
+    return;
+  }
+  ts.timed_changes = changes;
   clock.begin(stage, cuda->get_device(), current_stream_handle(cuda->device()));
 }
 

@@ -18,7 +18,8 @@ and whether it is within the target: max(3%, 2x ncu's spread) on time and
 throughput percentages, 3% on DRAM bytes, for kernels longer than 20 us.
 Kernels that differ between the inline profile and the replay count as misses.
 Where `lingprobe replay --profile` ran, the replay's own inline profile (the
-same call in the same cache state as ncu's runs) is set beside ncu as well.
+same call replayed in isolation, measured by lingprobe) is set beside ncu as
+well: it tells a difference of the measurement from one of the call's history.
 --random picks N more profiles at random (seeded) among the passed ones not
 chosen otherwise: signatures nobody picked; with --min-kernel-us, only among
 those with a kernel at least that long (20: the target's kernels). Profiles
@@ -88,7 +89,7 @@ def validate_profile(profile_dir, replay_dir, runs):
     ncu = [ncu_run(script, metrics, "none")[0] for _ in range(runs)]
     ncu_all = ncu_run(script, metrics, "all")[0]
     table, misses = [], []
-    # `lingprobe replay --profile` measured the replayed call inline too: the same cache state as ncu's runs
+    # `lingprobe replay --profile` measured the replayed call inline too (another process, another history)
     replay_inline = None
     rp = replay_dir / "replay_profile.json"
     if rp.exists():
@@ -206,8 +207,8 @@ def main():
           f"({100 * ok / pairs if pairs else 0:.1f}%), {doc['kernel_set_misses']} kernel-set misses; "
           f"{doc['within_against_none_or_all']}/{pairs} within against ncu with --cache-control none or all")
     if doc["replay_inline_pairs"]:
-        print(f"validate: the replays' own inline profiles (lingprobe replay --profile: the same cache state as ncu's "
-              f"runs): {doc['replay_inline_within']}/{doc['replay_inline_pairs']} pairs within target")
+        print(f"validate: the replays' own inline profiles (lingprobe replay --profile) against ncu: "
+              f"{doc['replay_inline_within']}/{doc['replay_inline_pairs']} pairs within target")
     if a.json:
         a.json.write_text(json.dumps(doc, indent=1))
     return 0 if pairs and ok >= 0.9 * pairs else 1

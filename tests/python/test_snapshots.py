@@ -456,12 +456,13 @@ def test_exit_while_the_writer_cycles_does_not_hang(tmp_path, build_dir):
 
 def test_replay_profile_without_a_gpu_says_why_and_replays_anyway(ops_run, cli, tmp_path):
     # `lingprobe replay --profile` on CPU snapshots: the replays run and compare as without it; no counter
-    # window opens on CPU tensors, and each target says so and where the reasons are.
+    # window opens on CPU tensors (in the run or the replay), and each target says so.
     r = replay(cli, ops_run, "-o", str(tmp_path), "--profile")
-    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr  # the run had no profiles: nothing to compare, nothing failed
     assert "replayed 6 snapshot(s): 6 exact, 0 inexact" in r.stdout
-    failed = [l for l in r.stdout.splitlines() if l.startswith("FAILED  --profile")]
-    assert len(failed) == 6 and all("opened no counter window" in l and "lingprobe audit" in l for l in failed), r.stdout
+    skipped = [l for l in r.stdout.splitlines() if l.startswith("skipped --profile")]
+    assert len(skipped) == 6 and all("the run has no profile of this call" in l and "no counter window in the "
+                                     "replay either" in l for l in skipped), r.stdout
     assert sorted(p.name for p in (tmp_path / "replays").iterdir()) == sorted(
         p.stem for p in (ops_run / "snapshots").glob("*.pt"))  # the profiled replays' run is not among them
     (meta,) = (tmp_path / "replay_profiles" / "latest" / "metadata").glob("*.jsonl")

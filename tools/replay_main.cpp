@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <algorithm>
 #include <ctime>
 #include <map>
 
@@ -66,80 +67,102 @@ std::string op_rule_name(const std::string& dotted) {
   return dotted.substr(0, dot) + "::" + dotted.substr(dot + 1, second == std::string::npos ? std::string::npos : second - dot - 1);
 }
 
-// The profile directory of a run whose name ends with the signature's 16 hex digits ("" if none).
-std::string profile_with_hash(const std::string& run_dir, const std::string& h16) {
-  std::string found;
-  if (DIR* d = ::opendir((run_dir + "/profiles").c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      const std::string n = e->d_name;
-      if (found.empty() && n.find("_" + h16) != std::string::npos) found = run_dir + "/profiles/" + n;
-    }
-    ::closedir(d);
-  }
-  return found;
+// The signature's 16 hex digits in a stem "{stage}_rank{R}_{h16}[_s{seq}][_p{pid}]" ("" if it has none).
+std::string stem_hash(const std::string& name) {
+  const size_t rank = name.rfind("_rank");
+  const size_t at = rank == std::string::npos ? std::string::npos : name.find('_', rank + 5);
+  if (at == std::string::npos || name.size() < at + 17) return "";
+  const std::string h = name.substr(at + 1, 16);
+  if (h.find_first_not_of("0123456789abcdef") != std::string::npos) return "";
+  if (name.size() > at + 17 && name[at + 17] != '_') return "";
+  return h;
 }
 
-// Replays each target again with lingprobe's inline counters on (its own run directory under
-// BASE/replay_profiles/), then compares each replay's profile with the run's. Returns the failures.
+// The replay run's profile of the signature with these 16 hex digits: the first by name ("" if none).
+std::string profile_with_hash(const std::string& run_dir, const std::string& h16) {
+  std::vector<std::string> found;
+  if (DIR* d = ::opendir((run_dir + "/profiles").c_str())) {
+    while (dirent* e = ::readdir(d))
+      if (stem_hash(e->d_name) == h16) found.push_back(run_dir + "/profiles/" + e->d_name);
+    ::closedir(d);
+  }
+  std::sort(found.begin(), found.end());
+  return found.empty() ? "" : found.front();
+}
+
+// Replays each target whose call the run profiled again, with lingprobe's inline counters on (its own run
+// directory under BASE/replay_profiles/), then compares each replay's profile with the run's. Returns the failures.
 int profile_replays(std::vector<Target>& targets, const std::string& run_dir, const std::string& base,
                     const std::string& device) {
   const std::string replays = base + "/replays";
   std::string ops;
-  for (const auto& t : targets)
-    if (!t.op.empty()) ops += (ops.empty() ? "" : ";") + t.stage + ":" + op_rule_name(t.op);
-  if (ops.empty()) return 0;
+  std::vector<Target*> chosen;
+  for (auto& t : targets) {
+    if (t.op.empty()) continue;  // its first replay failed (reported above)
+    const std::string name = stem(t.path);
+    if (stem_hash(name).empty() || !is_dir(run_dir + "/profiles/" + name)) {
+      std::cout << "skipped --profile " << t.rel << ": the run has no profile of this call, nothing to compare\n";
+      continue;
+    }
+    if (t.stage.find_first_of(":;,") != std::string::npos) {
+      std::cout << "skipped --profile " << t.rel << ": its stage name '" << t.stage
+                << "' has a character of the OPS syntax (: ; ,)\n";
+      continue;
+    }
+    ops += (ops.empty() ? "" : ";") + t.stage + ":" + op_rule_name(t.op);
+    chosen.push_back(&t);
+  }
+  if (chosen.empty()) return 0;
+  if (lingprobe_get_state() != LINGPROBE_STATE_FRESH) {
+    std::cout << "FAILED  --profile: lingprobe is already running in this process (preloaded into the replayer?); "
+                 "run `lingprobe replay --profile` without LD_PRELOAD\n";
+    return 1;
+  }
   const std::string out = base + "/replay_profiles";
   const std::string run_id = "replay-" + std::to_string(std::time(nullptr)) + "-" + std::to_string(::getpid());
-  const std::vector<std::string> settings = {"ENABLE=0", "PROFILE=1", "SNAPSHOTS=0", "RUN_ID=" + run_id, "OPS=" + ops,
+  // The job's environment is not this measurement's: no LINGPROBE_* settings, a single process of rank 0.
+  const std::vector<std::string> settings = {"ENABLE=0",       "PROFILE=1", "SNAPSHOTS=0", "STAGE_GPU_TIME=0",
+                                             "RUN_ID=" + run_id, "OPS=" + ops, "ROLE=single", "RANK=0",
                                              "SAMPLE_COORDINATION=none", "LOG_LEVEL=warn"};
   std::vector<const char*> raw;
   for (const auto& x : settings) raw.push_back(x.c_str());
   lingprobe_options o{};
   o.struct_size = sizeof o;
-  o.use_environment = 0;  // the job's LINGPROBE_* settings are not this measurement's
+  o.use_environment = 0;
   o.out_dir = out.c_str();
   o.settings = raw.data();
   o.settings_count = raw.size();
-  if (lingprobe_status st = lingprobe_init(&o); st != LINGPROBE_OK) {
-    std::cout << "FAILED  --profile: lingprobe_init: " << lingprobe_status_string(st) << ": " << lingprobe_last_error() << "\n";
+  char dir[4096] = {0};
+  if (lingprobe_status st = lingprobe_init(&o); st != LINGPROBE_OK ||
+                                                 (st = lingprobe_get_run_dir(dir, sizeof dir)) != LINGPROBE_OK) {
+    std::cout << "FAILED  --profile: lingprobe: " << lingprobe_status_string(st) << ": " << lingprobe_last_error() << "\n";
     return 1;
   }
-  char dir[4096] = {0};
-  (void)lingprobe_get_run_dir(dir, sizeof dir);
-  for (const auto& t : targets) {
-    if (t.op.empty()) continue;
+  std::vector<std::string> errors(chosen.size());
+  for (size_t i = 0; i < chosen.size(); ++i) {
     lingprobe::replay::ReplayOptions ro;
     ro.device = device;  // ro.out_dir empty: this pass writes no replay files
     ro.before_call = [] { lingprobe_start(); };  // recording the call only, not its inputs' rebuilding
     ro.after_call = [] { lingprobe_stop(); };
-    lingprobe_stage_push(t.stage.c_str());
-    (void)lingprobe::replay::replay_snapshot(t.path, ro);
+    lingprobe_stage_push(chosen[i]->stage.c_str());
+    const lingprobe::replay::ReplayResult r = lingprobe::replay::replay_snapshot(chosen[i]->path, ro);
     lingprobe_stage_pop();
+    if (!r.ok) errors[i] = "its replay under counters failed: " + r.error;
   }
   lingprobe_finalize();
   int failed = 0;
-  for (const auto& t : targets) {
-    if (t.op.empty()) continue;
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    const Target& t = *chosen[i];
     const std::string name = stem(t.path);
-    const size_t rank = name.rfind("_rank");  // {stage}_rank{R}_{h16}[_s{seq}]
-    const size_t at = rank == std::string::npos ? std::string::npos : name.find('_', rank + 5);
-    const std::string h16 = at == std::string::npos ? "" : name.substr(at + 1, 16);
-    const std::string mine = profile_with_hash(dir, h16);
-    const std::string theirs = run_dir + "/profiles/" + name;
-    if (!is_dir(theirs)) {  // nothing to compare with: not this replay's failure
-      std::cout << "skipped --profile " << t.rel << ": the run has no profile of this call (" << name
-                << (mine.empty() ? "; no counter window in the replay either" : "; the replay's is in " + mine) << ")\n";
-      continue;
-    }
-    std::string error;
-    lingprobe::format::JsonValue c =
-        mine.empty() ? lingprobe::format::JsonValue::null() : lingprobe::replay::compare_profiles(theirs, mine, error);
+    const std::string mine = errors[i].empty() ? profile_with_hash(dir, stem_hash(name)) : "";
+    std::string error = errors[i];
+    lingprobe::format::JsonValue c = lingprobe::format::JsonValue::null();
+    if (!mine.empty()) c = lingprobe::replay::compare_profiles(run_dir + "/profiles/" + name, mine, error);
+    else if (error.empty())
+      error = "the replay opened no counter window (its reasons are in " + std::string(dir) +
+              "'s counts record: `lingprobe audit " + dir + "`)";
     if (c.is_null()) {
-      std::cout << "FAILED  --profile " << t.rel << ": "
-                << (mine.empty() ? "the replay opened no counter window (its reasons are in " + std::string(dir) +
-                                       "'s counts record: `lingprobe audit " + dir + "`)"
-                                 : error)
-                << "\n";
+      std::cout << "FAILED  --profile " << t.rel << ": " << error << "\n";
       ++failed;
       continue;
     }

@@ -99,7 +99,9 @@ class CudaAccess : public capture::DeviceAccess {
   CudaAccess(std::vector<std::string> metrics, std::function<void(std::string)> on_probe, std::string lock_dir,
              bool unguarded)
       : metrics_(std::move(metrics)), on_probe_(std::move(on_probe)), lock_dir_(std::move(lock_dir)),
-        unguarded_(unguarded) {}
+        unguarded_(unguarded) {
+    for (auto& fd : epoch_fds_) fd.store(-1);
+  }
   Capture stream_capture(void* stream) override {
     gpu::CudaDriver* d = gpu::CudaDriver::get();
     if (!d) return Capture::Unknown;
@@ -187,6 +189,7 @@ class CudaAccess : public capture::DeviceAccess {
       return nullptr;
     }
     slot.keep();  // the Window releases it
+    local_epoch_.fetch_add(1);  // odd while the window is open (the Window bumps it back)
     return std::make_unique<Window>(this, d, device, ctx, t0, t_locked, lock_fd, std::move(guard));
 #else
     (void)device;
@@ -196,20 +199,30 @@ class CudaAccess : public capture::DeviceAccess {
 #endif
   }
 
-  // The window epoch of `device`'s GPU (see bump_epoch); 0 before any window opened on it.
+  // The window epoch of `device`'s GPU for the stage clock: the lock file's counter (every process of the GPU's
+  // windows, see bump_epoch) in the high half, this process's own windows in the low half (those too when the
+  // lock file could not be used); odd halves while a window is open (gpu::StageClock::kWindowOpenBits).
   uint64_t window_epoch(int device) {
 #ifndef LINGPROBE_HAVE_CUPTI
     (void)device;
     return 0;  // no windows without CUPTI
 #else
+    const uint64_t own = local_epoch_.load() & 0xffffffffu;
     gpu::CudaDriver* d = gpu::CudaDriver::loaded();
-    if (!d) return 0;
-    const int fd = ::open(lock_path(d, device).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    if (!d || device < 0 || device >= 64) return own;
+    int fd = epoch_fds_[device].load();
+    if (fd < 0) {  // opened once per device (created as the lock is: the first window may come later)
+      std::lock_guard<std::mutex> lock(epoch_mu_);
+      fd = epoch_fds_[device].load();
+      if (fd < 0 && sink::make_directories(lock_dir_).empty()) {
+        fd = ::open(lock_path(d, device).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0) epoch_fds_[device].store(fd);
+      }
+      if (fd < 0) return own;
+    }
     uint64_t n = 0;
     if (::pread(fd, &n, sizeof n, 0) != static_cast<ssize_t>(sizeof n)) n = 0;
-    ::close(fd);
-    return n;
+    return (n & 0xffffffffu) << 32 | own;
 #endif
   }
 
@@ -281,6 +294,7 @@ class CudaAccess : public capture::DeviceAccess {
         }
       owner_->unlock_gpu(lock_fd_);
       if (!closed_) {
+        owner_->local_epoch_.fetch_add(1);
         owner_->add_stall(std::chrono::steady_clock::now() - t0_, true);
         WindowSlot::release();
       }
@@ -289,6 +303,7 @@ class CudaAccess : public capture::DeviceAccess {
       gpu::WindowResult w = owner_->cupti_->end_window([this] { return d_->synchronize(ctx_); });
       closed_ = true;
       owner_->unlock_gpu(lock_fd_);
+      owner_->local_epoch_.fetch_add(1);
       lock_fd_ = -1;
       WindowSlot::release();
       format::JsonValue guard = guard_ ? guard_->finish() : format::JsonValue::null();
@@ -400,6 +415,9 @@ class CudaAccess : public capture::DeviceAccess {
   std::string unavailable_;
   std::string log_;
   std::atomic<uint64_t> windows_{0}, stall_us_{0};
+  std::atomic<uint64_t> local_epoch_{0};  // this process's windows (see window_epoch)
+  std::mutex epoch_mu_;
+  std::atomic<int> epoch_fds_[64];        // the lock files, kept open for the epoch reads; -1 until opened
 
   class Transfer : public capture::DeviceTransfer {
    public:
@@ -579,6 +597,9 @@ void SamplingSession::finalize() {
   if (gpu::CudaDriver* d = gpu::CudaDriver::loaded()) d->set_finishing();  // no exit hangs behind a stuck stream
   if (parts_->stage_time) parts_->stage_time->finalize();  // before the final counts record
   parts_->writer.finalize();
+}
+void SamplingSession::after_fork() {
+  if (parts_->stage_time) parts_->stage_time->after_fork();
 }
 uint64_t SamplingSession::snapshots_written() const { return parts_->writer.written(); }
 uint64_t SamplingSession::snapshot_bytes() const { return parts_->writer.bytes_written(); }

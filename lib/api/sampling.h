@@ -38,6 +38,7 @@ class SamplingSession {
   void add_counts(format::CountsSnapshot& counts);  // drops and sampling figures into a counts record
   void set_identity(int64_t rank, int64_t world_size, const std::string& who);
   void finalize();                               // drains the snapshot writer (before the metadata writer)
+  void after_fork();                             // in a forked child (no GPU call, no lock)
   uint64_t snapshots_written() const;
   uint64_t snapshot_bytes() const;
 

@@ -232,6 +232,7 @@ void fork_child() {
   new (&s.mu) std::mutex();
   s.forked_child = true;
   capture::set_recording(false);
+  if (SamplingSession* sampling = s.sampling_now.load()) sampling->after_fork();  // the stage clock stops, GPU untouched
 }
 
 const char* plain_getenv(const char* name) { return std::getenv(name); }

@@ -30,12 +30,17 @@ void StageGpuTime::begin(uint16_t stage, int device, void* stream) {
   std::call_once(created_, [this] {
     gpu::CudaDriver* d = gpu::CudaDriver::get();
     if (!d) return;  // no driver: no GPU time (the op has a CUDA tensor, so this does not happen in practice)
-    owned_ = std::make_unique<gpu::StageClock>(d, epoch_);
+    owned_ = std::make_unique<gpu::StageClock>(gpu::driver_stage_events(d), epoch_);
     clock_.store(owned_.get(), std::memory_order_release);
     g_clock.store(owned_.get(), std::memory_order_release);
     capture::set_stage_listener(&on_stage_change);
   });
   if (gpu::StageClock* c = clock_.load(std::memory_order_acquire)) c->begin(stage, device, stream);
+}
+
+void StageGpuTime::after_fork() {
+  capture::set_stage_listener(nullptr);  // no GPU call, no lock: the child's stage changes reach nothing
+  if (gpu::StageClock* c = clock_.load(std::memory_order_acquire)) c->abandon_after_fork();
 }
 
 void StageGpuTime::poll() {

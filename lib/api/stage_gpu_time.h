@@ -30,6 +30,7 @@ class StageGpuTime : public capture::StageTiming {
   void begin(uint16_t stage, int device, void* stream) override;  // the op's thread
   void poll();                                                    // the writer thread
   void finalize();                                                // ends open intervals, waits at most 5 s
+  void after_fork();                                              // in a forked child: stops, touching no GPU
   void add_counts(format::CountsSnapshot& counts);
 
  private:

@@ -414,9 +414,11 @@ ReportOutcome run_report(const ReportOptions& options) {
   for (auto& j : jobs) {
     j.json.set("share_of_estimated_gpu_time", j.passed && total_est > 0 ? JsonValue::floating(j.est_us / total_est)
                                                                        : JsonValue::null());
-    j.json.set("share_of_measured_gpu_time", j.passed && measured.denominator_us > 0
-                                                 ? JsonValue::floating(j.est_us / measured.denominator_us)
-                                                 : JsonValue::null());
+    // Of the total the report knows; null for a job whose stage's time is not in it (no clean interval, unmeasured).
+    j.json.set("share_of_measured_gpu_time",
+               j.passed && measured.denominator_us > 0 && measured.without_windows_us.count(j.stage)
+                   ? JsonValue::floating(j.est_us / measured.denominator_us)
+                   : JsonValue::null());
     const JsonValue* c = j.json.find("correctness");
     all_passed = all_passed && str(j.json.find("status")) == "passed" &&
                  (!c || c->is_null() || (c->find("exact") && c->find("exact")->kind() == JsonValue::Kind::Bool &&

@@ -33,6 +33,27 @@ int64_t num(simdjson::dom::element e) {
   return -1;
 }
 
+// {"a":1,...} into `out` (non-integers skipped).
+void read_counts(simdjson::dom::object o, std::map<std::string, uint64_t>& out) {
+  for (auto x : o)
+    if (num(x.value) >= 0) out[std::string(x.key)] = static_cast<uint64_t>(num(x.value));
+}
+void read_counts(simdjson::simdjson_result<simdjson::dom::element> e, std::map<std::string, uint64_t>& out) {
+  simdjson::dom::object o;
+  if (!e.get_object().get(o)) read_counts(o, out);  // nothing when absent or not an object
+}
+
+// {"x":{"a":1},...} into `out`.
+void read_nested_counts(simdjson::simdjson_result<simdjson::dom::element> e,
+                        std::map<std::string, std::map<std::string, uint64_t>>& out) {
+  simdjson::dom::object o;
+  if (e.get_object().get(o)) return;
+  for (auto x : o) {
+    simdjson::dom::object inner;
+    if (!x.value.get_object().get(inner)) read_counts(inner, out[std::string(x.key)]);
+  }
+}
+
 // Returns "" or what was wrong with the record.
 std::string handle(Ctx& c, simdjson::dom::element doc) {
   simdjson::dom::object obj;
@@ -55,14 +76,7 @@ std::string handle(Ctx& c, simdjson::dom::element doc) {
           static_cast<uint64_t>(n);
     }
     f.dropped.clear();
-    simdjson::dom::object dropped;
-    if (!obj["dropped"].get_object().get(dropped)) {
-      for (auto what : dropped) {
-        simdjson::dom::object reasons;
-        if (what.value.get_object().get(reasons)) continue;
-        for (auto r : reasons) f.dropped[std::string(what.key)][std::string(r.key)] = static_cast<uint64_t>(num(r.value));
-      }
-    }
+    read_nested_counts(obj["dropped"], f.dropped);
     f.sampling.clear();
     f.unsampled.clear();
     simdjson::dom::object sampling;
@@ -78,19 +92,8 @@ std::string handle(Ctx& c, simdjson::dom::element doc) {
     }
     f.stage_gpu.clear();
     f.stage_gpu_lost.clear();
-    simdjson::dom::object stages;
-    if (!obj["stage_gpu"].get_object().get(stages)) {
-      for (auto stage : stages) {
-        simdjson::dom::object fields;
-        if (stage.value.get_object().get(fields)) continue;
-        for (auto x : fields)
-          if (num(x.value) >= 0) f.stage_gpu[std::string(stage.key)][std::string(x.key)] = static_cast<uint64_t>(num(x.value));
-      }
-    }
-    simdjson::dom::object lost;
-    if (!obj["stage_gpu_lost"].get_object().get(lost))
-      for (auto x : lost)
-        if (num(x.value) >= 0) f.stage_gpu_lost[std::string(x.key)] = static_cast<uint64_t>(num(x.value));
+    read_nested_counts(obj["stage_gpu"], f.stage_gpu);
+    read_counts(obj["stage_gpu_lost"], f.stage_gpu_lost);
     bool fin = false;
     f.final_counts = !obj["final"].get_bool().get(fin) && fin;
     f.has_counts = true;

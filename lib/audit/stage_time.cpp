@@ -56,6 +56,7 @@ StageTimeView stage_time_view(const std::vector<const FileSummary*>& files,
     j.set("unattributed_us", without >= 0 ? JsonValue::floating(std::max(0.0, without - attr)) : JsonValue::null());
     j.set("attributed_fraction", without > 0 ? JsonValue::floating(attr / without) : JsonValue::null());
     stages.set(stage, std::move(j));
+    if (without >= 0) v.without_windows_us[stage] = without;
     total_raw += static_cast<double>(s.gpu_us);
     if (without >= 0) total += without, total_attr += attr;
     char w[48] = "unknown (no clean interval)";

@@ -16,6 +16,7 @@ struct StageTimeView {
   format::JsonValue json = format::JsonValue::null();  // whole_run.measured_gpu_time; null without measurements
   double denominator_us = 0;  // the run's GPU time with the counter windows' cost taken out (0: not measured)
   std::string markdown;       // a table for summary.md ("" without measurements)
+  std::map<std::string, double> without_windows_us;  // the stages whose time without windows is known
 };
 
 // `files`: the ranks' metadata summaries; `attributed_us`: by stage, the passed jobs' estimated GPU time.

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -255,10 +256,19 @@ inline OpInfo* find_op(ThreadState* ts, const at::RecordFunction& fn) {
 constexpr uint32_t kStageClockTries = 64;
 void begin_stage_interval(StageTiming& clock, ThreadState& ts, const at::RecordFunction& fn, StageId stage) {
   const uint32_t changes = ts.stages->changes;
+  if (!kHasStreamNativeHandle) {  // before torch 2.2 no stream handle: no intervals
+    ts.timed_changes = changes;
+    return;
+  }
   if (ts.timed_seen != changes) ts.timed_seen = changes, ts.timed_tries = 0;
-  const at::Tensor* cuda = nullptr;
+  std::optional<at::Tensor> cuda;
+  auto consider = [&cuda](const at::Tensor& t) {
+    if (!cuda && t.defined() && t.is_cuda()) cuda = t;
+  };
   for (const c10::IValue& v : fn.inputs()) {
-    if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cuda()) cuda = &v.toTensor();
+    if (v.isTensor()) consider(v.toTensor());
+    else if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList().vec()) consider(t);
     if (cuda) break;
   }
   if (!cuda) {
@@ -381,9 +391,9 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     f.sample = nullptr;
     bump(ts->calls_seen);
     const StageId stage = top_stage(*ts->stages);
-    if (StageTiming* clock = G.stage_timing.load(std::memory_order_relaxed);
-        C10_UNLIKELY(clock != nullptr) && ts->stages->changes != ts->timed_changes)
-      begin_stage_interval(*clock, *ts, fn, stage);
+    if (C10_UNLIKELY(G.stage_timing.load(std::memory_order_relaxed) != nullptr) &&
+        ts->stages->changes != ts->timed_changes)  // published by enable_sampling while calls run: acquire it
+      begin_stage_interval(*G.stage_timing.load(std::memory_order_acquire), *ts, fn, stage);
     if (!is_selected(op, stage)) return nullptr;
     if (C10_UNLIKELY(G.skips_warm_up) && in_warm_up(G)) return nullptr;
     f.op = op;

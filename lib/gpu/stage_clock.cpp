@@ -8,7 +8,7 @@
 namespace lingprobe::gpu {
 
 struct StageClock::Open {
-  bool active = false;
+  bool active = false;  // all fields under the clock's mu_
   uint32_t stage = 0;
   int device = -1;
   void* stream = nullptr;
@@ -17,75 +17,118 @@ struct StageClock::Open {
 };
 
 namespace {
-constexpr size_t kMaxPending = 4096;  // intervals waiting for their GPU; past it they are lost (counted)
-thread_local StageClock* t_clock = nullptr;
-thread_local void* t_slot = nullptr;
 
-// Relaxed stream-capture mode around lingprobe's own calls, so they stay legal
-// while another thread captures in global mode.
-struct RelaxedCapture {
-  explicit RelaxedCapture(CudaDriver* d) : d_(d), previous_(d->relax_capture_mode()) {}
-  ~RelaxedCapture() { d_->restore_capture_mode(previous_); }
+constexpr size_t kMaxPending = 4096;  // intervals waiting for their GPU; past it they are lost (counted)
+std::atomic<uint64_t> g_next_id{1};
+std::atomic<uint64_t> g_live{0};  // the live clock's id (a later clock may reuse a freed one's address)
+
+class DriverEvents : public StageEvents {
+ public:
+  explicit DriverEvents(CudaDriver* d) : d_(d) {}
+  bool capturing(void* stream) override { return d_->stream_capture(stream) != CudaDriver::Capture::None; }
+  void* record(int device, void* stream) override {
+    Relaxed relaxed(d_);  // legal while another thread captures in global mode
+    std::string error;
+    return d_->record_event(device, stream, error, true);
+  }
+  State state(int device, void* event) override {
+    Relaxed relaxed(d_);
+    switch (d_->query_event(device, event)) {
+      case CudaDriver::EventState::Done: return State::Done;
+      case CudaDriver::EventState::Pending: return State::Pending;
+      default: return State::Failed;
+    }
+  }
+  bool elapsed_ms(int device, void* start, void* end, float& ms) override { return d_->elapsed_ms(device, start, end, ms); }
+  void destroy(int device, void* event) override { d_->destroy_event(device, event); }
+
+ private:
+  struct Relaxed {
+    explicit Relaxed(CudaDriver* d) : d_(d), previous_(d->relax_capture_mode()) {}
+    ~Relaxed() { d_->restore_capture_mode(previous_); }
+    CudaDriver* d_;
+    int previous_;
+  };
   CudaDriver* d_;
-  int previous_;
 };
+
 }  // namespace
 
-StageClock::StageClock(CudaDriver* driver, std::function<uint64_t(int)> window_epoch)
-    : d_(driver), epoch_(std::move(window_epoch)) {}
+std::unique_ptr<StageEvents> driver_stage_events(CudaDriver* driver) { return std::make_unique<DriverEvents>(driver); }
+
+// The calling thread's slot: its interval is closed, and the slot freed, when the thread exits.
+struct SlotOwner {
+  StageClock* clock = nullptr;
+  uint64_t id = 0;
+  StageClock::Open* slot = nullptr;
+  ~SlotOwner() {
+    if (!clock || g_live.load() != id || clock->finalized_.load()) return;
+    clock->close(*slot);
+    std::lock_guard<std::mutex> lock(clock->mu_);
+    for (auto it = clock->slots_.begin(); it != clock->slots_.end(); ++it)
+      if (it->get() == slot) {
+        clock->slots_.erase(it);
+        break;
+      }
+  }
+};
+namespace {
+thread_local SlotOwner t_slot;
+}  // namespace
+
+StageClock::StageClock(std::unique_ptr<StageEvents> events, std::function<uint64_t(int)> window_epoch)
+    : ev_(std::move(events)), epoch_(std::move(window_epoch)), id_(g_next_id.fetch_add(1)) {
+  g_live.store(id_);
+}
 
 StageClock::~StageClock() {
+  uint64_t self = id_;
+  g_live.compare_exchange_strong(self, 0);
+  if (finalized_.load() && pending_.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const Closed& c : pending_) d_->destroy_event(c.device, c.start), d_->destroy_event(c.device, c.end);
+  for (const Closed& c : pending_) ev_->destroy(c.device, c.start), ev_->destroy(c.device, c.end);
   for (const auto& o : slots_)
-    if (o->active) d_->destroy_event(o->device, o->start);
+    if (o->active) ev_->destroy(o->device, o->start);
 }
 
 StageClock::Open* StageClock::open_slot() {
-  if (t_clock == this) return static_cast<Open*>(t_slot);
+  if (t_slot.clock == this && t_slot.id == id_) return t_slot.slot;
   std::lock_guard<std::mutex> lock(mu_);
   slots_.push_back(std::make_unique<Open>());
-  t_clock = this;
-  t_slot = slots_.back().get();
-  return slots_.back().get();
-}
-
-void StageClock::count_lost(const std::string& why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++lost_[why];
+  t_slot.clock = this;
+  t_slot.id = id_;
+  t_slot.slot = slots_.back().get();
+  return t_slot.slot;
 }
 
 void StageClock::begin(uint32_t stage, int device, void* stream) {
   if (finalized_.load(std::memory_order_relaxed)) return;
   Open* o = open_slot();
-  if (o->active) close(*o, true);  // a stage change this clock did not see (cannot happen through end())
-  RelaxedCapture relaxed(d_);
-  if (d_->stream_capture(stream) != CudaDriver::Capture::None) {
-    count_lost("stream_capturing");
+  close(*o);  // a stage change this clock did not hear of (end() normally came first)
+  if (ev_->capturing(stream)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++lost_["stream_capturing"];
     return;
   }
   const uint64_t epoch = epoch_ ? epoch_(device) : 0;
-  std::string error;
-  void* ev = d_->record_event(device, stream, error, true);
-  if (!ev) {
-    count_lost("event_failed");
-    return;
-  }
+  void* ev = ev_->record(device, stream);
   std::lock_guard<std::mutex> lock(mu_);
-  if (finalized_.load()) {
-    d_->destroy_event(device, ev);
-    return;
+  if (!ev) {
+    ++lost_["event_failed"];
+  } else if (finalized_.load()) {
+    ev_->destroy(device, ev);
+  } else {
+    o->active = true;
+    o->stage = stage, o->device = device, o->stream = stream, o->start = ev, o->epoch = epoch;
   }
-  *o = Open{true, stage, device, stream, ev, epoch};
 }
 
 void StageClock::end() {
-  if (t_clock != this) return;
-  Open* o = static_cast<Open*>(t_slot);
-  if (o->active) close(*o, true);
+  if (finalized_.load(std::memory_order_relaxed) || t_slot.clock != this || t_slot.id != id_) return;
+  close(*t_slot.slot);
 }
 
-void StageClock::close(Open& o, bool check_capture) {
+void StageClock::close(Open& o) {
   Open was;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -93,54 +136,54 @@ void StageClock::close(Open& o, bool check_capture) {
     was = o;
     o.active = false;
   }
-  RelaxedCapture relaxed(d_);
   void* ev = nullptr;
-  std::string error;
-  if (check_capture && d_->stream_capture(was.stream) != CudaDriver::Capture::None) {
-    error = "stream_capturing";
-  } else if (!(ev = d_->record_event(was.device, was.stream, error, true))) {
-    error = "event_failed";
-  }
+  const char* error = nullptr;
+  if (ev_->capturing(was.stream)) error = "stream_capturing";
+  else if (!(ev = ev_->record(was.device, was.stream))) error = "event_failed";
   const uint64_t epoch = epoch_ ? epoch_(was.device) : 0;
   std::lock_guard<std::mutex> lock(mu_);
-  if (!error.empty() || pending_.size() >= kMaxPending) {
-    ++lost_[error.empty() ? "too_many_pending" : error];
-    d_->destroy_event(was.device, was.start);
-    if (ev) d_->destroy_event(was.device, ev);
+  if (error || pending_.size() >= kMaxPending) {
+    ++lost_[error ? error : "too_many_pending"];
+    ev_->destroy(was.device, was.start);
+    if (ev) ev_->destroy(was.device, ev);
     return;
   }
-  // Clean: the epoch did not move and no window was open at the start (odd).
-  pending_.push_back({was.stage, was.device, was.start, ev, epoch == was.epoch && (epoch & 1) == 0});
+  pending_.push_back({was.stage, was.device, was.start, ev, epoch == was.epoch && (epoch & kWindowOpenBits) == 0});
 }
 
 void StageClock::poll() {
+  if (finalized_.load(std::memory_order_relaxed)) return;  // finalize resolves the rest itself
+  std::lock_guard<std::mutex> polling(poll_mu_);
+  poll_locked();
+}
+
+void StageClock::poll_locked() {
   std::vector<Closed> work;
   {
     std::lock_guard<std::mutex> lock(mu_);
     work.swap(pending_);
   }
   if (work.empty()) return;
-  RelaxedCapture relaxed(d_);
   std::vector<Closed> waiting;
   std::map<uint32_t, StageTime> add;
-  std::map<std::string, uint64_t> lost;
+  uint64_t failed = 0;
   for (const Closed& c : work) {
-    const CudaDriver::EventState s = d_->query_event(c.device, c.end);
-    if (s == CudaDriver::EventState::Pending) {
+    const StageEvents::State s = ev_->state(c.device, c.end);
+    if (s == StageEvents::State::Pending) {
       waiting.push_back(c);
       continue;
     }
     float ms = 0;
-    if (s == CudaDriver::EventState::Done && d_->elapsed_ms(c.device, c.start, c.end, ms)) {
+    if (s == StageEvents::State::Done && ev_->elapsed_ms(c.device, c.start, c.end, ms)) {
       StageTime& t = add[c.stage];
       t.gpu_us += 1000.0 * ms;
       ++t.intervals;
       if (c.clean) t.clean_gpu_us += 1000.0 * ms, ++t.clean_intervals;
     } else {
-      ++lost["event_failed"];
+      ++failed;
     }
-    d_->destroy_event(c.device, c.start);
-    d_->destroy_event(c.device, c.end);
+    ev_->destroy(c.device, c.start);
+    ev_->destroy(c.device, c.end);
   }
   std::lock_guard<std::mutex> lock(mu_);
   pending_.insert(pending_.begin(), waiting.begin(), waiting.end());
@@ -149,26 +192,27 @@ void StageClock::poll() {
     to.gpu_us += t.gpu_us, to.clean_gpu_us += t.clean_gpu_us;
     to.intervals += t.intervals, to.clean_intervals += t.clean_intervals;
   }
-  for (const auto& [why, n] : lost) lost_[why] += n;
+  if (failed) lost_["event_failed"] += failed;
 }
 
 void StageClock::finalize(int wait_ms) {
+  if (finalized_.exchange(true)) return;
   std::vector<Open*> open;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (finalized_.exchange(true)) return;
     for (const auto& o : slots_) open.push_back(o.get());
   }
-  for (Open* o : open) close(*o, false);  // another thread's stream: no capture at exit
+  for (Open* o : open) close(*o);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   for (;;) {
-    poll();
     {
+      std::lock_guard<std::mutex> polling(poll_mu_);  // no writer's poll holds intervals out of pending_ now
+      poll_locked();
       std::lock_guard<std::mutex> lock(mu_);
       if (pending_.empty()) return;
       if (std::chrono::steady_clock::now() >= deadline) {
         lost_["unfinished_at_exit"] += pending_.size();
-        for (const Closed& c : pending_) d_->destroy_event(c.device, c.start), d_->destroy_event(c.device, c.end);
+        for (const Closed& c : pending_) ev_->destroy(c.device, c.start), ev_->destroy(c.device, c.end);
         pending_.clear();
         return;
       }
@@ -176,6 +220,8 @@ void StageClock::finalize(int wait_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
+
+void StageClock::abandon_after_fork() { finalized_.store(true); }
 
 std::map<uint32_t, StageTime> StageClock::totals() {
   std::lock_guard<std::mutex> lock(mu_);

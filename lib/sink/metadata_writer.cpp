@@ -173,6 +173,37 @@ void MetadataWriter::write_out(std::string& text) {
   text.clear();
 }
 
+namespace {
+
+// {"a":1,"b":2}: a counter map as canonical JSON (std::map: keys in order).
+void append_counts(const std::map<std::string, uint64_t>& m, std::string& text) {
+  text += '{';
+  bool first = true;
+  for (const auto& [key, n] : m) {
+    if (!first) text += ',';
+    first = false;
+    format::write_json_string(key, text);
+    text += ':' + std::to_string(n);
+  }
+  text += '}';
+}
+
+// {"x":{"a":1},"y":{...}}
+void append_nested_counts(const std::map<std::string, std::map<std::string, uint64_t>>& m, std::string& text) {
+  text += '{';
+  bool first = true;
+  for (const auto& [key, inner] : m) {
+    if (!first) text += ',';
+    first = false;
+    format::write_json_string(key, text);
+    text += ':';
+    append_counts(inner, text);
+  }
+  text += '}';
+}
+
+}  // namespace
+
 void MetadataWriter::cycle(bool final) {
   std::lock_guard<std::mutex> io(io_mu_);
   // Calls first (into memory), then the signatures queued before them: a
@@ -218,33 +249,14 @@ void MetadataWriter::cycle(bool final) {
     first = false;
     text += '"' + std::to_string(id) + "\":" + std::to_string(n);
   }
-  text += "},\"dropped\":{";
-  first = true;
-  for (const auto& [what, reasons] : snap.dropped) {
-    if (!first) text += ',';
-    first = false;
-    format::write_json_string(what, text);
-    text += ":{";
-    bool f2 = true;
-    for (const auto& [reason, n] : reasons) {
-      if (!f2) text += ',';
-      f2 = false;
-      format::write_json_string(reason, text);
-      text += ':' + std::to_string(n);
-    }
-    text += '}';
-  }
-  text += std::string("},\"final\":") + (final ? "true" : "false") + ",\"kind\":\"counts\"";
+  text += "},\"dropped\":";
+  append_nested_counts(snap.dropped, text);
+  text += std::string(",\"final\":") + (final ? "true" : "false") + ",\"kind\":\"counts\"";
   if (!snap.sampling.empty()) {
     text += ",\"sampling\":{";
     auto entries = snap.sampling;
-    std::string unsampled = "{";
-    for (const auto& [reason, n] : snap.unsampled) {
-      if (unsampled.size() > 1) unsampled += ',';
-      format::write_json_string(reason, unsampled);
-      unsampled += ':' + std::to_string(n);
-    }
-    unsampled += '}';
+    std::string unsampled;
+    append_counts(snap.unsampled, unsampled);
     bool first_entry = true;
     bool unsampled_done = false;
     auto put_unsampled = [&] {
@@ -263,32 +275,13 @@ void MetadataWriter::cycle(bool final) {
     if (!unsampled_done) put_unsampled();
     text += '}';
   }
-  auto put_counts = [&text](const std::map<std::string, uint64_t>& m) {
-    text += '{';
-    bool first_entry = true;
-    for (const auto& [k, n] : m) {
-      if (!first_entry) text += ',';
-      first_entry = false;
-      format::write_json_string(k, text);
-      text += ':' + std::to_string(n);
-    }
-    text += '}';
-  };
   if (!snap.stage_gpu.empty()) {
-    text += ",\"stage_gpu\":{";
-    bool first_stage = true;
-    for (const auto& [stage, fields] : snap.stage_gpu) {
-      if (!first_stage) text += ',';
-      first_stage = false;
-      format::write_json_string(stage, text);
-      text += ':';
-      put_counts(fields);
-    }
-    text += '}';
+    text += ",\"stage_gpu\":";
+    append_nested_counts(snap.stage_gpu, text);
   }
   if (!snap.stage_gpu_lost.empty()) {
     text += ",\"stage_gpu_lost\":";
-    put_counts(snap.stage_gpu_lost);
+    append_counts(snap.stage_gpu_lost, text);
   }
   text += "}\n";
   const uint64_t lines = signatures.size() + n_calls + 1;

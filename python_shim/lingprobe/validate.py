@@ -86,16 +86,17 @@ def validate_profile(profile_dir, replay_dir, runs):
     identity = json.loads((profile_dir / "identity.json").read_text())
     metrics = identity.get("metrics") or [m for m in kernels[0]["metrics"] if not m.startswith("launch__")]
     script = replay_dir / "replay_operator.py"
-    ncu = [ncu_run(script, metrics, "none")[0] for _ in range(runs)]
-    ncu_all = ncu_run(script, metrics, "all")[0]
-    table, misses = [], []
     # `lingprobe replay --profile` measured the replayed call inline too (another process, another history)
     replay_inline = None
     rp = replay_dir / "replay_profile.json"
-    if rp.exists():
-        rk = json.loads((pathlib.Path(json.loads(rp.read_text())["replay_profile"]) / "kernels.json").read_text())
+    rk_path = pathlib.Path(json.loads(rp.read_text())["replay_profile"]) / "kernels.json" if rp.exists() else None
+    if rk_path is not None and rk_path.exists():  # read before the ncu runs: a moved run directory has none
+        rk = json.loads(rk_path.read_text())
         if [k["mangled_name"] for k in rk] == [k["mangled_name"] for k in kernels]:
             replay_inline = rk
+    ncu = [ncu_run(script, metrics, "none")[0] for _ in range(runs)]
+    ncu_all = ncu_run(script, metrics, "all")[0]
+    table, misses = [], []
     if [k["mangled_name"] for k in kernels] != [k["mangled"] for k in ncu[0]]:
         misses.append({"inline": [k["mangled_name"] for k in kernels], "ncu": [k["mangled"] for k in ncu[0]]})
     for i, k in enumerate(kernels):
@@ -117,9 +118,9 @@ def validate_profile(profile_dir, replay_dir, runs):
                    "inline": inline, "ncu": ref, "ncu_cache_all": all_cache, "relative": rel,
                    "ncu_spread": spread, "tolerance": tolerance(m, spread), "long_kernel": long,
                    "within": abs(rel) <= tolerance(m, spread)}
-            if replay_inline is not None and m in replay_inline[i]["metrics"]:
+            if replay_inline is not None and m in replay_inline[i]["metrics"] and ref:
                 ri = base_value(m, replay_inline[i]["metrics"][m])
-                row.update(replay_inline=ri, replay_relative=(ri - ref) / ref if ref else 0.0)
+                row.update(replay_inline=ri, replay_relative=(ri - ref) / ref)
                 row["replay_within"] = abs(row["replay_relative"]) <= row["tolerance"]
             table.append(row)
     return {"profile": profile_dir.name, "signature": identity.get("signature_sha256", ""), "rows": table,

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -455,17 +456,29 @@ def test_exit_while_the_writer_cycles_does_not_hang(tmp_path, build_dir):
 
 
 def test_replay_profile_without_a_gpu_says_why_and_replays_anyway(ops_run, cli, tmp_path):
-    # `lingprobe replay --profile` on CPU snapshots: the replays run and compare as without it; no counter
-    # window opens on CPU tensors (in the run or the replay), and each target says so.
-    r = replay(cli, ops_run, "-o", str(tmp_path), "--profile")
-    assert r.returncode == 0, r.stdout + r.stderr  # the run had no profiles: nothing to compare, nothing failed
+    # `lingprobe replay --profile` on CPU snapshots: the replays run and compare as without it. A call the run
+    # has no profile of is skipped (nothing to compare); one it has (faked here: CPU runs have none) is replayed
+    # again under lingprobe's own counters, alone (not its inputs' rebuilding), and opens no window on CPU tensors.
+    r = replay(cli, ops_run, "-o", str(tmp_path / "a"), "--profile")
+    assert r.returncode == 0, r.stdout + r.stderr
     assert "replayed 6 snapshot(s): 6 exact, 0 inexact" in r.stdout
     skipped = [l for l in r.stdout.splitlines() if l.startswith("skipped --profile")]
-    assert len(skipped) == 6 and all("the run has no profile of this call" in l and "no counter window in the "
-                                     "replay either" in l for l in skipped), r.stdout
-    assert sorted(p.name for p in (tmp_path / "replays").iterdir()) == sorted(
-        p.stem for p in (ops_run / "snapshots").glob("*.pt"))  # the profiled replays' run is not among them
-    (meta,) = (tmp_path / "replay_profiles" / "latest" / "metadata").glob("*.jsonl")
-    counts = [r for r in metadata.read(meta) if r["kind"] == "counts"][-1]
-    assert len(counts["calls"]) == 6, counts  # the six calls alone, not the rebuilding of their inputs
-    assert counts["dropped"]["profiles"] == {"no_cuda_tensor": 6}, counts
+    assert len(skipped) == 6 and all("the run has no profile of this call" in l for l in skipped), r.stdout
+    assert not (tmp_path / "a" / "replay_profiles").exists()
+    run = tmp_path / "run"
+    shutil.copytree(ops_run, run, ignore=shutil.ignore_patterns("replays", "reports"))
+    stem = sorted(p.stem for p in (run / "snapshots").glob("*.pt"))[0]
+    (run / "profiles" / stem).mkdir(parents=True)
+    (run / "profiles" / stem / "kernels.json").write_text("[]")
+    r = replay(cli, run, "--profile")
+    assert r.returncode == 1, r.stdout + r.stderr
+    (failed,) = [l for l in r.stdout.splitlines() if l.startswith("FAILED  --profile")]
+    assert stem in failed and "opened no counter window" in failed and "lingprobe audit" in failed, r.stdout
+    assert sorted(p.name for p in (run / "replays").iterdir()) == sorted(
+        p.stem for p in (run / "snapshots").glob("*.pt"))  # the profiled replays' run is not among them
+    (meta,) = (run / "replay_profiles" / "latest" / "metadata").glob("*.jsonl")
+    records = list(metadata.read(meta))
+    assert records[0]["role"] == "single" and records[0]["rank"] == 0
+    counts = [r for r in records if r["kind"] == "counts"][-1]
+    assert len(counts["calls"]) == 1, counts  # the one call alone, not the rebuilding of its inputs
+    assert counts["dropped"]["profiles"] == {"no_cuda_tensor": 1}, counts

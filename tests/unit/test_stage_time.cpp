@@ -66,7 +66,7 @@ TEST_CASE("stage GPU time round-trips through the counts record", "[report][stag
   CHECK(s.stage_gpu.at("vae \"x\"").at("intervals") == 1);
   CHECK(s.stage_gpu_lost.at("stream_capturing") == 4);
   CHECK(s.sampling.at("keys") == 2);
-  CHECK(s.unsampled.empty());  // an object in "sampling" other than "unsampled" is not mistaken for it
+  CHECK(s.unsampled.empty());  // the sampling block's (empty) "unsampled" reasons, unchanged by stage_gpu
   std::remove(path.c_str());
   rmdir(dir);
 }
@@ -103,6 +103,8 @@ TEST_CASE("stage GPU time: ranks summed, windows taken out, attributed and unatt
   const format::JsonValue& text = *by.find("text");
   CHECK(text.find("gpu_time_without_windows_us")->is_null());
   CHECK(text.find("attributed_fraction")->is_null());
+  CHECK(v.without_windows_us.count("dit") == 1);
+  CHECK(v.without_windows_us.count("text") == 0);  // its jobs get no share of the measured time
   CHECK(num(v.json, "gpu_time_us") == 11800);
   CHECK(v.denominator_us == Approx(4500));
   CHECK(num(v.json, "attributed_us") == Approx(3800));

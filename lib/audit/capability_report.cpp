@@ -30,14 +30,6 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-bool read_json(const std::string& path, JsonValue& out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  auto parsed = format::parse_json(read_file(path));
-  if (!parsed.ok) return false;
-  out = std::move(parsed.value);
-  return true;
-}
 
 double num(const JsonValue* v) {
   if (!v) return 0;
@@ -265,7 +257,7 @@ ReportOutcome run_report(const ReportOptions& options) {
       continue;
     }
     JsonValue identity, kernels, manifest, comparison;
-    if (!read_json(dir + "/manifest.json", manifest)) {
+    if (!format::parse_json_file(dir + "/manifest.json", manifest)) {
       out.warnings.push_back(p.path + ": unreadable manifest.json; no job");
       continue;
     }
@@ -288,11 +280,11 @@ ReportOutcome run_report(const ReportOptions& options) {
       out.warnings.push_back(p.path + ": " + altered + "; no job");
       continue;
     }
-    if (!read_json(dir + "/identity.json", identity) || !read_json(dir + "/kernels.json", kernels)) {
+    if (!format::parse_json_file(dir + "/identity.json", identity) || !format::parse_json_file(dir + "/kernels.json", kernels)) {
       out.warnings.push_back(p.path + ": unreadable profile files; no job");
       continue;
     }
-    const bool replayed = read_json(run + "/replays/" + basename(p.path) + "/replay_comparison.json", comparison);
+    const bool replayed = format::parse_json_file(run + "/replays/" + basename(p.path) + "/replay_comparison.json", comparison);
     auto parsed = format::parse_json(texts[p.sha]);
     const JsonValue sig = parsed.ok ? parsed.value : JsonValue::object();
     Job j;

@@ -143,12 +143,8 @@ JsonValue coverage_json(const std::vector<const Signature*>& group) {
 
 // Kernel time per call (µs) from a profile's kernels.json, if it has one.
 std::optional<double> profile_time_us(const std::string& dir) {
-  std::ifstream f(dir + "/kernels.json");
-  if (!f) return std::nullopt;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto parsed = format::parse_json(ss.str());
-  return parsed.ok ? kernels_time_us(parsed.value) : std::nullopt;
+  JsonValue kernels;
+  return format::parse_json_file(dir + "/kernels.json", kernels) ? kernels_time_us(kernels) : std::nullopt;
 }
 
 std::string pct(const JsonValue& fraction) {

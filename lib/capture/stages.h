@@ -32,12 +32,12 @@ struct StageStack {
   StageId ids[kMaxStageDepth];
   uint32_t size = 0;
   uint32_t ignored = 0;  // pushes past the limit, popped silently
-  uint32_t changes = 0;  // pushes and pops that changed the top, for the stage clock
+  uint32_t changes = 0;  // pushes and pops that took effect, for the stage clock
 };
 StageStack* this_thread_stage_stack();
 
-// Called on the pushing or popping thread after each push or pop that changed
-// its stack (the stage clock ends its interval there); nullptr for none.
+// Called on the pushing or popping thread after each push or pop that took
+// effect (the stage clock ends its interval there); nullptr for none.
 using StageListener = void (*)();
 void set_stage_listener(StageListener listener);
 inline StageId top_stage(const StageStack& s) { return s.size ? s.ids[s.size - 1] : kUnstaged; }

@@ -1,6 +1,8 @@
 #include "format/json_parse.h"
 
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <cstdlib>
 #include <cerrno>
 #include <locale.h>
@@ -296,5 +298,16 @@ class Parser {
 }  // namespace
 
 JsonParseResult parse_json(std::string_view text) { return Parser(text).run(); }
+
+bool parse_json_file(const std::string& path, JsonValue& out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  JsonParseResult r = parse_json(ss.str());
+  if (!r.ok) return false;
+  out = std::move(r.value);
+  return true;
+}
 
 }  // namespace lingprobe::format

@@ -24,4 +24,8 @@ struct JsonParseResult {
 // Parses exactly one JSON value surrounded by optional whitespace.
 JsonParseResult parse_json(std::string_view text);
 
+// A whole file as one JSON value into `out`; false (out unchanged) when it
+// cannot be read or does not parse.
+bool parse_json_file(const std::string& path, JsonValue& out);
+
 }  // namespace lingprobe::format

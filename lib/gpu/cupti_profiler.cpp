@@ -189,12 +189,19 @@ void release_held_launches(Window& w) {
   w.closed_cv.notify_all();
 }
 
+// The driver launches the guard watches (runtime launches reach them too); the graph launches first.
+constexpr CUpti_CallbackId kLaunchCallbacks[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,           CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,          CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz};
+constexpr size_t kGraphLaunchCallbacks = 2;
+
 bool is_launch(CUpti_CallbackId cbid, bool& graph) {
-  graph = cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch || cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz;
-  return graph || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz ||
-         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz ||
-         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel ||
-         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz;
+  const auto* end = std::end(kLaunchCallbacks);
+  const auto* it = std::find(std::begin(kLaunchCallbacks), end, cbid);
+  graph = it - std::begin(kLaunchCallbacks) < static_cast<std::ptrdiff_t>(kGraphLaunchCallbacks);
+  return it != end;
 }
 
 void CUPTIAPI on_driver_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
@@ -508,12 +515,7 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, b
   }
   api_->ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   if (w.subscriber)
-    for (CUpti_CallbackId cbid :
-         {CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
-          CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-          CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-          CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz})
-      api_->EnableCallback(1, w.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+    for (CUpti_CallbackId cbid : kLaunchCallbacks) api_->EnableCallback(1, w.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
   auto start = params<CUpti_RangeProfiler_Start_Params>(CUpti_RangeProfiler_Start_Params_STRUCT_SIZE);
   start.pRangeProfilerObject = w.object;
   if (CUptiResult r = api_->RangeStart(&start); r != CUPTI_SUCCESS) {

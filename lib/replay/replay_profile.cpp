@@ -2,8 +2,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "format/json_parse.h"
 
@@ -12,17 +10,6 @@ namespace lingprobe::replay {
 using format::JsonValue;
 
 namespace {
-
-bool read_json(const std::string& path, JsonValue& out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto r = format::parse_json(ss.str());
-  if (!r.ok) return false;
-  out = std::move(r.value);
-  return true;
-}
 
 const std::string& text(const JsonValue* v) {
   static const std::string empty;
@@ -40,16 +27,16 @@ constexpr const char* kTime = "gpu__time_duration.sum";
 
 JsonValue compare_profiles(const std::string& run_dir, const std::string& replay_dir, std::string& error) {
   JsonValue run_k, replay_k, run_id, replay_id;
-  if (!read_json(run_dir + "/kernels.json", run_k) || run_k.kind() != JsonValue::Kind::Array) {
+  if (!format::parse_json_file(run_dir + "/kernels.json", run_k) || run_k.kind() != JsonValue::Kind::Array) {
     error = run_dir + "/kernels.json: missing or not a kernel list";
     return JsonValue::null();
   }
-  if (!read_json(replay_dir + "/kernels.json", replay_k) || replay_k.kind() != JsonValue::Kind::Array) {
+  if (!format::parse_json_file(replay_dir + "/kernels.json", replay_k) || replay_k.kind() != JsonValue::Kind::Array) {
     error = replay_dir + "/kernels.json: missing or not a kernel list (the replay's window did not pass?)";
     return JsonValue::null();
   }
-  (void)read_json(run_dir + "/identity.json", run_id);
-  (void)read_json(replay_dir + "/identity.json", replay_id);
+  (void)format::parse_json_file(run_dir + "/identity.json", run_id);
+  (void)format::parse_json_file(replay_dir + "/identity.json", replay_id);
   const auto& a = run_k.items();
   const auto& b = replay_k.items();
   bool names_match = a.size() == b.size();
@@ -103,9 +90,9 @@ JsonValue compare_profiles(const std::string& run_dir, const std::string& replay
   out.set("max_abs_rel_diff_metric", JsonValue::string(worst_metric));
   out.set("kernels", std::move(kernels));
   out.set("scope", JsonValue::string(
-      "Both measured inline by lingprobe (CUPTI range profiler, kernel replay, the same metrics): the run's call in "
-      "the run's cache and clock state, the replay's in isolation (a fresh process, inputs just copied to the "
-      "device). Differences in DRAM and L2 figures are mostly cache state; in time and SM figures, clocks."));
+      "Both measured inline by lingprobe (CUPTI range profiler, kernel replay, the same metrics): the run's call after "
+      "the run's own work, the replay's in the replayer after its inputs were rebuilt (and the replays before it). "
+      "DRAM writes and the L2/DRAM figures they drive depend on what that earlier work left in L2 (docs/COUNTERS.md)."));
   return out;
 }
 

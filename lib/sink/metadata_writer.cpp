@@ -175,31 +175,29 @@ void MetadataWriter::write_out(std::string& text) {
 
 namespace {
 
-// {"a":1,"b":2}: a counter map as canonical JSON (std::map: keys in order).
-void append_counts(const std::map<std::string, uint64_t>& m, std::string& text) {
+// {"key":value,...} in the map's (sorted, so canonical) order, each value written by `put`.
+template <typename Map, typename Put>
+void append_object(const Map& m, std::string& text, Put put) {
   text += '{';
   bool first = true;
-  for (const auto& [key, n] : m) {
-    if (!first) text += ',';
-    first = false;
-    format::write_json_string(key, text);
-    text += ':' + std::to_string(n);
-  }
-  text += '}';
-}
-
-// {"x":{"a":1},"y":{...}}
-void append_nested_counts(const std::map<std::string, std::map<std::string, uint64_t>>& m, std::string& text) {
-  text += '{';
-  bool first = true;
-  for (const auto& [key, inner] : m) {
+  for (const auto& [key, value] : m) {
     if (!first) text += ',';
     first = false;
     format::write_json_string(key, text);
     text += ':';
-    append_counts(inner, text);
+    put(value);
   }
   text += '}';
+}
+
+// {"a":1,...}
+void append_counts(const std::map<std::string, uint64_t>& m, std::string& text) {
+  append_object(m, text, [&text](uint64_t n) { text += std::to_string(n); });
+}
+
+// {"x":{"a":1},...}
+void append_nested_counts(const std::map<std::string, std::map<std::string, uint64_t>>& m, std::string& text) {
+  append_object(m, text, [&text](const std::map<std::string, uint64_t>& inner) { append_counts(inner, text); });
 }
 
 }  // namespace
@@ -252,28 +250,12 @@ void MetadataWriter::cycle(bool final) {
   text += "},\"dropped\":";
   append_nested_counts(snap.dropped, text);
   text += std::string(",\"final\":") + (final ? "true" : "false") + ",\"kind\":\"counts\"";
-  if (!snap.sampling.empty()) {
-    text += ",\"sampling\":{";
-    auto entries = snap.sampling;
-    std::string unsampled;
-    append_counts(snap.unsampled, unsampled);
-    bool first_entry = true;
-    bool unsampled_done = false;
-    auto put_unsampled = [&] {
-      if (!first_entry) text += ',';
-      first_entry = false;
-      text += "\"unsampled\":" + unsampled;
-      unsampled_done = true;
-    };
-    for (const auto& [key, n] : entries) {  // keys in canonical (sorted) order, "unsampled" among them
-      if (!unsampled_done && key > "unsampled") put_unsampled();
-      if (!first_entry) text += ',';
-      first_entry = false;
-      format::write_json_string(key, text);
-      text += ':' + std::to_string(n);
-    }
-    if (!unsampled_done) put_unsampled();
-    text += '}';
+  if (!snap.sampling.empty()) {  // the figures and, among them in key order, the unsampled reasons
+    std::map<std::string, std::string> fields;
+    for (const auto& [key, n] : snap.sampling) fields[key] = std::to_string(n);
+    append_counts(snap.unsampled, fields["unsampled"]);
+    text += ",\"sampling\":";
+    append_object(fields, text, [&text](const std::string& rendered) { text += rendered; });
   }
   if (!snap.stage_gpu.empty()) {
     text += ",\"stage_gpu\":";

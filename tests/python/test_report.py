@@ -254,3 +254,86 @@ def test_measured_stage_time_is_the_denominator(cli, run):
         assert m["attributed_fraction"] == pytest.approx(0.5, rel=2e-2)
     assert sum(j["share_of_measured_gpu_time"] for j in doc["jobs"]) == pytest.approx(0.5, rel=1e-3)
     assert "Measured GPU time (CUDA events per stage, all ranks)" in (run / "reports" / "summary.md").read_text()
+
+
+FAKE_NCU = '''#!{python}
+"""A stand-in for ncu: prints, for the cache state asked, the table of FAKE_NCU_JSON."""
+import json, os, sys
+a = sys.argv
+cache, metrics = a[a.index("--cache-control") + 1], a[a.index("--metrics") + 1].split(",")
+with open(os.environ["FAKE_NCU_LOG"], "a") as log:
+    log.write(cache + "\\n")
+rows = json.load(open(os.environ["FAKE_NCU_JSON"]))[cache]
+q = lambda cells: ",".join('"' + c + '"' for c in cells)
+print("==PROF== fake")
+print(q(["ID", "Kernel Name"] + metrics))
+print(q(["", ""] + ["" for _ in metrics]))
+for i, r in enumerate(rows):
+    print(q([str(i), r["mangled"]] + [repr(r["values"][m]) for m in metrics]))
+'''
+
+
+def test_validate_compares_flushed_metric_runs_with_ncu_cache_all(cli, run, tmp_path):
+    """`validate --metric-runs`: each metric's inline values come from the run
+    that measured it; runs whose windows flushed L2 are compared with ncu's
+    --cache-control all runs, and without --metric-runs the live profile with
+    ncu's none runs (a fake ncu answers each cache state differently)."""
+    prof = max((run / "profiles").iterdir(), key=lambda p: p.name)
+    kernels = json.loads((prof / "kernels.json").read_text())
+    ident = json.loads((prof / "identity.json").read_text())
+    metrics = ident["metrics"]
+
+    def base(k, m):
+        v = k["metrics"][m]
+        return v["value"] * {"us": 1e3, "Mbyte": 1e6, "Tbyte/s": 1e12}.get(v["unit"], 1.0)
+
+    # ncu's cold runs agree with the inline values of the metric runs (inline x 1.0), its none runs are 40% off
+    table = {c: [{"mangled": k["mangled_name"], "values": {m: base(k, m) * f for m in metrics}} for k in kernels]
+             for c, f in (("all", 1.0), ("none", 1.4))}
+    (tmp_path / "ncu.json").write_text(json.dumps(table))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ncu").write_text(FAKE_NCU.format(python=sys.executable))
+    (bindir / "ncu").chmod(0o755)
+    (bindir / "python3").symlink_to(sys.executable)
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", FAKE_NCU_JSON=str(tmp_path / "ncu.json"),
+               FAKE_NCU_LOG=str(tmp_path / "ncu.log"))
+    # two metric runs, half the metrics each, windows flushed
+    runs = []
+    for n, part in enumerate((metrics[:4], metrics[4:])):
+        d = tmp_path / f"m{n}" / "profiles" / prof.name
+        d.mkdir(parents=True)
+        (d / "identity.json").write_text(json.dumps(dict(ident, metrics=part, passes=1, l2_at_start="flushed")))
+        (d / "kernels.json").write_text(json.dumps([dict(k, metrics={m: k["metrics"][m] for m in part if m in k["metrics"]})
+                                                    for k in kernels]))
+        runs.append(str(tmp_path / f"m{n}"))
+    h = ident["signature_sha256"][:16]
+    out = tmp_path / "v.json"
+    args = [cli, "validate", str(run), "--signatures", h, "--runs", "2", "--json", str(out)]
+    p = subprocess.run(args + ["--metric-runs", ",".join(runs), "--other-runs", "0"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    doc = json.loads(out.read_text())
+    (res,) = doc["results"]
+    assert not res.get("error"), res
+    assert res["ncu_cache"] == "all" and res["l2_at_start"] == "flushed"
+    assert set(res["metric_sources"]) == set(metrics)
+    assert (tmp_path / "ncu.log").read_text().split() == ["all", "all"]  # --other-runs 0: no none run
+    assert res["rows"] and all(r["within"] and r["relative"] == pytest.approx(0) for r in res["rows"])
+    assert p.returncode == (0 if doc["pairs"] else 1), p.stdout + p.stderr
+    # the live profile alone: compared with ncu's none runs (40% off), the all run beside it
+    (tmp_path / "ncu.log").unlink()
+    p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    (res,) = json.loads(out.read_text())["results"]
+    assert res["ncu_cache"] == "none" and res["l2_at_start"] == "live"
+    assert (tmp_path / "ncu.log").read_text().split() == ["none", "none", "all"]
+    assert res["rows"] and not any(r["within"] for r in res["rows"])
+    assert all(r["ncu_other_cache"] is not None for r in res["rows"])
+    # a metric run whose kernels differ is named and not used
+    other = pathlib.Path(runs[1]) / "profiles" / prof.name / "kernels.json"
+    ks = json.loads(other.read_text())
+    ks[0]["mangled_name"] = "another_kernel"
+    other.write_text(json.dumps(ks))
+    p = subprocess.run(args + ["--metric-runs", ",".join(runs)], env=env, capture_output=True, text=True, timeout=300)
+    (res,) = json.loads(out.read_text())["results"]
+    assert set(res["metric_sources"]) == set(metrics[:4]) and "other kernels" in res["metric_run_problems"][0]
+    assert "metric runs:" in p.stdout

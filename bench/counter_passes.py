@@ -6,9 +6,7 @@ then also writes back whatever the restore left dirty in L2. This measures a
 GEMV ([3,5120] x [5120,5120], 30 KB out) and a reduction (mean of 216 MB, 42 KB
 out) inline under several metric lists (order and count) and under ncu
 (--cache-control none and all), one fresh process each, and prints the DRAM
-bytes and time per configuration. Two inline configurations evict the L2
-before each window (LINGPROBE_PROFILE_FLUSH_L2=1): they should read as ncu's
---cache-control all does.
+bytes and time per configuration.
 
     python3 bench/counter_passes.py --build BUILD_DIR [--json OUT]
 """
@@ -42,28 +40,21 @@ SEED = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elap
         "sm__warps_active.avg.pct_of_peak_sustained_active", "dram__bytes_read.sum", "dram__bytes_write.sum",
         "dram__bytes.sum.per_second"]
 BYTES = ["dram__bytes_write.sum", "dram__bytes_read.sum", "gpu__time_duration.sum"]
-CONFIGS = {  # name: (metrics, LINGPROBE_PROFILE_FLUSH_L2)
-    "seed order (default)": (SEED, False),
-    "bytes first": (BYTES + [m for m in SEED if m not in BYTES], False),
-    "bytes and time only": (BYTES, False),
-    "writes only": (["dram__bytes_write.sum"], False),
-    "seed order, L2 flushed": (SEED, True),
-    "bytes and time, L2 flushed": (BYTES, True),
-    "EXP seed, flushed after start": (SEED, "after"),
-    "EXP bytes+time, flushed after start": (BYTES, "after"),
+CONFIGS = {
+    "seed order (default)": SEED,
+    "bytes first": BYTES + [m for m in SEED if m not in BYTES],
+    "bytes and time only": BYTES,
+    "writes only": ["dram__bytes_write.sum"],
 }
 SI = {"us": 1e-6, "Mbyte": 1e6, "Tbyte/s": 1e12}
 
 
-def inline(build, metrics, flush, tmp):
+def inline(build, metrics, tmp):
     out = tmp / "out"
     shutil.rmtree(out, ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k != "LD_PRELOAD"}
     env.update(LD_PRELOAD=str(build / "liblingprobe_preload.so"), LINGPROBE_OUT=str(out), LINGPROBE_PROFILE="1",
-               LINGPROBE_OPS="aten::linear,aten::mean", LINGPROBE_PROFILE_METRICS=",".join(metrics),
-               LINGPROBE_PROFILE_FLUSH_L2="1" if flush else "0")
-    if flush == "after":
-        env["LINGPROBE_EXP_FLUSH_AFTER_START"] = "1"
+               LINGPROBE_OPS="aten::linear,aten::mean", LINGPROBE_PROFILE_METRICS=",".join(metrics))
     p = subprocess.run([sys.executable, str(tmp / "job.py")], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     rows = {}
@@ -71,7 +62,7 @@ def inline(build, metrics, flush, tmp):
         ident = json.loads((d / "identity.json").read_text())
         op = json.loads(ident["signature_json"])["op"]
         (k,) = json.loads((d / "kernels.json").read_text())
-        rows[op] = {"passes": ident.get("passes"), "l2_at_start": ident.get("l2_at_start"),
+        rows[op] = {"passes": ident.get("passes"),
                     **{m: k["metrics"][m]["value"] * SI.get(k["metrics"][m]["unit"], 1) for m in BYTES if m in k["metrics"]}}
     return rows
 
@@ -99,10 +90,8 @@ def main():
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="lp-passes-"))
     (tmp / "job.py").write_text(JOB)
     results = {}
-    for name, (metrics, flush) in CONFIGS.items():
-        if os.environ.get("ONLY") and os.environ["ONLY"] not in name:
-            continue
-        results["inline: " + name] = inline(a.build.resolve(), metrics, flush, tmp)
+    for name, metrics in CONFIGS.items():
+        results["inline: " + name] = inline(a.build.resolve(), metrics, tmp)
     if shutil.which("ncu"):
         for cache in ("none", "all"):
             results[f"ncu --cache-control {cache}"] = ncu(tmp, cache)
@@ -111,7 +100,7 @@ def main():
         for name, rows in results.items():
             r = rows.get(op, {})
             print(f"  {name:34} {r.get('dram__bytes_write.sum', 0) / 1e6:9.2f} {r.get('dram__bytes_read.sum', 0) / 1e6:9.2f} "
-                  f"{r.get('gpu__time_duration.sum', 0) * 1e6:9.1f}  {r.get('passes', '')} {r.get('l2_at_start') or ''}")
+                  f"{r.get('gpu__time_duration.sum', 0) * 1e6:9.1f}  {r.get('passes', '')}")
     if a.json:
         a.json.write_text(json.dumps(results, indent=1))
 

@@ -3,8 +3,7 @@
 # scripts/fetch-gpu-deps.sh): builds lingprobe against that machine's torch,
 # runs the test suite (GPU and CPU tiers) and the GPU workloads, and writes
 # results under $OUT.
-#   scripts/gpu-check.sh build|test|pytest FILE.py...|reference N|bench N|cpubench N|validate RUN N|replayprofile RUN
-#                        |metricruns N ...
+#   scripts/gpu-check.sh build|test|pytest FILE.py...|reference N|bench N|cpubench N|validate RUN N|replayprofile RUN ...
 #   (steps in order; default: build test)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -69,7 +68,7 @@ step_reference() {
     [ "$mode" = seed-nosnap ] && flags+=(--no-snapshots)
     [ "$mode" = seed-profile ] && flags+=(--profile)
     [ "$mode" = all-profile ] && flags=(--select all --profile)
-    [[ $mode = all-profile-nosnap* ]] && flags=(--select all --profile --no-snapshots)
+    [ "$mode" = all-profile-nosnap ] && flags=(--select all --profile --no-snapshots)  # every signature profiled
     LINGPROBE_CLI=$build/lingprobe LINGPROBE_PYTHON=$py MASTER_PORT=$((29600 + RANDOM % 100)) \
       "$root/scripts/reference-run.sh" --device cuda --scale full --chunks "$chunks" --world-size "$world" --out "$out" \
       "${flags[@]}" >"$OUT/reference-$mode.log" 2>&1
@@ -138,32 +137,12 @@ step_validate() {
   [ -n "${VALIDATE_MIN_US:-}" ] && min=(--min-kernel-us "$VALIDATE_MIN_US")
   local pick=(--random "${2:-10}" --seed 13 "${min[@]}")
   [ -n "${VALIDATE_SIGNATURES:-}" ] && pick=(--signatures "$VALIDATE_SIGNATURES")  # named: the rest of a cut run
-  local merge=()
-  [ -n "${METRIC_RUNS:-}" ] && merge=(--metric-runs "$METRIC_RUNS" --other-runs "${VALIDATE_OTHER_RUNS:-1}")
-  LINGPROBE_PYTHON=$py "$build/lingprobe" validate "$root/gpu-runs/$1" "${pick[@]}" --runs 2 "${merge[@]}" \
+  LINGPROBE_PYTHON=$py "$build/lingprobe" validate "$root/gpu-runs/$1" "${pick[@]}" --runs 2 \
     --json "$OUT/validate-$1.json" >"$OUT/validate-$1.txt" 2>&1
   local rc=$?
   grep -E "^validate:|OUT|MISS|ERROR" "$OUT/validate-$1.txt" | tail -60
   echo "validate $1: rc=$rc $((SECONDS - t0)) s"
   return $rc
-}
-
-# The all-profile workload ($1 chunks, REFERENCE_WORLD ranks, snapshots off), once per metric group of
-# METRIC_GROUPS (space-separated groups, comma-separated metrics; default: the seed's eight in groups that need one
-# pass each on GH100), each window with the L2 flushed (LINGPROBE_PROFILE_FLUSH_L2=1): every pass starts cold, as
-# under ncu --cache-control all; `validate --metric-runs` takes the inline values from them (METRIC_RUNS after).
-step_metricruns() {
-  local groups=${METRIC_GROUPS:-"gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__bytes.sum.per_second sm__throughput.avg.pct_of_peak_sustained_elapsed gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed lts__throughput.avg.pct_of_peak_sustained_elapsed sm__warps_active.avg.pct_of_peak_sustained_active"}
-  local i=0 g dirs=()
-  for g in $groups; do
-    i=$((i + 1))
-    LINGPROBE_PROFILE_METRICS=$g LINGPROBE_PROFILE_FLUSH_L2=1 REFERENCE_MODES=all-profile-nosnap-m$i step_reference "$1"
-    dirs+=("$root/gpu-runs/all-profile-nosnap-m$i")
-    grep -h '"passes"' "$root/gpu-runs/all-profile-nosnap-m$i"/profiles/*/identity.json 2>/dev/null | sort | uniq -c |
-      sed "s|^|metric group $i ($g): |"
-  done
-  METRIC_RUNS=$(IFS=,; echo "${dirs[*]}")
-  export METRIC_RUNS
 }
 
 # The CPU overhead benchmark on this machine's torch (wall clock only: no valgrind here).
@@ -189,7 +168,6 @@ while [ ${#steps[@]} -gt 0 ]; do
             step_pytest "${files[@]}" || rc=1 ;;
     validate) m=${steps[0]}; n=${steps[1]}; steps=("${steps[@]:2}"); step_validate "$m" "$n" || rc=1 ;;
     replayprofile) m=${steps[0]}; steps=("${steps[@]:1}"); step_replayprofile "$m" || rc=1 ;;
-    metricruns) n=${steps[0]}; steps=("${steps[@]:1}"); step_metricruns "$n" || rc=1 ;;
     reference) arg=20; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
                step_reference "$arg" || rc=1 ;;
     *) echo "gpu-check: unknown step $s"; rc=2 ;;

@@ -125,12 +125,6 @@ const std::vector<ConfigEntry>& config_table() {
        "it after its first session). Off: such windows are refused (subscriber_held). On: other threads' kernel and "
        "graph launches are not held at their entry during a window: they run under kernel replay inside it "
        "(contaminated; a graph would run only its first node)."},
-      {"PROFILE_FLUSH_L2", "bool", "0",
-       "With PROFILE: evict the GPU's L2 cache inside each counter window before the op (a kernel of lingprobe's own "
-       "reads a buffer of 4x the L2's size; its range is left out of the profile), so the op's kernels start cold, as "
-       "under ncu's default --cache-control all, and their DRAM figures are the kernel's own rather than earlier "
-       "kernels' write-backs. Under kernel replay only the first pass starts cold: exact for single-pass metric "
-       "sets (docs/COUNTERS.md). Costs a synchronisation and ~0.1 ms per pass, and 4x L2 of device memory once."},
       {"STAGE_GPU_TIME", "bool", "1",
        "With PROFILE: measure each stage's GPU time with CUDA timing events at its first op and at its end, on that "
        "op's stream (the capability report's denominator; intervals during which a counter window opened on the GPU "
@@ -194,7 +188,6 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
   else if (name == "PROFILE") err = parse_bool(v, c.profile);
   else if (name == "PROFILE_METRICS") c.profile_metrics = v;
   else if (name == "PROFILE_UNGUARDED") err = parse_bool(v, c.profile_unguarded);
-  else if (name == "PROFILE_FLUSH_L2") err = parse_bool(v, c.profile_flush_l2);
   else if (name == "STAGE_GPU_TIME") err = parse_bool(v, c.stage_gpu_time);
   else if (name == "SAMPLE_FIRST") err = parse_int(v, c.sample_first, 1);
   else if (name == "SAMPLE_SKIP") err = parse_int(v, c.sample_skip, 0);
@@ -285,10 +278,7 @@ format::JsonValue config_json(const Config& c) {
   o.set("log_level", JsonValue::string(c.log_level));
   o.set("snapshots", JsonValue::boolean(c.snapshots));
   o.set("profile", JsonValue::boolean(c.profile));
-  if (c.profile) {
-    o.set("profile_metrics", JsonValue::string(c.profile_metrics));
-    o.set("profile_flush_l2", JsonValue::boolean(c.profile_flush_l2));
-  }
+  if (c.profile) o.set("profile_metrics", JsonValue::string(c.profile_metrics));
   if (c.snapshots || c.profile) {
     static const char* const kCoordination[] = {"claims", "hash", "none"};
     o.set("sample_first", JsonValue::integer(c.sample_first));

@@ -43,7 +43,6 @@ struct Config {
   std::string profile_metrics;      // "" : the capability seed's eight
   bool stage_gpu_time = true;       // with profile: GPU time per stage (CUDA events at stage changes)
   bool profile_unguarded = false;   // windows without CUPTI's subscriber (no hold on other threads' launches)
-  bool profile_flush_l2 = false;    // evict the GPU's L2 before each window (ncu's --cache-control all)
   int64_t sample_first = 1;        // samples per input key per launch
   int64_t sample_skip = 0;         // calls of each key skipped first (warm-up)
   int64_t sample_every = 1;        // then every M-th call

@@ -11,7 +11,6 @@
 #include "gpu/cuda_driver.h"
 #ifdef LINGPROBE_HAVE_CUPTI
 #include "gpu/cupti_profiler.h"
-#include "gpu/l2_flush.h"
 #include "gpu/nvml_guard.h"
 #endif
 
@@ -97,11 +96,10 @@ class CudaAccess : public capture::DeviceAccess {
   // windows lives (the ranks of one launch share one GPU on small machines,
   // and the counter hardware serves one profiling session at a time).
   // `unguarded`: windows even while another tool holds CUPTI's subscriber (PROFILE_UNGUARDED).
-  // `flush_l2`: each window's kernels start from an evicted L2 (PROFILE_FLUSH_L2).
   CudaAccess(std::vector<std::string> metrics, std::function<void(std::string)> on_probe, std::string lock_dir,
-             bool unguarded, bool flush_l2)
+             bool unguarded)
       : metrics_(std::move(metrics)), on_probe_(std::move(on_probe)), lock_dir_(std::move(lock_dir)),
-        unguarded_(unguarded), flush_l2_(flush_l2) {
+        unguarded_(unguarded) {
     for (auto& fd : epoch_fds_) fd.store(-1);
   }
   Capture stream_capture(void* stream) override {
@@ -190,17 +188,9 @@ class CudaAccess : public capture::DeviceAccess {
       log_ += "window not opened: " + why + "\n";
       return nullptr;
     }
-    // Inside the window, after Start (Start itself leaves written lines in L2, measured on the H200), on the op's
-    // stream: the first range is lingprobe's flush kernel, left out of the profile (Window::close).
-    std::string cache = "live";
-    if (flush_l2_) {
-      std::string err = l2_flush_.flush(device, ctx, stream);
-      cache = err.empty() ? "flushed" : "live";
-      if (!err.empty()) log_ += "L2 not flushed in the window (" + err + "): the live cache state is measured\n";
-    }
     slot.keep();  // the Window releases it
     local_epoch_.fetch_add(1);  // odd while the window is open (the Window bumps it back)
-    return std::make_unique<Window>(this, d, device, ctx, t0, t_locked, lock_fd, std::move(guard), cache);
+    return std::make_unique<Window>(this, d, device, ctx, t0, t_locked, lock_fd, std::move(guard));
 #else
     (void)device;
     (void)stream;
@@ -292,10 +282,9 @@ class CudaAccess : public capture::DeviceAccess {
   class Window : public capture::CounterWindow {
    public:
     Window(CudaAccess* owner, gpu::CudaDriver* d, int device, void* ctx, std::chrono::steady_clock::time_point t0,
-           std::chrono::steady_clock::time_point t_locked, int lock_fd, std::unique_ptr<gpu::NvmlGuard> guard,
-           std::string cache)
+           std::chrono::steady_clock::time_point t_locked, int lock_fd, std::unique_ptr<gpu::NvmlGuard> guard)
         : owner_(owner), d_(d), device_(device), ctx_(ctx), t0_(t0), t_locked_(t_locked), lock_fd_(lock_fd),
-          guard_(std::move(guard)), cache_(std::move(cache)) {}
+          guard_(std::move(guard)) {}
     // A window that was never closed (its op threw past the capture) still
     // releases the GPU's lock, so the other ranks are not blocked by it.
     ~Window() override {
@@ -327,7 +316,6 @@ class CudaAccess : public capture::DeviceAccess {
       p.foreign_kernels = w.foreign;
       for (size_t i = 0; i < w.kernels.size(); ++i) {
         const gpu::KernelLaunch& k = w.kernels[i];
-        if (i == 0 && cache_ == "flushed" && k.mangled == gpu::L2Flush::kKernelName) continue;  // ours, not the op's
         format::ProfiledKernel pk;
         pk.mangled_name = k.mangled;
         pk.name = demangle(k.mangled);
@@ -349,8 +337,6 @@ class CudaAccess : public capture::DeviceAccess {
       p.identity.set("cuda_device", format::JsonValue::string(std::to_string(device_)));
       p.identity.set("allocated", format::JsonValue::string(physical_index(device_)));
       p.identity.set("launch_guard", format::JsonValue::boolean(w.launch_guard));
-      // "flushed": L2 evicted before the window (compare with ncu --cache-control all); "live": the run's own state.
-      p.identity.set("l2_at_start", format::JsonValue::string(cache_));
       p.identity.set("ranges", format::JsonValue::integer(static_cast<int64_t>(w.ranges)));
       p.identity.set("launches_held", format::JsonValue::integer(w.launches_held));
       p.log = "ranges " + std::to_string(w.ranges) + ", kernels " + std::to_string(w.kernels.size()) + ", passes " +
@@ -367,7 +353,6 @@ class CudaAccess : public capture::DeviceAccess {
     std::chrono::steady_clock::time_point t0_, t_locked_;
     int lock_fd_;
     std::unique_ptr<gpu::NvmlGuard> guard_;
-    std::string cache_;  // the L2 at the window's start: "flushed" or "live"
     bool closed_ = false;
   };
 
@@ -421,13 +406,11 @@ class CudaAccess : public capture::DeviceAccess {
   gpu::MetricSet set_;
   bool set_ready_ = false;
   format::JsonValue identity_;
-  gpu::L2Flush l2_flush_;  // PROFILE_FLUSH_L2 (used under mu_: one window at a time)
 #endif
   std::vector<std::string> metrics_;
   std::function<void(std::string)> on_probe_;
   std::string lock_dir_;
   bool unguarded_;
-  bool flush_l2_;
   std::mutex mu_;
   std::string unavailable_;
   std::string log_;
@@ -533,7 +516,7 @@ struct SamplingSession::Parts {
         writer(run_dir, who, metadata, c.sample_coordination == SampleCoordination::Claims ? &claims : nullptr),
         writer_sink(&writer),
         cuda(metrics_of(c), [metadata](std::string line) { metadata->add_record(std::move(line)); },
-             run_dir + "/claims", c.profile_unguarded, c.profile_flush_l2),
+             run_dir + "/claims", c.profile_unguarded),
         snapshots(&sampler, &writer_sink, &broker, &cuda,
                   capture::SnapshotOptions{c.snapshots, c.profile, static_cast<uint64_t>(c.sample_budget_process),
                                            static_cast<uint64_t>(c.sample_budget_device), rank, run_id}) {

@@ -360,15 +360,10 @@ ReportOutcome run_report(const ReportOptions& options) {
     job.set("fraction_of_peak_dram", j.frac_dram >= 0 ? JsonValue::floating(j.frac_dram) : JsonValue::null());
     job.set("estimated_gpu_time_us", JsonValue::floating(j.est_us));
     job.set("passes", identity.find("passes") ? *identity.find("passes") : JsonValue::null());
-    const bool flushed = str(identity.find("l2_at_start")) == "flushed";
-    job.set("l2_at_start", JsonValue::string(flushed ? "flushed" : "live"));
     job.set("scope", JsonValue::string(
         "Inline CUPTI range profiler (auto range, kernel replay: each kernel replayed once per pass) on this run's own "
         "call (rank " + std::to_string(p.rank) + ", seq " + std::to_string(p.seq) +
-        "); per-kernel times in isolation, GPU clocks not locked (as the run had them); " +
-        std::string(flushed ? "L2 evicted before the window (cold cache, as ncu's default --cache-control all)"
-                            : "the run's live cache state (DRAM bytes include write-backs of earlier kernels' lines)") +
-        "; not an end-to-end timing"));
+        "); per-kernel times in isolation, GPU clocks not locked (as the run had them); not an end-to-end timing"));
     j.json = std::move(job);
     // One job per signature: its first passed profile, else its first.
     auto same = std::find_if(jobs.begin(), jobs.end(), [&](const Job& x) { return x.sha == p.sha; });

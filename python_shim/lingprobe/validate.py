@@ -1,7 +1,7 @@
 """Inline counters against Nsight Compute, kernel by kernel.
 
     lingprobe validate RUN_DIR [--top N] [--signatures H16,...] [--random N [--seed S] [--min-kernel-us US]]
-                       [--runs 2] [--other-runs 1] [--metric-runs DIR,...] [--json OUT]
+                       [--runs 2] [--json OUT]
     (the same as python3 -m lingprobe.validate with the shim on PYTHONPATH)
 
 For each chosen profiled signature of the run (profiles/{stem}/ with its
@@ -17,14 +17,6 @@ metric: inline, ncu (median of the runs), relative difference, ncu's spread,
 and whether it is within the target: max(3%, 2x ncu's spread) on time and
 throughput percentages, 3% on DRAM bytes, for kernels longer than 20 us.
 Kernels that differ between the inline profile and the replay count as misses.
-A profile measured after an L2 flush (LINGPROBE_PROFILE_FLUSH_L2=1: its
-identity.json says l2_at_start "flushed") is compared with ncu's cold-cache
-runs instead (--cache-control all, --runs times), the none run beside it
-(--other-runs times, 0 for none). --metric-runs takes each metric's inline
-values from other runs of the same workload that measured it (profiles of the
-same stem and kernels, e.g. one metric per run with LINGPROBE_PROFILE_METRICS
-and LINGPROBE_PROFILE_FLUSH_L2=1: every pass cold, as ncu's replay with
---cache-control all flushes before each pass); RUN_DIR gives the replays.
 Where `lingprobe replay --profile` ran, the replay's own inline profile (the
 same call replayed in isolation, measured by lingprobe) is set beside ncu as
 well: it tells a difference of the measurement from one of the call's history.
@@ -89,41 +81,10 @@ def tolerance(metric, spread):
     return max(0.03, 2 * spread)
 
 
-def merge_metric_runs(profile_dir, kernels, metric_runs):
-    """The inline values of each metric from the run that measured it (same
-    profile stem, same kernels): the kernels with their metrics replaced, and
-    per metric where it came from."""
-    merged = [dict(k, metrics={}) for k in kernels]
-    sources, problems = {}, []
-    for run in metric_runs:
-        d = run / "profiles" / profile_dir.name
-        if not (d / "kernels.json").exists():
-            problems.append(f"{run}: no profile {profile_dir.name}")
-            continue
-        ident = json.loads((d / "identity.json").read_text())
-        ks = json.loads((d / "kernels.json").read_text())
-        if ident.get("status") != "passed" or [k["mangled_name"] for k in ks] != [k["mangled_name"] for k in kernels]:
-            problems.append(f"{run}: {profile_dir.name} {ident.get('status')}, or other kernels")
-            continue
-        for m in ident.get("metrics", []):
-            if m in sources:
-                continue
-            sources[m] = {"run": str(run), "passes": ident.get("passes"), "l2_at_start": ident.get("l2_at_start", "live")}
-            for mk, k in zip(merged, ks):
-                if m in k["metrics"]:
-                    mk["metrics"][m] = k["metrics"][m]
-    return merged, sources, problems
-
-
-def validate_profile(profile_dir, replay_dir, runs, other_runs=1, metric_runs=()):
+def validate_profile(profile_dir, replay_dir, runs):
     kernels = json.loads((profile_dir / "kernels.json").read_text())
     identity = json.loads((profile_dir / "identity.json").read_text())
     metrics = identity.get("metrics") or [m for m in kernels[0]["metrics"] if not m.startswith("launch__")]
-    sources, problems, l2 = {}, [], identity.get("l2_at_start", "live")
-    if metric_runs:
-        kernels, sources, problems = merge_metric_runs(profile_dir, kernels, metric_runs)
-        states = {v["l2_at_start"] for v in sources.values()}
-        l2 = states.pop() if len(states) == 1 else "mixed"
     script = replay_dir / "replay_operator.py"
     # `lingprobe replay --profile` measured the replayed call inline too (another process, another history)
     replay_inline = None
@@ -133,11 +94,8 @@ def validate_profile(profile_dir, replay_dir, runs, other_runs=1, metric_runs=()
         rk = json.loads(rk_path.read_text())
         if [k["mangled_name"] for k in rk] == [k["mangled_name"] for k in kernels]:
             replay_inline = rk
-    # The reference has the cache state the inline window had: live (none) or flushed (all, ncu's default).
-    cache = "all" if l2 == "flushed" else "none"
-    other_cache = "none" if cache == "all" else "all"
-    ncu = [ncu_run(script, metrics, cache)[0] for _ in range(runs)]
-    ncu_other = ncu_run(script, metrics, other_cache)[0] if other_runs else []
+    ncu = [ncu_run(script, metrics, "none")[0] for _ in range(runs)]
+    ncu_all = ncu_run(script, metrics, "all")[0]
     table, misses = [], []
     if [k["mangled_name"] for k in kernels] != [k["mangled"] for k in ncu[0]]:
         misses.append({"inline": [k["mangled_name"] for k in kernels], "ncu": [k["mangled"] for k in ncu[0]]})
@@ -147,17 +105,17 @@ def validate_profile(profile_dir, replay_dir, runs, other_runs=1, metric_runs=()
         for m in metrics:
             seen = [run[i]["values"].get(m) for run in ncu if i < len(run)]
             seen = [x for x in seen if x is not None]
-            if not seen or m not in k["metrics"] or TIME not in k["metrics"]:
+            if not seen or m not in k["metrics"]:
                 continue
             ref = statistics.median(seen)
             inline = base_value(m, k["metrics"][m])
             spread = (max(seen) - min(seen)) / ref if ref else 0.0
             rel = (inline - ref) / ref if ref else 0.0
-            same = i < len(ncu_other) and ncu_other[i]["mangled"] == k["mangled_name"]
-            other = ncu_other[i]["values"].get(m) if same else None
-            long = base_value(TIME, k["metrics"][TIME]) > 20e3
+            same = i < len(ncu_all) and ncu_all[i]["mangled"] == k["mangled_name"]
+            all_cache = ncu_all[i]["values"].get(m) if same else None
+            long = base_value(TIME, k["metrics"][TIME]) > 20e3 if TIME in k["metrics"] else True
             row = {"kernel": k["name"][:80], "mangled": k["mangled_name"], "index": i, "metric": m,
-                   "inline": inline, "ncu": ref, "ncu_cache": cache, "ncu_other_cache": other, "relative": rel,
+                   "inline": inline, "ncu": ref, "ncu_cache_all": all_cache, "relative": rel,
                    "ncu_spread": spread, "tolerance": tolerance(m, spread), "long_kernel": long,
                    "within": abs(rel) <= tolerance(m, spread)}
             if replay_inline is not None and m in replay_inline[i]["metrics"] and ref:
@@ -165,8 +123,7 @@ def validate_profile(profile_dir, replay_dir, runs, other_runs=1, metric_runs=()
                 row.update(replay_inline=ri, replay_relative=(ri - ref) / ref)
                 row["replay_within"] = abs(row["replay_relative"]) <= row["tolerance"]
             table.append(row)
-    return {"profile": profile_dir.name, "signature": identity.get("signature_sha256", ""), "ncu_cache": cache,
-            "l2_at_start": l2, "metric_sources": sources, "metric_run_problems": problems, "rows": table,
+    return {"profile": profile_dir.name, "signature": identity.get("signature_sha256", ""), "rows": table,
             "misses": misses}
 
 
@@ -180,10 +137,6 @@ def main():
     ap.add_argument("--min-kernel-us", type=float, default=0.0,
                     help="--random picks only profiles with a kernel at least this long (us)")
     ap.add_argument("--runs", type=int, default=2, help="ncu runs per profile (its own spread)")
-    ap.add_argument("--other-runs", type=int, default=1, choices=(0, 1),
-                    help="ncu runs with the other cache state, set beside (0: none)")
-    ap.add_argument("--metric-runs", default="",
-                    help="comma-separated run directories whose profiles give the inline values of the metrics they measured")
     ap.add_argument("--json", type=pathlib.Path)
     a = ap.parse_args()
     if not (a.run_dir / "profiles").is_dir():
@@ -226,11 +179,6 @@ def main():
         among = f" among {len(rest)} with a kernel >= {a.min_kernel_us:g} us" if a.min_kernel_us else f" among {len(rest)}"
         print(f"validate: --random {a.random} --seed {a.seed} picked{among}: " + ", ".join(x[1].name for x in picked))
     chosen = [(t, p) for t, p, _ in chosen]
-    metric_runs = [pathlib.Path(d) for d in a.metric_runs.split(",") if d]
-    for d in metric_runs:
-        if not (d / "profiles").is_dir():
-            print(f"lingprobe validate: --metric-runs {d} has no profiles/", file=sys.stderr)
-            return 2
     results = []
     for _, p in chosen:
         replay = a.run_dir / "replays" / p.name
@@ -238,15 +186,14 @@ def main():
             print(f"{p.name}: no replay (run `lingprobe replay {a.run_dir}` first)")
             continue
         try:
-            results.append(validate_profile(p, replay, a.runs, a.other_runs, metric_runs))
+            results.append(validate_profile(p, replay, a.runs))
         except Exception as e:  # one profile's failure is reported, the others still run
             results.append({"profile": p.name, "error": str(e), "rows": [], "misses": []})
         if a.json:  # after each profile: a run cut short keeps what it measured
             a.json.write_text(json.dumps(summary(results, partial=True), indent=1))
     doc = summary(results, partial=False)
     for res in results:
-        print(f"== {res['profile']}" + (f": ERROR {res['error']}" if res.get("error") else
-                                          f" (L2 {res['l2_at_start']} at the window, ncu --cache-control {res['ncu_cache']})"))
+        print(f"== {res['profile']}" + (f": ERROR {res['error']}" if res.get("error") else ""))
         for r in res["rows"]:
             beside = (f"; replay inline {r['replay_inline']:.5g} ({100 * r['replay_relative']:+.2f}%)"
                       if "replay_inline" in r else "")
@@ -255,14 +202,11 @@ def main():
                   f"{'' if r['long_kernel'] else ' [<20us]'}")
         for m in res["misses"]:
             print(f"  MISS kernels differ: inline {m['inline']} vs ncu {m['ncu']}")
-        for m in res.get("metric_run_problems", []):
-            print(f"  metric runs: {m}")
     pairs, ok = doc["pairs"], doc["within"]
     print("validate: |relative difference| of the pairs: " + ", ".join(f"{l} {n}" for l, n in doc["histogram"].items()))
     print(f"validate: {ok}/{pairs} (kernel, metric) pairs of kernels > 20 us within target "
           f"({100 * ok / pairs if pairs else 0:.1f}%), {doc['kernel_set_misses']} kernel-set misses; "
-          f"{doc['within_against_none_or_all']}/{pairs} within against ncu with --cache-control none or all "
-          f"(the reference or the other cache state)")
+          f"{doc['within_against_none_or_all']}/{pairs} within against ncu with --cache-control none or all")
     if doc["replay_inline_pairs"]:
         print(f"validate: the replays' own inline profiles (lingprobe replay --profile) against ncu: "
               f"{doc['replay_inline_within']}/{doc['replay_inline_pairs']} pairs within target")
@@ -274,9 +218,8 @@ def main():
 def summary(results, partial):
     """The long kernels' pairs: how many are within target, the whole
     distribution of |inline - ncu| / ncu, and how many are within target
-    against ncu's run with the other cache state instead (all for a live
-    window, none for a flushed one): the cache state at a kernel's start
-    differs between the live run and the replay."""
+    against ncu's cold-cache run instead (--cache-control all): the cache
+    state at a kernel's start differs between the live run and the replay."""
     rows = [r for res in results for r in res["rows"] if r["long_kernel"]]
     edges = [0.01, 0.03, 0.05, 0.10, 0.20]
     hist = [0] * (len(edges) + 1)
@@ -285,7 +228,7 @@ def summary(results, partial):
     labels = [f"<={int(e * 100)}%" for e in edges] + [f">{int(edges[-1] * 100)}%"]
 
     def within_all(r):
-        ref = r["ncu_other_cache"]
+        ref = r["ncu_cache_all"]
         return ref is not None and ref != 0 and abs(r["inline"] - ref) / ref <= r["tolerance"]
 
     replayed = [r for r in rows if "replay_within" in r]

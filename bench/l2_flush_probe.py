@@ -1,5 +1,14 @@
-# Which way of "flushing" L2 before a kernel makes its DRAM writes those of ncu --cache-control all?
-import torch, torch.nn.functional as F, sys
+"""Which way of evicting L2 before a kernel makes its DRAM writes those of ncu
+--cache-control all? (docs/COUNTERS.md, "Can a cold cache close the gap?")
+A GEMV ([3,5120] x [5120,5120], 30 KB out) after a 216 MB normal_ has left
+dirty lines in L2, once per way of evicting them; run it under ncu:
+
+    ncu --clock-control none --cache-control none --csv --page raw --print-units base -k regex:nvjet \
+        --metrics dram__bytes_write.sum,dram__bytes_read.sum,gpu__time_duration.sum python3 bench/l2_flush_probe.py
+
+(docs/gpu/l2-flush-torch-variants-h200.txt: reading 400 MB takes the writes from 15 MB to 0.02 MB, writing
+400 MB leaves 18 MB.)"""
+import torch, torch.nn.functional as F
 dev = torch.device("cuda")
 torch.manual_seed(0)
 w = torch.randn(5120, 5120, device=dev, dtype=torch.bfloat16)

@@ -44,16 +44,20 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHILD = str(ROOT / "bench" / "cpu_bench_child.py")
-ALL_CONFIGS = ["none", "floor", "lingprobe-off", "lingprobe", "lingprobe-nested", "lingprobe-sampling-idle",
+ALL_CONFIGS = ["none", "floor", "lingprobe-off", "lingprobe", "lingprobe-never", "lingprobe-counts-only",
+               "lingprobe-nested", "lingprobe-sampling-idle",
                "profiler", "execution-trace", "dispatch-mode", "stage-map-unmatched", "stage-map-matched"]
 QUICK_CONFIGS = ["none", "floor", "lingprobe", "profiler"]
-GROUP_OF = {"lingprobe-off": "loaded", "lingprobe-nested": "nested",
+GROUP_OF = {"lingprobe-off": "loaded", "lingprobe-nested": "nested", "lingprobe-never": "never",
+            "lingprobe-counts-only": "counts",
             "lingprobe-sampling-idle": "sampling"}  # everything else: "main"
 DESCRIPTIONS = {
     "none": "nothing switched (the method's noise)",
     "floor": "empty global RecordFunction callback asking for inputs and outputs",
     "lingprobe-off": "lingprobe loaded and initialised, recording off (vs. not loaded)",
-    "lingprobe": "lingprobe recording every top-level call, call records on",
+    "lingprobe": "lingprobe recording every top-level call, call records on (SUPPRESS_NESTED=auto)",
+    "lingprobe-never": "as 'lingprobe' with SUPPRESS_NESTED=never: nested calls boxed and seen",
+    "lingprobe-counts-only": "as 'lingprobe' with CALL_RECORDS=0: signatures and counts, no per-call records",
     "lingprobe-nested": "lingprobe recording nested calls too, call records on",
     "lingprobe-sampling-idle": "as 'lingprobe', with LINGPROBE_SNAPSHOTS=1 and every key already sampled",
     "profiler": "torch.profiler, CPU activity, record_shapes=True",

@@ -57,11 +57,11 @@ def floor_toggle():
     return Toggle("floor", on=lambda: handle.append(lib.floor_install()), off=lambda: lib.floor_remove(handle.pop()))
 
 
-def start_lingprobe(nested, snapshots=False):
+def start_lingprobe(nested, snapshots=False, **options):
     global lingprobe
     import lingprobe as lp
     lingprobe = lp
-    lp.start(out_dir=out, nested=nested, call_records=True, snapshots=snapshots)
+    lp.start(out_dir=out, nested=nested, call_records=options.pop("call_records", True), snapshots=snapshots, **options)
     lp.stop()
 
 
@@ -135,6 +135,12 @@ def build_toggles():
     if group == "nested":
         start_lingprobe(nested=True)
         return [lingprobe_toggle("lingprobe-nested")]
+    if group == "never":  # nested calls boxed and seen below top-level calls, as before issue 14
+        start_lingprobe(nested=False, suppress_nested="never")
+        return [lingprobe_toggle("lingprobe-never")]
+    if group == "counts":  # signatures and counts only: no timestamps, sequence numbers or call records
+        start_lingprobe(nested=False, call_records=False)
+        return [lingprobe_toggle("lingprobe-counts-only")]
     if group == "sampling":  # the warm-up samples every key once; measured: sampling on with nothing left to sample
         start_lingprobe(nested=False, snapshots=True)
         return [lingprobe_toggle("lingprobe-sampling-idle")]

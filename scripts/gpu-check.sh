@@ -3,7 +3,8 @@
 # scripts/fetch-gpu-deps.sh): builds lingprobe against that machine's torch,
 # runs the test suite (GPU and CPU tiers) and the GPU workloads, and writes
 # results under $OUT.
-#   scripts/gpu-check.sh build|test|pytest FILE.py...|reference N|bench N|cpubench N|validate RUN N|replayprofile RUN ...
+#   scripts/gpu-check.sh build|test|pytest FILE.py...|reference N|bench N|cpubench N|validate RUN N|replayprofile RUN
+#                        |decodebench N|suppresscheck N ...
 #   (steps in order; default: build test)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -145,6 +146,25 @@ step_validate() {
   return $rc
 }
 
+# The launch-bound decode loop (issue 14), $1 processes per group: docs/PERFORMANCE.md.
+step_decodebench() {
+  $py "$root/bench/decode_bench.py" --device cuda --reps "${1:-3}" --pairs "${DECODE_PAIRS:-8}" --build "$build" \
+    --json "$OUT/decode-bench.json" 2>&1 | tee "$OUT/decode-bench.txt"
+  return "${PIPESTATUS[0]}"
+}
+
+# Nested-call suppression leaves the top-level results unchanged (issue 14): the CUDA stand-in at full shapes,
+# REFERENCE_WORLD ranks, $1 chunks, every op recorded, with SUPPRESS_NESTED=never and auto; scripts/compare-runs.py.
+step_suppresscheck() {
+  local mode
+  for mode in never auto; do
+    LINGPROBE_SUPPRESS_NESTED=$mode REFERENCE_MODES=all step_reference "$1"
+    rm -rf "$root/gpu-runs/all-$mode"; mv "$root/gpu-runs/all" "$root/gpu-runs/all-$mode"
+  done
+  $py "$root/scripts/compare-runs.py" "$root/gpu-runs/all-never" "$root/gpu-runs/all-auto" | tee "$OUT/suppress-check.txt"
+  return "${PIPESTATUS[0]}"
+}
+
 # The CPU overhead benchmark on this machine's torch (wall clock only: no valgrind here).
 step_cpubench() {
   $py "$root/bench/cpu_bench.py" --no-callgrind --reps "${1:-3}" --build "$build" --json "$OUT/cpu-bench.json" \
@@ -168,6 +188,10 @@ while [ ${#steps[@]} -gt 0 ]; do
             step_pytest "${files[@]}" || rc=1 ;;
     validate) m=${steps[0]}; n=${steps[1]}; steps=("${steps[@]:2}"); step_validate "$m" "$n" || rc=1 ;;
     replayprofile) m=${steps[0]}; steps=("${steps[@]:1}"); step_replayprofile "$m" || rc=1 ;;
+    decodebench) arg=3; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
+      step_decodebench "$arg" || rc=1 ;;
+    suppresscheck) arg=1; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
+      step_suppresscheck "$arg" || rc=1 ;;
     reference) arg=20; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
                step_reference "$arg" || rc=1 ;;
     *) echo "gpu-check: unknown step $s"; rc=2 ;;

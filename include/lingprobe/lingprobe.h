@@ -65,6 +65,8 @@ typedef struct lingprobe_stats {
   int64_t world_size;
   uint64_t snapshots_written; /* snapshot files written (LINGPROBE_SNAPSHOTS) */
   uint64_t snapshot_bytes;    /* their bytes on disk */
+  uint64_t nested_seen;       /* nested op calls that reached lingprobe's callback (each boxed by the dispatcher) */
+  uint64_t nested_suppressed; /* top-level calls below which RecordFunction was switched off (LINGPROBE_SUPPRESS_NESTED) */
 } lingprobe_stats;
 
 /* Initialises lingprobe and installs the dispatcher hook; records at once

@@ -91,6 +91,14 @@ const std::vector<ConfigEntry>& config_table() {
                             "per stage with 'stage:glob,...;stage:glob' (dit:aten::linear;vae:aten::conv3d). Empty: all."},
       {"OPS_DENY", "string", "", "Comma-separated ops or globs never recorded (applied after OPS)."},
       {"NESTED", "bool", "0", "Also record calls made inside another op (with their depth). Default: top-level calls only."},
+      {"SUPPRESS_NESTED", "auto|always|never", "auto",
+       "Below a recorded top-level call, switch RecordFunction off on the thread (at::enableRecordFunction) so its "
+       "nested calls are not boxed; back on at the call's end. auto: only below ops whose first 8 calls made at least "
+       "SUPPRESS_NESTED_MIN nested calls each on average (one off/on pair costs about 3-4 nested calls' boxing); "
+       "always: below every top-level call; never: nested calls are boxed and seen, as before. Never while another "
+       "RecordFunction callback is registered (torch.profiler, the execution-trace observer): they keep seeing nested "
+       "calls. Ignored with NESTED=1."},
+      {"SUPPRESS_NESTED_MIN", "int", "4", "auto suppression: the nested calls per call an op must make (at least 1)."},
       {"CALL_RECORDS", "bool", "1", "Write one 'call' record per call (timing); 0 keeps only signatures and counts."},
       {"STAGE_MAP", "string", "", "Python stage rules: stage=ModuleClass|pkg.module:function;... (e.g. "
                                   "dit=WanModel;vae=WanVAE|Decoder3d;output=wan.utils.utils:save_video)."},
@@ -159,6 +167,12 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
   } else if (name == "OPS") c.ops = v;
   else if (name == "OPS_DENY") c.ops_deny = v;
   else if (name == "NESTED") err = parse_bool(v, c.nested);
+  else if (name == "SUPPRESS_NESTED") {
+    std::string u = v;
+    for (char& ch : u) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (u == "auto" || u == "always" || u == "never") c.suppress_nested = u;
+    else err = "expected auto, always or never, got '" + v + "'";
+  } else if (name == "SUPPRESS_NESTED_MIN") err = parse_int(v, c.suppress_nested_min, 1);
   else if (name == "CALL_RECORDS") err = parse_bool(v, c.call_records);
   else if (name == "STAGE_MAP") c.stage_map = v;
   else if (name == "NVTX_MAP") c.nvtx_map = v;
@@ -265,6 +279,10 @@ format::JsonValue config_json(const Config& c) {
   o.set("ops", JsonValue::string(c.ops));
   o.set("ops_deny", JsonValue::string(c.ops_deny));
   o.set("nested", JsonValue::boolean(c.nested));
+  if (!c.nested) {
+    o.set("suppress_nested", JsonValue::string(c.suppress_nested));
+    o.set("suppress_nested_min", JsonValue::integer(c.suppress_nested_min));
+  }
   o.set("call_records", JsonValue::boolean(c.call_records));
   o.set("stage_map", JsonValue::string(c.stage_map));
   o.set("nvtx_map", JsonValue::string(c.nvtx_map));

@@ -22,6 +22,8 @@ struct Config {
   std::string ops;        // selection: globs, optionally per stage ("dit:aten::linear;vae:aten::conv3d")
   std::string ops_deny;   // globs never recorded
   bool nested = false;
+  std::string suppress_nested = "auto";  // auto | always | never
+  int64_t suppress_nested_min = 4;
   bool call_records = true;
   std::string stage_map;  // module classes / functions -> stage (Python shim)
   std::string nvtx_map;   // NVTX range-name regex -> stage

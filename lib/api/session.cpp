@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -193,6 +194,10 @@ capture::RecorderOptions recorder_options(const Config& c, std::string& error) {
     if (!error.empty()) error = "LINGPROBE_SAMPLE_OPS: " + error;
   }
   ro.nested = c.nested;
+  ro.suppress_nested = c.suppress_nested == "always"  ? capture::NestedSuppression::Always
+                       : c.suppress_nested == "never" ? capture::NestedSuppression::Never
+                                                      : capture::NestedSuppression::Auto;
+  ro.suppress_min_nested = static_cast<uint32_t>(std::min<int64_t>(c.suppress_nested_min, 1 << 20));
   ro.call_records = c.call_records;
   ro.buffer_records = static_cast<size_t>(c.buffer_records);
   ro.skip_calls = static_cast<uint64_t>(c.skip_calls);
@@ -416,6 +421,8 @@ void session_stats(lingprobe_stats& out) {
   out.calls_recorded = r.calls_recorded;
   out.signatures = r.signatures;
   out.dropped = r.dropped;
+  out.nested_seen = r.nested_seen;
+  out.nested_suppressed = r.nested_suppressed;
   out.recording = capture::recording() ? 1 : 0;
   out.state = static_cast<int32_t>(s.state.load());
   std::lock_guard<std::mutex> lock(s.mu);

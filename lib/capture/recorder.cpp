@@ -31,6 +31,8 @@ constexpr size_t kMaxDepth = 128;
 constexpr size_t kChunk = 4096;
 constexpr size_t kMaxChunks = 256;  // up to 1,048,576 signatures per process
 constexpr size_t kOpCacheSlots = 256;
+constexpr uint32_t kSuppressLearnCalls = 8;   // an op's first calls, nested calls observed, decide auto suppression
+constexpr uint32_t kOtherCallbacksRecheck = 256;  // suppressions between two looks at the global callbacks
 
 int64_t now_ns() {
   timespec ts;
@@ -46,6 +48,10 @@ struct OpInfo {
   std::string with_overload;  // "aten::to.dtype"
   std::string dotted;         // "aten.to.dtype"
   std::atomic<int8_t> selected[kMaxStages];  // -1 unknown, 0 no, 1 yes
+  // Auto suppression of the calls nested below this op (all threads learn together).
+  std::atomic<uint32_t> learn_calls{0};
+  std::atomic<uint64_t> learn_nested{0};
+  std::atomic<int8_t> suppress{-1};  // -1 learning, 0 no (too few nested calls), 1 yes
   explicit OpInfo(c10::FunctionSchema s) : schema(std::move(s)) {
     name = schema.name();
     with_overload = name + "." + schema.overload_name();
@@ -64,6 +70,8 @@ struct Frame {
   uint32_t entry;      // the InputEntry of the input key
   StageId stage;
   bool recorded;
+  bool suppressed;     // RecordFunction switched off on the thread below this call (back on at its end)
+  uint32_t nested;     // nested calls seen below this top-level call
   void* sample;        // the hooks' token of a sampled call, or nullptr
 };
 
@@ -102,6 +110,10 @@ struct ThreadState {
   KeyTable inputs;                               // input key -> index in entries
   std::vector<InputEntry> entries;
   Counter calls_seen{0};
+  Counter nested_seen{0};        // nested calls that reached the callback
+  Counter nested_suppressed{0};  // top-level calls below which RecordFunction was switched off
+  uint32_t others_recheck = 0;   // suppressions left before the global callbacks are looked at again
+  bool others_global = false;    // another global callback was registered at the last look
   std::atomic<Counter*> counts[kMaxChunks] = {};  // per-signature calls of this thread
   format::RecordBuffer* buffer = nullptr;
   bool buffer_requested = false;
@@ -140,7 +152,7 @@ struct Global {
   std::mutex threads_mu;
   std::vector<ThreadState*> threads;
   std::vector<uint64_t> retired_counts;
-  uint64_t retired_seen = 0;
+  uint64_t retired_seen = 0, retired_nested_seen = 0, retired_nested_suppressed = 0;
 };
 
 Global& g() {
@@ -177,6 +189,8 @@ void retire(ThreadState* ts) {
   Global& G = g();
   std::lock_guard<std::mutex> lock(G.threads_mu);
   G.retired_seen += ts->calls_seen.load(std::memory_order_relaxed);
+  G.retired_nested_seen += ts->nested_seen.load(std::memory_order_relaxed);
+  G.retired_nested_suppressed += ts->nested_suppressed.load(std::memory_order_relaxed);
   const uint32_t n = G.next_id.load(std::memory_order_acquire);
   if (G.retired_counts.size() < n) G.retired_counts.resize(n, 0);
   add_thread_counts(ts, G.retired_counts);
@@ -354,6 +368,49 @@ bool in_warm_up(Global& G) {
          now_ns() - G.started_ns.load(std::memory_order_relaxed) < static_cast<int64_t>(G.options.skip_seconds * 1e9);
 }
 
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn);
+
+// Whether a RecordFunction callback other than lingprobe's would see this
+// thread's nested calls: torch.profiler's thread-local callbacks (checked at
+// every suppression), or another global one (the execution-trace observer,
+// on-demand Kineto, a user's): looked at once per kOtherCallbacksRecheck
+// suppressions of the thread, so one registered meanwhile misses at most
+// that many calls' nested calls (docs/USAGE.md).
+bool other_callbacks(ThreadState* ts) {
+  if (at::hasThreadLocalCallbacks()) return true;
+  if (ts->others_recheck == 0) {
+    ts->others_recheck = kOtherCallbacksRecheck;
+    ts->others_global = false;
+    for (const auto& cb : at::getStepCallbacks(at::RecordScope::FUNCTION).callbacks_)
+      if (cb.start_ != &on_start) ts->others_global = true;
+  }
+  --ts->others_recheck;
+  return ts->others_global;
+}
+
+// At the start of a top-level call, after lingprobe's own work: switch
+// RecordFunction off on the thread below it when that pays.
+inline void suppress_below(Global& G, ThreadState* ts, Frame& f, OpInfo* op) {
+  const NestedSuppression mode = G.options.suppress_nested;
+  if (G.options.nested || mode == NestedSuppression::Never) return;
+  if (mode == NestedSuppression::Auto && op->suppress.load(std::memory_order_relaxed) != 1) return;
+  if (other_callbacks(ts)) return;
+  at::enableRecordFunction(false);
+  f.suppressed = true;
+  bump(ts->nested_suppressed);
+}
+
+// At the end of a top-level call whose nested calls were observed: learn how
+// many an op makes (auto suppression).
+inline void learn_nested(Global& G, OpInfo* op, uint32_t nested) {
+  if (G.options.suppress_nested != NestedSuppression::Auto || op->suppress.load(std::memory_order_relaxed) >= 0) return;
+  const uint32_t n = op->learn_calls.fetch_add(1, std::memory_order_relaxed) + 1;
+  const uint64_t total = op->learn_nested.fetch_add(nested, std::memory_order_relaxed) + nested;
+  if (n >= kSuppressLearnCalls)
+    op->suppress.store(total >= static_cast<uint64_t>(G.options.suppress_min_nested) * n ? 1 : 0,
+                       std::memory_order_relaxed);
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   Global& G = *g_installed;
   if (!G.active.load(std::memory_order_relaxed)) return nullptr;
@@ -368,6 +425,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       ts->key.truncate(0);
     }
     if (ts->depth > 0 && !G.options.nested) {  // inside a top-level call: only pair start and end
+      ++ts->frames[0].nested;
+      bump(ts->nested_seen);
       const uint32_t depth = ts->depth++;
       if (depth >= kMaxDepth) {
         G.drop_depth.fetch_add(1, std::memory_order_relaxed);
@@ -375,6 +434,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       }
       ts->frames[depth].fn = &fn;
       ts->frames[depth].recorded = false;
+      ts->frames[depth].suppressed = false;
       ts->frames[depth].sample = nullptr;
       return nullptr;
     }
@@ -387,16 +447,20 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     }
     Frame& f = ts->frames[depth];
     f.fn = &fn;
+    f.op = op;
     f.recorded = false;
+    f.suppressed = false;
+    f.nested = 0;
     f.sample = nullptr;
     bump(ts->calls_seen);
     const StageId stage = top_stage(*ts->stages);
     if (C10_UNLIKELY(G.stage_timing.load(std::memory_order_relaxed) != nullptr) &&
         ts->stages->changes != ts->timed_changes)  // published by enable_sampling while calls run: acquire it
       begin_stage_interval(*G.stage_timing.load(std::memory_order_acquire), *ts, fn, stage);
-    if (!is_selected(op, stage)) return nullptr;
-    if (C10_UNLIKELY(G.skips_warm_up) && in_warm_up(G)) return nullptr;
-    f.op = op;
+    if (!is_selected(op, stage) || (C10_UNLIKELY(G.skips_warm_up) && in_warm_up(G))) {
+      if (depth == 0) suppress_below(G, ts, f, op);  // its nested calls cost the boxing all the same
+      return nullptr;
+    }
     f.stage = stage;
     f.key_begin = static_cast<uint32_t>(ts->key.size());
     const auto inputs = fn.inputs();
@@ -429,6 +493,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       call.key = k;
       f.sample = G.hooks.load(std::memory_order_relaxed)->begin(call);  // before the op, and before t0: the copies are not the op's time
     }
+    if (depth == 0) suppress_below(G, ts, f, op);  // after the sampled call's hooks: their own ATen calls are seen as nested
     if (G.options.call_records) f.t0 = now_ns();
   } catch (...) {
     G.drop_error.fetch_add(1, std::memory_order_relaxed);
@@ -447,6 +512,12 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   Frame& f = ts->frames[ts->depth - 1];
   if (f.fn != &fn) return;  // not an operator we counted
   --ts->depth;
+  if (f.suppressed) {  // first: whatever happens below, the thread's RecordFunction is switched back on
+    f.suppressed = false;
+    at::enableRecordFunction(true);
+  } else if (ts->depth == 0 && !G.options.nested) {
+    learn_nested(G, f.op, f.nested);
+  }
   if (!f.recorded) return;
   try {
     const int64_t t1 = G.options.call_records ? now_ns() : 0;
@@ -579,7 +650,13 @@ RecorderStats recorder_stats() {
   {
     std::lock_guard<std::mutex> lock(G.threads_mu);
     s.calls_seen = G.retired_seen;
-    for (const ThreadState* ts : G.threads) s.calls_seen += ts->calls_seen.load(std::memory_order_relaxed);
+    s.nested_seen = G.retired_nested_seen;
+    s.nested_suppressed = G.retired_nested_suppressed;
+    for (const ThreadState* ts : G.threads) {
+      s.calls_seen += ts->calls_seen.load(std::memory_order_relaxed);
+      s.nested_seen += ts->nested_seen.load(std::memory_order_relaxed);
+      s.nested_suppressed += ts->nested_suppressed.load(std::memory_order_relaxed);
+    }
   }
   for (uint64_t n : signature_totals(G)) s.calls_recorded += n;  // every recorded call is counted once
   s.signatures = G.next_id.load(std::memory_order_relaxed);

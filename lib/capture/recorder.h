@@ -37,9 +37,21 @@ class RecorderSink {
   virtual void on_buffer_half_full() = 0;
 };
 
+// Below a recorded top-level call, RecordFunction can be switched off on the
+// thread (at::enableRecordFunction) so that its nested calls are neither
+// boxed nor seen, by lingprobe or anyone else; switched back on in the call's
+// end callback. Only while lingprobe's is the only callback (otherwise
+// torch.profiler and the execution-trace observer would lose those calls).
+// Auto: only below ops whose learned nested calls per call (their first
+// kSuppressLearnCalls calls observed) reach `suppress_min_nested`: one off/on
+// pair costs about as much as 3-4 nested calls' boxing (docs/PERFORMANCE.md).
+enum class NestedSuppression { Auto, Always, Never };
+
 struct RecorderOptions {
   OpSelection selection;
   bool nested = false;
+  NestedSuppression suppress_nested = NestedSuppression::Auto;  // ignored with nested
+  uint32_t suppress_min_nested = 4;
   bool call_records = true;
   size_t buffer_records = 65536;
   uint64_t skip_calls = 0;
@@ -57,6 +69,8 @@ struct RecorderStats {
   uint64_t calls_recorded = 0;  // selected and counted
   uint64_t signatures = 0;
   uint64_t dropped = 0;         // all drop reasons together
+  uint64_t nested_seen = 0;     // nested op calls that reached the callback (each paid the boxing; 0 when all were switched off)
+  uint64_t nested_suppressed = 0;  // top-level calls below which RecordFunction was switched off
 };
 
 // Prepares the recorder (recording off). Idempotent.

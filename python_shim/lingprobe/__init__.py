@@ -125,6 +125,7 @@ def stats():
         "records_written": s.records_written, "dropped": s.dropped, "recording": bool(s.recording),
         "state": _STATES.get(s.state, str(s.state)), "rank": s.rank, "world_size": s.world_size,
         "snapshots_written": s.snapshots_written, "snapshot_bytes": s.snapshot_bytes,
+        "nested_seen": s.nested_seen, "nested_suppressed": s.nested_suppressed,
     }
 
 

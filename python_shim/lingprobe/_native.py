@@ -32,6 +32,8 @@ class Stats(ctypes.Structure):
         ("world_size", ctypes.c_int64),
         ("snapshots_written", ctypes.c_uint64),
         ("snapshot_bytes", ctypes.c_uint64),
+        ("nested_seen", ctypes.c_uint64),
+        ("nested_suppressed", ctypes.c_uint64),
     ]
 
 

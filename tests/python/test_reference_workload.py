@@ -13,9 +13,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def reference_run(build_dir, out, *args, port):
+def reference_run(build_dir, out, *args, port, **extra_env):
     env = dict(os.environ, LINGPROBE_CLI=str(build_dir / "lingprobe"), MASTER_PORT=str(port), LINGPROBE_PYTHON=sys.executable,
-               LINGPROBE_NVTX_HELPER=str(build_dir / "tests" / "libnvtx_helper.so"))
+               LINGPROBE_NVTX_HELPER=str(build_dir / "tests" / "libnvtx_helper.so"), **extra_env)
     p = subprocess.run([str(ROOT / "scripts" / "reference-run.sh"), "--out", str(out), *args], env=env,
                        capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -36,6 +36,21 @@ def test_full_shape_meta_run_reproduces_the_seed_audit(build_dir, tmp_path, seed
     assert [(s["stage"], s["distinct_signatures"], s["recorded_calls"]) for s in report["stages"]] == \
         [("dit", 12, 163200), ("output", 2, 20), ("vae", 17, 7984)]
     assert report["dropped"] == {} and report["run"]["ranks"] == [0, 1, 2, 3]
+
+
+def test_nested_suppression_leaves_every_top_level_signature_unchanged(build_dir, tmp_path):
+    """Issue 14: the full-shape stand-in with every op recorded (--select all), 4 ranks on meta, with nested calls
+    boxed and seen (SUPPRESS_NESTED=never, as before) and switched off where it pays (auto, the default): the same
+    multiset of (rank, sha256, calls) and the same signature_json bytes (scripts/compare-runs.py)."""
+    runs = []
+    for i, mode in enumerate(("never", "auto")):
+        out = tmp_path / mode
+        reference_run(build_dir, out, "--device", "meta", "--scale", "full", "--select", "all", "--chunks", "4",
+                      port=29591 + i, LINGPROBE_SUPPRESS_NESTED=mode)
+        runs.append(str(out))
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare-runs.py"), *runs], capture_output=True, text=True)
+    assert p.returncode == 0 and "identical" in p.stdout, p.stdout + p.stderr
+    assert "ranks [0, 1, 2, 3]" in p.stdout, p.stdout
 
 
 @pytest.fixture(scope="module")

@@ -65,6 +65,7 @@ step_reference() {
     local out=$root/gpu-runs/$mode t0=$SECONDS
     local flags=(--select seed)
     [ "$mode" = all ] && flags=(--select all)
+    [ "$mode" = all-nosnap ] && flags=(--select all --no-snapshots)
     [ "$mode" = none ] && flags+=(--no-lingprobe)
     [ "$mode" = seed-nosnap ] && flags+=(--no-snapshots)
     [ "$mode" = seed-profile ] && flags+=(--profile)
@@ -158,8 +159,8 @@ step_decodebench() {
 step_suppresscheck() {
   local mode
   for mode in never auto; do
-    LINGPROBE_SUPPRESS_NESTED=$mode REFERENCE_MODES=all step_reference "$1"
-    rm -rf "$root/gpu-runs/all-$mode"; mv "$root/gpu-runs/all" "$root/gpu-runs/all-$mode"
+    LINGPROBE_SUPPRESS_NESTED=$mode REFERENCE_MODES=all-nosnap step_reference "$1"
+    rm -rf "$root/gpu-runs/all-$mode"; mv "$root/gpu-runs/all-nosnap" "$root/gpu-runs/all-$mode"
   done
   $py "$root/scripts/compare-runs.py" "$root/gpu-runs/all-never" "$root/gpu-runs/all-auto" | tee "$OUT/suppress-check.txt"
   return "${PIPESTATUS[0]}"

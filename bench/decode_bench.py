@@ -217,6 +217,103 @@ def child(args):
     print(json.dumps(result))
 
 
+CALLGRIND_CONFIGS = {  # name: (lingprobe options, floor kind); calling thread's instructions per token under callgrind
+    "none": (None, None), "floor": (None, "floor"), "floor-toplevel": (None, "toplevel"),
+    "lingprobe": ({}, None), "lingprobe-never": ({"suppress_nested": "never"}, None),
+    "lingprobe-always": ({"suppress_nested": "always"}, None), "lingprobe-min2": ({"suppress_nested_min": "2"}, None),
+    "lingprobe-counts-only": ({"call_records": False}, None), "lingprobe-nested": ({"nested": "1"}, None),
+}
+
+
+def callgrind_child(args):
+    """One configuration, switched on before the warm-up; then n and 2n tokens between ZERO and DUMP requests."""
+    import ctypes
+    import torch
+    torch.set_num_threads(1)
+    cg = ctypes.CDLL(str(args.build / "bench" / "libcallgrind_control.so"))
+    step = model(args.device, args.quick)
+    opts, floor_kind = CALLGRIND_CONFIGS[args.config]
+    if floor_kind:
+        floor = ctypes.CDLL(str(args.build / "bench" / "libfloor_callback.so"))
+        (floor.floor_install if floor_kind == "floor" else floor.floor_install_toplevel)()
+    lp = None
+    if opts is not None:
+        os.environ["LINGPROBE_LIBRARY"] = str(args.build / "liblingprobe.so")
+        sys.path.insert(0, str(ROOT / "python_shim"))
+        import lingprobe as lp
+        lp.start(out_dir=tempfile.mkdtemp(prefix="lp-decode-cg-"), **{"call_records": True, **opts})
+    for _ in range(args.warmup):
+        step()
+    if lp:
+        lp.flush()
+    cg.lpbench_start_instrumentation()
+    n = args.tokens
+    for label, k in (("1", n), ("2", 2 * n)):
+        cg.lpbench_zero()
+        for _ in range(k):
+            step()
+        if lp:
+            lp.flush()  # the writer's work on these tokens' records lands in this count (all-threads run)
+        cg.lpbench_dump(f"decode/{args.config}/{label}".encode())
+    out = {"config": args.config}
+    if lp:
+        s = lp.stats()
+        out["stats"] = {k: s[k] for k in ("calls_seen", "nested_seen", "nested_suppressed", "dropped")}
+    print(json.dumps(out))
+
+
+def callgrind_main(args):
+    import glob
+    configs = [c for c in args.process_configs.split(",") if c in CALLGRIND_CONFIGS] if args.process_configs_given \
+        else list(CALLGRIND_CONFIGS)
+    rows = {}
+    for config in configs:
+        for separate in ("yes", "no"):  # the calling thread alone, then every thread (lingprobe's writer included)
+            if separate == "no" and not config.startswith("lingprobe"):
+                continue
+            d = tempfile.mkdtemp(prefix="lp-decode-cg-")
+            cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no",
+                   f"--separate-threads={separate}", f"--callgrind-out-file={d}/cg.out", sys.executable, __file__,
+                   "--callgrind-child", config, "--device", args.device, "--build", str(args.build),
+                   "--tokens", str(args.tokens), "--warmup", str(args.warmup)] + (["--quick"] if args.quick else [])
+            env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k != "LD_PRELOAD"}
+            env.update(OMP_NUM_THREADS="1", LINGPROBE_LOG_LEVEL="warn",  # the heap's top in big steps (bench/cpu_bench.py)
+                       GLIBC_TUNABLES="glibc.malloc.top_pad=67108864:glibc.malloc.trim_threshold=268435456")
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+            if p.returncode != 0:
+                raise SystemExit(f"callgrind {config} failed:\n{p.stderr[-3000:]}")
+            child = json.loads(p.stdout.strip().splitlines()[-1])
+            totals = {}
+            for path in glob.glob(os.path.join(d, "cg.out*")):
+                label = total = None
+                for line in open(path):
+                    if line.startswith("desc: Trigger: Client Request: "):
+                        label = line.split("Client Request: ", 1)[1].strip()
+                    elif line.startswith(("totals:", "summary:")):
+                        total = int(line.split()[1])
+                        break
+                if label:
+                    totals[label] = totals.get(label, 0) + (total or 0)
+            per_token = (totals[f"decode/{config}/2"] - totals[f"decode/{config}/1"]) / args.tokens
+            rows.setdefault(config, {"stats": child.get("stats")})["calling" if separate == "yes" else "all"] = per_token
+            print(f"decode_bench callgrind: {config} ({'calling thread' if separate == 'yes' else 'all threads'}): "
+                  f"{per_token:,.0f} instructions per token", flush=True)
+    base = rows["none"]["calling"]
+    floor_added = rows["floor"]["calling"] - base if "floor" in rows else None
+    top = rows.get("lingprobe", {}).get("stats") or {}
+    tokens_seen = None
+    print(f"\ninstructions per token, calling thread (callgrind; torch {__import__('torch').__version__}, "
+          f"{'quick model' if args.quick else '16 layers, width 1024'}, {args.device}):")
+    print(f"{'configuration':24} {'per token':>12} {'added':>12} {'/ floor':>8} {'other threads':>14}")
+    for c, r in rows.items():
+        added = r["calling"] - base
+        other = f"{r['all'] - r['calling']:+14,.0f}" if "all" in r else " " * 14
+        ratio = f"{added / floor_added:8.2f}" if floor_added else "       -"
+        print(f"{c:24} {r['calling']:12,.0f} {added:+12,.0f} {ratio} {other}")
+    if args.json:
+        args.json.write_text(json.dumps({"callgrind": rows, "tokens": args.tokens}, indent=1))
+
+
 def run_child(args, config):
     cmd = [sys.executable, __file__, "--child", config, "--device", args.device, "--build", str(args.build),
            "--tokens", str(args.tokens), "--pairs", str(args.pairs), "--warmup", str(args.warmup),
@@ -242,18 +339,34 @@ def main():
     ap.add_argument("--process-configs", default=",".join(PROCESS_CONFIGS))
     ap.add_argument("--json", type=pathlib.Path)
     ap.add_argument("--child")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="instructions per token under valgrind's callgrind, one process per configuration "
+                         "(--process-configs among: " + ", ".join(CALLGRIND_CONFIGS) + ")")
+    ap.add_argument("--callgrind-child")
     args = ap.parse_args()
+    args.process_configs_given = "--process-configs" in sys.argv
     args.main_configs = args.main_configs.split(",")
     if args.quick:
         args.reps, args.pairs, args.tokens = 1, 3, 8
     if args.child:
         args.config = args.child
         return child(args)
+    if args.callgrind_child:
+        args.config = args.callgrind_child
+        return callgrind_child(args)
+    if args.callgrind:
+        if args.quick:
+            args.warmup = 130
+        return callgrind_main(args)
     procs = [c for c in args.process_configs.split(",") if c]
     runs = {"main": []} | {c: [] for c in procs}
-    for _ in range(args.reps):  # the groups interleaved, so the machine's drift spreads over all of them
+    for rep in range(args.reps):  # the groups interleaved, so the machine's drift spreads over all of them
         for config in runs:
             runs[config].append(run_child(args, config))
+            # as each process ends: a run cut short (a time limit) keeps what it measured
+            print(f"decode_bench: rep {rep + 1} {config}: {json.dumps(runs[config][-1])}", flush=True)
+            if args.json:
+                args.json.write_text(json.dumps({"runs": runs, "partial": True}, indent=1))
     report(args, runs)
 
 

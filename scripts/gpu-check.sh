@@ -60,7 +60,7 @@ step_pytest() {
 # Full-shape stand-in on CUDA, REFERENCE_WORLD ranks (default 4) sharing the one GPU over gloo; $1 chunks.
 # REFERENCE_MODES picks among: none (no lingprobe), seed (seed selection), all.
 step_reference() {
-  local chunks=${1:-20} modes=${REFERENCE_MODES:-none seed all} world=${REFERENCE_WORLD:-4}
+  local chunks=${1:-20} modes=${REFERENCE_MODES:-none seed all} world=${REFERENCE_WORLD:-4} mode
   for mode in $modes; do
     local out=$root/gpu-runs/$mode t0=$SECONDS
     local flags=(--select seed)
@@ -157,10 +157,10 @@ step_decodebench() {
 # Nested-call suppression leaves the top-level results unchanged (issue 14): the CUDA stand-in at full shapes,
 # REFERENCE_WORLD ranks, $1 chunks, every op recorded, with SUPPRESS_NESTED=never and auto; scripts/compare-runs.py.
 step_suppresscheck() {
-  local mode
-  for mode in never auto; do
-    LINGPROBE_SUPPRESS_NESTED=$mode REFERENCE_MODES=all-nosnap step_reference "$1"
-    rm -rf "$root/gpu-runs/all-$mode"; mv "$root/gpu-runs/all-nosnap" "$root/gpu-runs/all-$mode"
+  local suppress  # not `mode`: step_reference's loop variable (bash scopes dynamically)
+  for suppress in never auto; do
+    LINGPROBE_SUPPRESS_NESTED=$suppress REFERENCE_MODES=all-nosnap step_reference "$1"
+    rm -rf "$root/gpu-runs/all-$suppress"; mv "$root/gpu-runs/all-nosnap" "$root/gpu-runs/all-$suppress"
   done
   $py "$root/scripts/compare-runs.py" "$root/gpu-runs/all-never" "$root/gpu-runs/all-auto" | tee "$OUT/suppress-check.txt"
   return "${PIPESTATUS[0]}"

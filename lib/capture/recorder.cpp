@@ -51,8 +51,8 @@ struct OpInfo {
   // Auto suppression of the calls nested below this op (all threads learn together).
   std::atomic<uint32_t> learn_calls{0};
   std::atomic<uint64_t> learn_nested{0};
-  std::atomic<int8_t> suppress{-1};  // -1 learning, 0 no (too few nested calls), 1 yes
-  explicit OpInfo(c10::FunctionSchema s) : schema(std::move(s)) {
+  std::atomic<int8_t> suppress;  // -1 learning (auto), 0 no (never, nested, too few nested calls), 1 yes (always)
+  OpInfo(c10::FunctionSchema s, int8_t suppress_at_start) : schema(std::move(s)), suppress(suppress_at_start) {
     name = schema.name();
     with_overload = name + "." + schema.overload_name();
     if (schema.overload_name().empty()) with_overload = name;
@@ -246,7 +246,11 @@ OpInfo* find_op_slow(ThreadState* ts, const at::RecordFunction& fn, ThreadState:
       if (git != G.ops.end()) {
         op = git->second;
       } else {
-        op = new OpInfo(std::move(*schema));
+        const RecorderOptions& o = G.options;
+        const int8_t suppress = o.nested || o.suppress_nested == NestedSuppression::Never    ? 0
+                                : o.suppress_nested == NestedSuppression::Always ? 1
+                                                                                 : -1;
+        op = new OpInfo(std::move(*schema), suppress);
         G.ops.emplace(name, op);
       }
     }
@@ -389,21 +393,18 @@ bool other_callbacks(ThreadState* ts) {
 }
 
 // At the start of a top-level call, after lingprobe's own work: switch
-// RecordFunction off on the thread below it when that pays.
-inline void suppress_below(Global& G, ThreadState* ts, Frame& f, OpInfo* op) {
-  const NestedSuppression mode = G.options.suppress_nested;
-  if (G.options.nested || mode == NestedSuppression::Never) return;
-  if (mode == NestedSuppression::Auto && op->suppress.load(std::memory_order_relaxed) != 1) return;
-  if (other_callbacks(ts)) return;
+// RecordFunction off on the thread below it when that pays (op->suppress
+// is 1: always, or auto and learned; never 1 with NESTED or never).
+inline void suppress_below(ThreadState* ts, Frame& f, OpInfo* op) {
+  if (op->suppress.load(std::memory_order_relaxed) != 1 || other_callbacks(ts)) return;
   at::enableRecordFunction(false);
   f.suppressed = true;
   bump(ts->nested_suppressed);
 }
 
-// At the end of a top-level call whose nested calls were observed: learn how
-// many an op makes (auto suppression).
-inline void learn_nested(Global& G, OpInfo* op, uint32_t nested) {
-  if (G.options.suppress_nested != NestedSuppression::Auto || op->suppress.load(std::memory_order_relaxed) >= 0) return;
+// At the end of a top-level call of an op still learning (auto) whose nested
+// calls were observed: how many it makes.
+void learn_nested(Global& G, OpInfo* op, uint32_t nested) {
   const uint32_t n = op->learn_calls.fetch_add(1, std::memory_order_relaxed) + 1;
   const uint64_t total = op->learn_nested.fetch_add(nested, std::memory_order_relaxed) + nested;
   if (n >= kSuppressLearnCalls)
@@ -458,7 +459,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
         ts->stages->changes != ts->timed_changes)  // published by enable_sampling while calls run: acquire it
       begin_stage_interval(*G.stage_timing.load(std::memory_order_acquire), *ts, fn, stage);
     if (!is_selected(op, stage) || (C10_UNLIKELY(G.skips_warm_up) && in_warm_up(G))) {
-      if (depth == 0) suppress_below(G, ts, f, op);  // its nested calls cost the boxing all the same
+      if (depth == 0) suppress_below(ts, f, op);  // its nested calls cost the boxing all the same
       return nullptr;
     }
     f.stage = stage;
@@ -493,7 +494,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       call.key = k;
       f.sample = G.hooks.load(std::memory_order_relaxed)->begin(call);  // before the op, and before t0: the copies are not the op's time
     }
-    if (depth == 0) suppress_below(G, ts, f, op);  // after the sampled call's hooks: their own ATen calls are seen as nested
+    if (depth == 0) suppress_below(ts, f, op);  // after the sampled call's hooks: their own ATen calls are seen as nested
     if (G.options.call_records) f.t0 = now_ns();
   } catch (...) {
     G.drop_error.fetch_add(1, std::memory_order_relaxed);
@@ -512,10 +513,10 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   Frame& f = ts->frames[ts->depth - 1];
   if (f.fn != &fn) return;  // not an operator we counted
   --ts->depth;
-  if (f.suppressed) {  // first: whatever happens below, the thread's RecordFunction is switched back on
+  if (C10_UNLIKELY(f.suppressed)) {  // first: whatever happens below, the thread's RecordFunction is switched back on
     f.suppressed = false;
     at::enableRecordFunction(true);
-  } else if (ts->depth == 0 && !G.options.nested) {
+  } else if (C10_UNLIKELY(ts->depth == 0 && f.op->suppress.load(std::memory_order_relaxed) < 0)) {
     learn_nested(G, f.op, f.nested);
   }
   if (!f.recorded) return;

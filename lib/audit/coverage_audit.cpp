@@ -334,6 +334,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
   std::string run_id = run_ids.empty() ? "" : *run_ids.begin();
   int64_t world_size = -1;
   uint64_t dropped_total = 0;
+  std::map<std::string, uint64_t> nested;  // calls nested below recorded ones, all files (LINGPROBE_SUPPRESS_NESTED)
   std::map<std::string, std::map<std::string, uint64_t>> dropped;
   std::map<std::string, uint64_t> sampling, unsampled;  // summed over the ranks' files
   JsonValue sources = JsonValue::array();
@@ -428,6 +429,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
       for (const auto& [reason, n] : reasons) dropped[what][reason] += n, dropped_total += n;
     for (const auto& [k, n] : f.sampling) sampling[k] += n;
     for (const auto& [k, n] : f.unsampled) unsampled[k] += n;
+    for (const auto& [k, n] : f.nested) nested[k] += n;
     source_rows.emplace_back(relative(path, run_dir), f.sha256);
     ++used_files;
   }
@@ -582,6 +584,11 @@ AuditOutcome run_audit(const AuditOptions& options) {
                                        {"metadata_bytes", JsonValue::integer(static_cast<int64_t>(bytes_total))}}));
   report.set("dropped", std::move(dropped_json));
   report.set("other_processes", std::move(others));
+  if (!nested.empty()) {
+    JsonValue nj = JsonValue::object();
+    for (const auto& [k, n] : nested) nj.set(k, JsonValue::integer(static_cast<int64_t>(n)));
+    report.set("nested_calls", std::move(nj));
+  }
   if (!sampling.empty()) {
     JsonValue sj = JsonValue::object();
     for (const auto& [k, n] : sampling) sj.set(k, JsonValue::integer(static_cast<int64_t>(n)));
@@ -622,6 +629,11 @@ AuditOutcome run_audit(const AuditOptions& options) {
   outcome.report_path = options.output.empty() ? run_dir + "/reports/coverage_audit.json" : options.output;
   outcome.summary_path = parent(outcome.report_path) + "/summary.md";
   outcome.summary = make_summary(by_stage, all, overall, stages, used_files, ranks, dropped_total);
+  if (!nested.empty())
+    outcome.summary += "\nCalls nested below the recorded top-level calls: " + std::to_string(nested["seen"]) +
+                       " reached lingprobe (each boxed by the dispatcher); RecordFunction was switched off below " +
+                       std::to_string(nested["suppressed_below"]) +
+                       " top-level call(s) (LINGPROBE_SUPPRESS_NESTED), whose nested calls were neither boxed nor counted.\n";
   if (!sampling.empty()) {
     std::vector<const Signature*> missing;
     for (auto* sg : all)

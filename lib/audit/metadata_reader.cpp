@@ -94,6 +94,8 @@ std::string handle(Ctx& c, simdjson::dom::element doc) {
     f.stage_gpu_lost.clear();
     read_nested_counts(obj["stage_gpu"], f.stage_gpu);
     read_counts(obj["stage_gpu_lost"], f.stage_gpu_lost);
+    f.nested.clear();
+    read_counts(obj["nested"], f.nested);
     bool fin = false;
     f.final_counts = !obj["final"].get_bool().get(fin) && fin;
     f.has_counts = true;

@@ -645,20 +645,30 @@ void uninstall_recorder() {
   G.installed = false;
 }
 
+namespace {
+
+// Nested calls seen and top-level calls suppressed below, every thread, live and exited.
+void nested_totals(Global& G, uint64_t& seen, uint64_t& suppressed) {
+  std::lock_guard<std::mutex> lock(G.threads_mu);
+  seen = G.retired_nested_seen;
+  suppressed = G.retired_nested_suppressed;
+  for (const ThreadState* ts : G.threads) {
+    seen += ts->nested_seen.load(std::memory_order_relaxed);
+    suppressed += ts->nested_suppressed.load(std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
 RecorderStats recorder_stats() {
   Global& G = g();
   RecorderStats s;
   {
     std::lock_guard<std::mutex> lock(G.threads_mu);
     s.calls_seen = G.retired_seen;
-    s.nested_seen = G.retired_nested_seen;
-    s.nested_suppressed = G.retired_nested_suppressed;
-    for (const ThreadState* ts : G.threads) {
-      s.calls_seen += ts->calls_seen.load(std::memory_order_relaxed);
-      s.nested_seen += ts->nested_seen.load(std::memory_order_relaxed);
-      s.nested_suppressed += ts->nested_suppressed.load(std::memory_order_relaxed);
-    }
+    for (const ThreadState* ts : G.threads) s.calls_seen += ts->calls_seen.load(std::memory_order_relaxed);
   }
+  nested_totals(G, s.nested_seen, s.nested_suppressed);
   for (uint64_t n : signature_totals(G)) s.calls_recorded += n;  // every recorded call is counted once
   s.signatures = G.next_id.load(std::memory_order_relaxed);
   s.dropped = G.drop_depth.load() + G.drop_no_buffer.load() + G.drop_table_full.load() + G.drop_error.load() +
@@ -681,6 +691,12 @@ format::CountsSnapshot recorder_counts() {
   add("call_records", "no_buffer", G.drop_no_buffer);
   add("call_records", "buffer_full", G.drop_buffer_full);
   if (uint64_t s = stages_overflowed()) snap.dropped["stages"]["too_many_stage_names"] = s;
+  if (!G.options.nested) {
+    uint64_t seen = 0, suppressed = 0;
+    nested_totals(G, seen, suppressed);
+    snap.nested["seen"] = seen;
+    snap.nested["suppressed_below"] = suppressed;
+  }
   return snap;
 }
 

@@ -33,6 +33,10 @@ struct CountsSnapshot {
   // "intervals", "clean_gpu_us", "clean_intervals"; and intervals lost by reason.
   std::map<std::string, std::map<std::string, uint64_t>> stage_gpu;
   std::map<std::string, uint64_t> stage_gpu_lost;
+  // Calls nested below recorded top-level calls (LINGPROBE_SUPPRESS_NESTED): "seen" (reached the callback, each
+  // boxed by the dispatcher) and "suppressed_below" (top-level calls below which RecordFunction was switched off).
+  // Written only when top-level calls are recorded (not with NESTED).
+  std::map<std::string, uint64_t> nested;
 };
 
 }  // namespace lingprobe::format

@@ -250,6 +250,10 @@ void MetadataWriter::cycle(bool final) {
   text += "},\"dropped\":";
   append_nested_counts(snap.dropped, text);
   text += std::string(",\"final\":") + (final ? "true" : "false") + ",\"kind\":\"counts\"";
+  if (!snap.nested.empty()) {
+    text += ",\"nested\":";
+    append_counts(snap.nested, text);
+  }
   if (!snap.sampling.empty()) {  // the figures and, among them in key order, the unsampled reasons
     std::map<std::string, std::string> fields;
     for (const auto& [key, n] : snap.sampling) fields[key] = std::to_string(n);

@@ -80,9 +80,24 @@ def test_top_level_results_are_the_same_with_and_without_suppression(tmp_path):
     reference = signatures_and_calls(never_path)
     assert signatures_and_calls(auto_path) == reference
     assert signatures_and_calls(always_path) == reference
+    # the counts record carries the same two figures (the audit sums them: coverage_audit.json "nested_calls")
+    for st, path in ((never, never_path), (auto, auto_path), (always, always_path)):
+        last = [r for r in metadata.read(path) if r["kind"] == "counts"][-1]
+        assert last["nested"] == {"seen": st["nested_seen"], "suppressed_below": st["nested_suppressed"]}, last
     # lingprobe.config in the header says which mode ran
     header = metadata.read(auto_path)[0]
     assert header["config"]["suppress_nested"] == "auto" and header["config"]["suppress_nested_min"] == 4
+
+
+def test_audit_sums_the_nested_calls(tmp_path, cli):
+    stats, path = run_job(tmp_path, "auto")
+    run_dir = os.path.dirname(os.path.dirname(path))
+    p = subprocess.run([cli, "audit", "--quiet", run_dir], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    report = json.loads(open(os.path.join(run_dir, "reports", "coverage_audit.json")).read())
+    assert report["nested_calls"] == {"seen": stats["nested_seen"], "suppressed_below": stats["nested_suppressed"]}
+    summary = open(os.path.join(run_dir, "reports", "summary.md")).read()
+    assert f"RecordFunction was switched off below {stats['nested_suppressed']} top-level call(s)" in summary
 
 
 def test_min_nested_decides_which_ops_auto_suppresses(tmp_path):

@@ -236,7 +236,7 @@ void fork_child() {
   Session& s = S();
   new (&s.mu) std::mutex();
   s.forked_child = true;
-  capture::set_recording(false);
+  capture::stop_after_fork();
   if (SamplingSession* sampling = s.sampling_now.load()) sampling->after_fork();  // the stage clock stops, GPU untouched
 }
 

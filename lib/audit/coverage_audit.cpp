@@ -630,7 +630,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
   outcome.summary_path = parent(outcome.report_path) + "/summary.md";
   outcome.summary = make_summary(by_stage, all, overall, stages, used_files, ranks, dropped_total);
   if (!nested.empty())
-    outcome.summary += "\nCalls nested below the recorded top-level calls: " + std::to_string(nested["seen"]) +
+    outcome.summary += "\nCalls nested below top-level calls: " + std::to_string(nested["seen"]) +
                        " reached lingprobe (each boxed by the dispatcher); RecordFunction was switched off below " +
                        std::to_string(nested["suppressed_below"]) +
                        " top-level call(s) (LINGPROBE_SUPPRESS_NESTED), whose nested calls were neither boxed nor counted.\n";

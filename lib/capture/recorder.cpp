@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -70,7 +71,6 @@ struct Frame {
   uint32_t entry;      // the InputEntry of the input key
   StageId stage;
   bool recorded;
-  bool suppressed;     // RecordFunction switched off on the thread below this call (back on at its end)
   uint32_t nested;     // nested calls seen below this top-level call
   void* sample;        // the hooks' token of a sampled call, or nullptr
 };
@@ -112,6 +112,7 @@ struct ThreadState {
   Counter calls_seen{0};
   Counter nested_seen{0};        // nested calls that reached the callback
   Counter nested_suppressed{0};  // top-level calls below which RecordFunction was switched off
+  const at::RecordFunction* suppressed_rf = nullptr;  // the call below which RecordFunction is off (kept over restarts)
   uint32_t others_recheck = 0;   // suppressions left before the global callbacks are looked at again
   bool others_global = false;    // another global callback was registered at the last look
   std::atomic<Counter*> counts[kMaxChunks] = {};  // per-signature calls of this thread
@@ -247,7 +248,11 @@ OpInfo* find_op_slow(ThreadState* ts, const at::RecordFunction& fn, ThreadState:
         op = git->second;
       } else {
         const RecorderOptions& o = G.options;
-        const int8_t suppress = o.nested || o.suppress_nested == NestedSuppression::Never    ? 0
+        // Collectives may hand work to other threads with this thread's local state, RecordFunction's switch
+        // included: their calls there would vanish. Never below them.
+        const std::string& op_name = schema->name();
+        const bool collective = op_name.rfind("c10d::", 0) == 0 || op_name.rfind("_c10d_functional::", 0) == 0;
+        const int8_t suppress = o.nested || collective || o.suppress_nested == NestedSuppression::Never ? 0
                                 : o.suppress_nested == NestedSuppression::Always ? 1
                                                                                  : -1;
         op = new OpInfo(std::move(*schema), suppress);
@@ -379,14 +384,16 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn);
 // every suppression), or another global one (the execution-trace observer,
 // on-demand Kineto, a user's): looked at once per kOtherCallbacksRecheck
 // suppressions of the thread, so one registered meanwhile misses at most
-// that many calls' nested calls (docs/USAGE.md).
+// that many calls' nested calls (docs/USAGE.md). getStepCallbacks counts as
+// a step of sampled callbacks: one may fire at this look instead of a call.
 bool other_callbacks(ThreadState* ts) {
   if (at::hasThreadLocalCallbacks()) return true;
   if (ts->others_recheck == 0) {
     ts->others_recheck = kOtherCallbacksRecheck;
     ts->others_global = false;
-    for (const auto& cb : at::getStepCallbacks(at::RecordScope::FUNCTION).callbacks_)
-      if (cb.start_ != &on_start) ts->others_global = true;
+    for (int scope = 0; scope < static_cast<int>(at::RecordScope::NUM_SCOPES); ++scope)  // any scope's ranges nest too
+      for (const auto& cb : at::getStepCallbacks(static_cast<at::RecordScope>(scope)).callbacks_)
+        if (cb.start_ != &on_start) ts->others_global = true;
   }
   --ts->others_recheck;
   return ts->others_global;
@@ -395,21 +402,24 @@ bool other_callbacks(ThreadState* ts) {
 // At the start of a top-level call, after lingprobe's own work: switch
 // RecordFunction off on the thread below it when that pays (op->suppress
 // is 1: always, or auto and learned; never 1 with NESTED or never).
-inline void suppress_below(ThreadState* ts, Frame& f, OpInfo* op) {
-  if (op->suppress.load(std::memory_order_relaxed) != 1 || other_callbacks(ts)) return;
+inline void suppress_below(ThreadState* ts, const at::RecordFunction& fn, OpInfo* op) {
+  if (op->suppress.load(std::memory_order_relaxed) != 1 || ts->suppressed_rf || other_callbacks(ts)) return;
   at::enableRecordFunction(false);
-  f.suppressed = true;
+  ts->suppressed_rf = &fn;
   bump(ts->nested_suppressed);
 }
 
 // At the end of a top-level call of an op still learning (auto) whose nested
 // calls were observed: how many it makes.
 void learn_nested(Global& G, OpInfo* op, uint32_t nested) {
-  const uint32_t n = op->learn_calls.fetch_add(1, std::memory_order_relaxed) + 1;
   const uint64_t total = op->learn_nested.fetch_add(nested, std::memory_order_relaxed) + nested;
-  if (n >= kSuppressLearnCalls)
-    op->suppress.store(total >= static_cast<uint64_t>(G.options.suppress_min_nested) * n ? 1 : 0,
-                       std::memory_order_relaxed);
+  const uint32_t n = op->learn_calls.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n == kSuppressLearnCalls) {  // decided once, by the thread that completes the 8th call
+    int8_t learning = -1;
+    op->suppress.compare_exchange_strong(learning,
+                                         total >= static_cast<uint64_t>(G.options.suppress_min_nested) * n ? 1 : 0,
+                                         std::memory_order_relaxed);
+  }
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
@@ -435,7 +445,6 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       }
       ts->frames[depth].fn = &fn;
       ts->frames[depth].recorded = false;
-      ts->frames[depth].suppressed = false;
       ts->frames[depth].sample = nullptr;
       return nullptr;
     }
@@ -450,7 +459,6 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     f.fn = &fn;
     f.op = op;
     f.recorded = false;
-    f.suppressed = false;
     f.nested = 0;
     f.sample = nullptr;
     bump(ts->calls_seen);
@@ -459,7 +467,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
         ts->stages->changes != ts->timed_changes)  // published by enable_sampling while calls run: acquire it
       begin_stage_interval(*G.stage_timing.load(std::memory_order_acquire), *ts, fn, stage);
     if (!is_selected(op, stage) || (C10_UNLIKELY(G.skips_warm_up) && in_warm_up(G))) {
-      if (depth == 0) suppress_below(ts, f, op);  // its nested calls cost the boxing all the same
+      if (depth == 0) suppress_below(ts, fn, op);  // its nested calls cost the boxing all the same
       return nullptr;
     }
     f.stage = stage;
@@ -494,7 +502,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       call.key = k;
       f.sample = G.hooks.load(std::memory_order_relaxed)->begin(call);  // before the op, and before t0: the copies are not the op's time
     }
-    if (depth == 0) suppress_below(ts, f, op);  // after the sampled call's hooks: their own ATen calls are seen as nested
+    if (depth == 0) suppress_below(ts, fn, op);  // after the sampled call's hooks (which run with RecordFunction off)
     if (G.options.call_records) f.t0 = now_ns();
   } catch (...) {
     G.drop_error.fetch_add(1, std::memory_order_relaxed);
@@ -504,8 +512,17 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   ThreadState* ts = t_state;
-  if (!ts || ts->depth == 0) return;
+  if (!ts) return;
   Global& G = *g_installed;
+  int64_t t1 = 0;
+  // First, before any early return (a restart may have reset the frames): the
+  // thread's RecordFunction back on. The call's end time before that.
+  if (C10_UNLIKELY(ts->suppressed_rf == &fn)) {
+    if (G.options.call_records) t1 = now_ns();
+    ts->suppressed_rf = nullptr;
+    at::enableRecordFunction(true);
+  }
+  if (ts->depth == 0) return;
   if (ts->depth > kMaxDepth) {
     --ts->depth;
     return;
@@ -513,15 +530,11 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   Frame& f = ts->frames[ts->depth - 1];
   if (f.fn != &fn) return;  // not an operator we counted
   --ts->depth;
-  if (C10_UNLIKELY(f.suppressed)) {  // first: whatever happens below, the thread's RecordFunction is switched back on
-    f.suppressed = false;
-    at::enableRecordFunction(true);
-  } else if (C10_UNLIKELY(ts->depth == 0 && f.op->suppress.load(std::memory_order_relaxed) < 0)) {
+  if (C10_UNLIKELY(ts->depth == 0 && f.op->suppress.load(std::memory_order_relaxed) < 0))
     learn_nested(G, f.op, f.nested);
-  }
   if (!f.recorded) return;
   try {
-    const int64_t t1 = G.options.call_records ? now_ns() : 0;
+    if (G.options.call_records && !t1) t1 = now_ns();
     const auto& outs = fn.outputs();
     ts->key.push(outs.size());
     append_keys(outs.data(), outs.size(), ts->key);
@@ -625,6 +638,17 @@ void set_recording(bool on) {
 }
 
 bool recording() { return g().active.load(std::memory_order_relaxed); }
+
+void stop_after_fork() {
+  // The other threads are gone, whatever locks they held with them: no lock and
+  // no torch call here (at::removeCallback takes torch's callback mutex, which a
+  // thread switching RecordFunction off below a call may have held at the fork).
+  // The callback stays registered and returns at its first check.
+  Global& G = g();
+  new (&G.mu) std::mutex();
+  new (&G.threads_mu) std::mutex();
+  G.active.store(false, std::memory_order_relaxed);
+}
 
 void enable_sampling(Sampler* sampler, SampledCallHooks* hooks, StageTiming* stage_timing) {
   Global& G = g();

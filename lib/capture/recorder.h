@@ -78,6 +78,9 @@ void install_recorder(const RecorderOptions& options, RecorderSink* sink);
 // Starts or stops recording (registers or removes the callback). Thread-safe.
 void set_recording(bool on);
 bool recording();
+// In a forked child (pthread_atfork's child handler): recording off without
+// taking any lock or calling torch; the callback stays registered, idle.
+void stop_after_fork();
 // Starts sampling in a recorder installed without it (once; keys first seen
 // before this are not sampled).
 void enable_sampling(Sampler* sampler, SampledCallHooks* hooks, StageTiming* stage_timing = nullptr);

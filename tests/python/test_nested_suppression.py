@@ -169,3 +169,41 @@ def test_other_callbacks_keep_seeing_nested_calls(tmp_path, build_dir):
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got["during"] <= 256, got  # at most the suppressions left before the thread looked again
     assert got["after"] >= 300 - 256, got
+
+
+RESTART = """
+import json, sys, torch, lingprobe
+lingprobe.start(out_dir=sys.argv[1], suppress_nested="always")
+lib = torch.library.Library("lptest", "DEF")
+lib.define("reenter(Tensor x) -> Tensor")
+
+def reenter(x):  # runs below a suppressed top-level call
+    torch.autograd._enable_record_function(True)   # someone switches RecordFunction back on for a while...
+    lingprobe.stop()
+    lingprobe.start()                              # ...recording restarts meanwhile (the frames are reset)...
+    y = x.t().contiguous().t()                     # ...ops run...
+    torch.autograd._enable_record_function(False)  # ...and the state the op ran with is restored
+    return y
+
+lib.impl("reenter", reenter, "CPU")
+x = torch.randn(4, 4)
+torch.ops.lptest.reenter(x)
+seen = lingprobe.stats()["calls_seen"]
+torch.add(x, x)                                    # RecordFunction is on again: lingprobe sees this call
+print(json.dumps({"added": lingprobe.stats()["calls_seen"] - seen}))
+lingprobe.finalize()
+"""
+
+
+def test_restart_inside_a_suppressed_call_leaves_record_function_on(tmp_path, build_dir):
+    """The end callback of the call below which lingprobe switched RecordFunction off switches it back on even
+    when recording restarted meanwhile (its frames reset): before the fix it returned early and the thread stayed
+    off, for lingprobe and every other RecordFunction user."""
+    script = tmp_path / "restart.py"
+    script.write_text(RESTART)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_")}
+    env.update(LINGPROBE_LIBRARY=str(build_dir / "liblingprobe.so"), PYTHONPATH=str(SHIM_DIR))
+    p = subprocess.run([sys.executable, str(script), str(tmp_path / "out")], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {"added": 1}

@@ -68,15 +68,18 @@ DESCRIPTIONS = {
 }
 
 
+# glibc's heap grows and trims its top in big steps: otherwise each state's allocation history decides how often
+# torch's own tensor allocations consolidate the heap (seen: +214 instructions per torch.add call in one state, none
+# in the next, from malloc_consolidate under _int_memalign). bench/decode_bench.py uses it too.
+HEAP_TUNABLES = "glibc.malloc.top_pad=67108864:glibc.malloc.trim_threshold=268435456"
+
+
 def child_env(build):
     return dict(os.environ, PYTHONPATH=str(ROOT / "python_shim"), LINGPROBE_LIBRARY=str(build / "liblingprobe.so"),
                 LPBENCH_FLOOR=str(build / "bench" / "libfloor_callback.so"),
                 LPBENCH_CALLGRIND=str(build / "bench" / "libcallgrind_control.so"),
                 OMP_NUM_THREADS="1", LINGPROBE_LOG_LEVEL="warn", PYTHONHASHSEED="0",
-                # glibc's heap grows and trims its top in big steps: otherwise each state's allocation history
-                # decides how often torch's own tensor allocations consolidate the heap (seen: +214 instructions
-                # per torch.add call in one state, none in the next, from malloc_consolidate under _int_memalign)
-                GLIBC_TUNABLES="glibc.malloc.top_pad=67108864:glibc.malloc.trim_threshold=268435456")
+                GLIBC_TUNABLES=HEAP_TUNABLES)
 
 
 # ATen (or module) calls per measured block (wall clock) and per n (callgrind), by

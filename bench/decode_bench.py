@@ -47,18 +47,44 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MAIN_CONFIGS = ["none", "floor", "floor-toplevel", "lingprobe", "profiler"]
-PROCESS_CONFIGS = {  # name: (lingprobe options or None, what is switched on)
-    "none": (None, "nothing"),
-    "floor": (None, "floor"),
-    "lingprobe-off": ({}, "lingprobe loaded and initialised, recording off"),
-    "lingprobe": ({}, "lingprobe, SUPPRESS_NESTED=auto"),
-    "lingprobe-never": ({"suppress_nested": "never"}, "lingprobe, SUPPRESS_NESTED=never (nested calls boxed)"),
-    "lingprobe-always": ({"suppress_nested": "always"}, "lingprobe, SUPPRESS_NESTED=always"),
-    "lingprobe-min2": ({"suppress_nested_min": "2"}, "lingprobe, SUPPRESS_NESTED=auto, SUPPRESS_NESTED_MIN=2"),
-    "lingprobe-nested": ({"nested": "1"}, "lingprobe recording nested calls too"),
-    "lingprobe-sampling-idle": ({"snapshots": "1", "profile": "1", "sample_ops": "lingprobe::nothing"},
+# The configurations fixed at initialisation, one per process: name -> (lingprobe options or None, the floor
+# callback to install or None, what is switched on).
+CONFIGS = {
+    "none": (None, None, "nothing"),
+    "floor": (None, "floor", "floor"),
+    "floor-toplevel": (None, "toplevel", "floor switching RecordFunction off below each top-level call"),
+    "lingprobe-off": ({}, None, "lingprobe loaded and initialised, recording off"),
+    "lingprobe": ({}, None, "lingprobe, SUPPRESS_NESTED=auto"),
+    "lingprobe-never": ({"suppress_nested": "never"}, None, "lingprobe, SUPPRESS_NESTED=never (nested calls boxed)"),
+    "lingprobe-always": ({"suppress_nested": "always"}, None, "lingprobe, SUPPRESS_NESTED=always"),
+    "lingprobe-min2": ({"suppress_nested_min": "2"}, None, "lingprobe, SUPPRESS_NESTED=auto, SUPPRESS_NESTED_MIN=2"),
+    "lingprobe-counts-only": ({"call_records": False}, None, "lingprobe, CALL_RECORDS=0"),
+    "lingprobe-nested": ({"nested": "1"}, None, "lingprobe recording nested calls too"),
+    "lingprobe-sampling-idle": ({"snapshots": "1", "profile": "1", "sample_ops": "lingprobe::nothing"}, None,
                                 "lingprobe, SNAPSHOTS=1 PROFILE=1, nothing to sample"),
 }
+PROCESS_DEFAULT = ["none", "floor", "lingprobe-off", "lingprobe", "lingprobe-never", "lingprobe-always",
+                   "lingprobe-min2", "lingprobe-nested", "lingprobe-sampling-idle"]
+CALLGRIND_DEFAULT = ["none", "floor", "floor-toplevel", "lingprobe", "lingprobe-never", "lingprobe-always",
+                     "lingprobe-min2", "lingprobe-counts-only", "lingprobe-nested"]
+
+
+def configure(args, name):
+    """Switches configuration `name` on in this process; the lingprobe module when it started lingprobe."""
+    import ctypes
+    opts, floor_kind, _ = CONFIGS[name]
+    if floor_kind:
+        floor = ctypes.CDLL(str(args.build / "bench" / "libfloor_callback.so"))
+        (floor.floor_install if floor_kind == "floor" else floor.floor_install_toplevel)()
+    if opts is None:
+        return None
+    os.environ["LINGPROBE_LIBRARY"] = str(args.build / "liblingprobe.so")
+    sys.path.insert(0, str(ROOT / "python_shim"))
+    import lingprobe
+    lingprobe.start(out_dir=tempfile.mkdtemp(prefix="lp-decode-"), **{"call_records": True, **opts})
+    if name == "lingprobe-off":
+        lingprobe.stop()
+    return lingprobe
 
 
 def model(device, quick):
@@ -134,13 +160,10 @@ def child(args):
     import torch
     torch.set_num_threads(1)
     step = model(args.device, args.quick)
-    out = tempfile.mkdtemp(prefix="lp-decode-")
     floor = ctypes.CDLL(str(args.build / "bench" / "libfloor_callback.so"))
     floor.floor_install.restype = floor.floor_install_toplevel.restype = ctypes.c_uint64
     floor.floor_remove.argtypes = [ctypes.c_uint64]
     floor.floor_toggle_ns.restype = ctypes.c_double
-    os.environ["LINGPROBE_LIBRARY"] = str(args.build / "liblingprobe.so")
-    sys.path.insert(0, str(ROOT / "python_shim"))
 
     def floor_toggle(name, install):
         h = []
@@ -158,9 +181,7 @@ def child(args):
         step()
     result = {"config": args.config}
     if args.config == "main":
-        import lingprobe
-        lingprobe.start(out_dir=out, call_records=True)
-        lingprobe.stop()
+        lingprobe = configure(args, "lingprobe-off")  # initialised, switched on and off below
         current = []
 
         def prof_on():
@@ -183,7 +204,6 @@ def child(args):
         lingprobe.stop()
         per = {k: (s1[k] - s0[k]) / args.tokens for k in ("calls_seen", "nested_seen", "nested_suppressed")}
         result.update(per_token=per, toggle_ns=toggle_ns)
-        # nested calls per token when none is suppressed: what the floor boxes below the top-level calls
         diffs = {n: [] for n in args.main_configs}
         for _ in range(args.pairs):
             for n in args.main_configs:
@@ -198,15 +218,7 @@ def child(args):
                                 "added_ms": statistics.median(x - o for o, x in d)} for n, d in diffs.items()}
         result["dropped"] = lingprobe.stats()["dropped"]
     else:
-        opts, _ = PROCESS_CONFIGS[args.config]
-        lp = None
-        if args.config == "floor":
-            floor.floor_install()
-        elif opts is not None:
-            import lingprobe as lp
-            lp.start(out_dir=out, call_records=True, **opts)
-            if args.config == "lingprobe-off":
-                lp.stop()
+        lp = configure(args, args.config)
         for _ in range(args.warmup):
             step()
         ms = [timed(args.tokens) for _ in range(args.pairs)]
@@ -217,14 +229,6 @@ def child(args):
     print(json.dumps(result))
 
 
-CALLGRIND_CONFIGS = {  # name: (lingprobe options, floor kind); calling thread's instructions per token under callgrind
-    "none": (None, None), "floor": (None, "floor"), "floor-toplevel": (None, "toplevel"),
-    "lingprobe": ({}, None), "lingprobe-never": ({"suppress_nested": "never"}, None),
-    "lingprobe-always": ({"suppress_nested": "always"}, None), "lingprobe-min2": ({"suppress_nested_min": "2"}, None),
-    "lingprobe-counts-only": ({"call_records": False}, None), "lingprobe-nested": ({"nested": "1"}, None),
-}
-
-
 def callgrind_child(args):
     """One configuration, switched on before the warm-up; then n and 2n tokens between ZERO and DUMP requests."""
     import ctypes
@@ -232,16 +236,7 @@ def callgrind_child(args):
     torch.set_num_threads(1)
     cg = ctypes.CDLL(str(args.build / "bench" / "libcallgrind_control.so"))
     step = model(args.device, args.quick)
-    opts, floor_kind = CALLGRIND_CONFIGS[args.config]
-    if floor_kind:
-        floor = ctypes.CDLL(str(args.build / "bench" / "libfloor_callback.so"))
-        (floor.floor_install if floor_kind == "floor" else floor.floor_install_toplevel)()
-    lp = None
-    if opts is not None:
-        os.environ["LINGPROBE_LIBRARY"] = str(args.build / "liblingprobe.so")
-        sys.path.insert(0, str(ROOT / "python_shim"))
-        import lingprobe as lp
-        lp.start(out_dir=tempfile.mkdtemp(prefix="lp-decode-cg-"), **{"call_records": True, **opts})
+    lp = configure(args, args.config)
     for _ in range(args.warmup):
         step()
     if lp:
@@ -263,9 +258,8 @@ def callgrind_child(args):
 
 
 def callgrind_main(args):
-    import glob
-    configs = [c for c in args.process_configs.split(",") if c in CALLGRIND_CONFIGS] if args.process_configs_given \
-        else list(CALLGRIND_CONFIGS)
+    from cpu_bench import HEAP_TUNABLES, callgrind_totals  # the same dump reading and heap settings as bench/cpu_bench.py
+    configs = args.process_configs.split(",") if args.process_configs else CALLGRIND_DEFAULT
     rows = {}
     for config in configs:
         for separate in ("yes", "no"):  # the calling thread alone, then every thread (lingprobe's writer included)
@@ -277,31 +271,18 @@ def callgrind_main(args):
                    "--callgrind-child", config, "--device", args.device, "--build", str(args.build),
                    "--tokens", str(args.tokens), "--warmup", str(args.warmup)] + (["--quick"] if args.quick else [])
             env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k != "LD_PRELOAD"}
-            env.update(OMP_NUM_THREADS="1", LINGPROBE_LOG_LEVEL="warn",  # the heap's top in big steps (bench/cpu_bench.py)
-                       GLIBC_TUNABLES="glibc.malloc.top_pad=67108864:glibc.malloc.trim_threshold=268435456")
+            env.update(OMP_NUM_THREADS="1", LINGPROBE_LOG_LEVEL="warn", GLIBC_TUNABLES=HEAP_TUNABLES)
             p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
             if p.returncode != 0:
                 raise SystemExit(f"callgrind {config} failed:\n{p.stderr[-3000:]}")
             child = json.loads(p.stdout.strip().splitlines()[-1])
-            totals = {}
-            for path in glob.glob(os.path.join(d, "cg.out*")):
-                label = total = None
-                for line in open(path):
-                    if line.startswith("desc: Trigger: Client Request: "):
-                        label = line.split("Client Request: ", 1)[1].strip()
-                    elif line.startswith(("totals:", "summary:")):
-                        total = int(line.split()[1])
-                        break
-                if label:
-                    totals[label] = totals.get(label, 0) + (total or 0)
+            totals = callgrind_totals(d)
             per_token = (totals[f"decode/{config}/2"] - totals[f"decode/{config}/1"]) / args.tokens
             rows.setdefault(config, {"stats": child.get("stats")})["calling" if separate == "yes" else "all"] = per_token
             print(f"decode_bench callgrind: {config} ({'calling thread' if separate == 'yes' else 'all threads'}): "
                   f"{per_token:,.0f} instructions per token", flush=True)
     base = rows["none"]["calling"]
     floor_added = rows["floor"]["calling"] - base if "floor" in rows else None
-    top = rows.get("lingprobe", {}).get("stats") or {}
-    tokens_seen = None
     print(f"\ninstructions per token, calling thread (callgrind; torch {__import__('torch').__version__}, "
           f"{'quick model' if args.quick else '16 layers, width 1024'}, {args.device}):")
     print(f"{'configuration':24} {'per token':>12} {'added':>12} {'/ floor':>8} {'other threads':>14}")
@@ -336,15 +317,14 @@ def main():
                     "so that every signature of the loop has been seen once (first sightings are not steady state)")
     ap.add_argument("--quick", action="store_true", help="a 2-layer model of width 256, 1 rep, few pairs")
     ap.add_argument("--main-configs", default=",".join(MAIN_CONFIGS))
-    ap.add_argument("--process-configs", default=",".join(PROCESS_CONFIGS))
+    ap.add_argument("--process-configs", default="",
+                    help="comma-separated, among: " + ", ".join(CONFIGS) + " (default: the mode's list)")
     ap.add_argument("--json", type=pathlib.Path)
     ap.add_argument("--child")
     ap.add_argument("--callgrind", action="store_true",
-                    help="instructions per token under valgrind's callgrind, one process per configuration "
-                         "(--process-configs among: " + ", ".join(CALLGRIND_CONFIGS) + ")")
+                    help="instructions per token under valgrind's callgrind, one process per configuration")
     ap.add_argument("--callgrind-child")
     args = ap.parse_args()
-    args.process_configs_given = "--process-configs" in sys.argv
     args.main_configs = args.main_configs.split(",")
     if args.quick:
         args.reps, args.pairs, args.tokens = 1, 3, 8
@@ -358,7 +338,7 @@ def main():
         if args.quick:
             args.warmup = 130
         return callgrind_main(args)
-    procs = [c for c in args.process_configs.split(",") if c]
+    procs = args.process_configs.split(",") if args.process_configs else PROCESS_DEFAULT
     runs = {"main": []} | {c: [] for c in procs}
     for rep in range(args.reps):  # the groups interleaved, so the machine's drift spreads over all of them
         for config in runs:
@@ -415,7 +395,7 @@ def report(args, runs):
             a = med(ms) - base
             ratio = f"{a / floor_added:8.2f}" if floor_added else "       -"
             print(f"{c:24} {med(ms):9.3f} {a:+9.3f} {100 * a / base:+7.1f}% {ratio}   {min(ms):.3f}..{max(ms):.3f}   "
-                  f"{PROCESS_CONFIGS[c][1]}")
+                  f"{CONFIGS[c][2]}")
     if any(r.get("dropped") for r in main):
         print("WARNING: lingprobe dropped records in a main process: the run is void")
     if args.json:

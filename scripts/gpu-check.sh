@@ -176,25 +176,25 @@ steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(build test)
 unpack_deps
 rc=0
+# A step's optional count (the next word, when it is a number), else $1: into $arg.
+number_arg() {
+  arg=$1
+  if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
+}
 while [ ${#steps[@]} -gt 0 ]; do
   s=${steps[0]}; steps=("${steps[@]:1}")
   case "$s" in
     build) step_build || rc=1 ;;
     test) step_test || rc=1 ;;
-    bench) arg=3; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
-           step_bench "$arg" || rc=1 ;;
-    cpubench) arg=3; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
-              step_cpubench "$arg" || rc=1 ;;
+    bench) number_arg 3; step_bench "$arg" || rc=1 ;;
+    cpubench) number_arg 3; step_cpubench "$arg" || rc=1 ;;
     pytest) files=(); while [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} == *.py* ]]; do files+=("${steps[0]}"); steps=("${steps[@]:1}"); done
             step_pytest "${files[@]}" || rc=1 ;;
     validate) m=${steps[0]}; n=${steps[1]}; steps=("${steps[@]:2}"); step_validate "$m" "$n" || rc=1 ;;
     replayprofile) m=${steps[0]}; steps=("${steps[@]:1}"); step_replayprofile "$m" || rc=1 ;;
-    decodebench) arg=3; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
-      step_decodebench "$arg" || rc=1 ;;
-    suppresscheck) arg=1; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
-      step_suppresscheck "$arg" || rc=1 ;;
-    reference) arg=20; if [ ${#steps[@]} -gt 0 ] && [[ ${steps[0]} =~ ^[0-9]+$ ]]; then arg=${steps[0]}; steps=("${steps[@]:1}"); fi
-               step_reference "$arg" || rc=1 ;;
+    decodebench) number_arg 3; step_decodebench "$arg" || rc=1 ;;
+    suppresscheck) number_arg 1; step_suppresscheck "$arg" || rc=1 ;;
+    reference) number_arg 20; step_reference "$arg" || rc=1 ;;
     *) echo "gpu-check: unknown step $s"; rc=2 ;;
   esac
 done

@@ -168,9 +168,10 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
   else if (name == "OPS_DENY") c.ops_deny = v;
   else if (name == "NESTED") err = parse_bool(v, c.nested);
   else if (name == "SUPPRESS_NESTED") {
-    std::string u = v;
-    for (char& ch : u) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (u == "auto" || u == "always" || u == "never") c.suppress_nested = u;
+    const std::string u = upper(v);
+    if (u == "AUTO") c.suppress_nested = SuppressNested::Auto;
+    else if (u == "ALWAYS") c.suppress_nested = SuppressNested::Always;
+    else if (u == "NEVER") c.suppress_nested = SuppressNested::Never;
     else err = "expected auto, always or never, got '" + v + "'";
   } else if (name == "SUPPRESS_NESTED_MIN") err = parse_int(v, c.suppress_nested_min, 1);
   else if (name == "CALL_RECORDS") err = parse_bool(v, c.call_records);
@@ -280,7 +281,8 @@ format::JsonValue config_json(const Config& c) {
   o.set("ops_deny", JsonValue::string(c.ops_deny));
   o.set("nested", JsonValue::boolean(c.nested));
   if (!c.nested) {
-    o.set("suppress_nested", JsonValue::string(c.suppress_nested));
+    static const char* const kSuppressNested[] = {"auto", "always", "never"};
+    o.set("suppress_nested", JsonValue::string(kSuppressNested[static_cast<int>(c.suppress_nested)]));
     o.set("suppress_nested_min", JsonValue::integer(c.suppress_nested_min));
   }
   o.set("call_records", JsonValue::boolean(c.call_records));

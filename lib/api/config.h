@@ -15,6 +15,7 @@ namespace lingprobe::api {
 enum class OverflowPolicy { Drop, Block };
 enum class SampleCoordination { Claims, Hash, None };
 enum class Role { Auto, Rank, Single, Launcher, Child };
+enum class SuppressNested { Auto, Always, Never };
 
 struct Config {
   bool enable = true;
@@ -22,7 +23,7 @@ struct Config {
   std::string ops;        // selection: globs, optionally per stage ("dit:aten::linear;vae:aten::conv3d")
   std::string ops_deny;   // globs never recorded
   bool nested = false;
-  std::string suppress_nested = "auto";  // auto | always | never
+  SuppressNested suppress_nested = SuppressNested::Auto;
   int64_t suppress_nested_min = 4;
   bool call_records = true;
   std::string stage_map;  // module classes / functions -> stage (Python shim)

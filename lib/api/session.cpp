@@ -194,9 +194,9 @@ capture::RecorderOptions recorder_options(const Config& c, std::string& error) {
     if (!error.empty()) error = "LINGPROBE_SAMPLE_OPS: " + error;
   }
   ro.nested = c.nested;
-  ro.suppress_nested = c.suppress_nested == "always"  ? capture::NestedSuppression::Always
-                       : c.suppress_nested == "never" ? capture::NestedSuppression::Never
-                                                      : capture::NestedSuppression::Auto;
+  ro.suppress_nested = c.suppress_nested == SuppressNested::Always  ? capture::NestedSuppression::Always
+                       : c.suppress_nested == SuppressNested::Never ? capture::NestedSuppression::Never
+                                                                    : capture::NestedSuppression::Auto;
   ro.suppress_min_nested = static_cast<uint32_t>(std::min<int64_t>(c.suppress_nested_min, 1 << 20));
   ro.call_records = c.call_records;
   ro.buffer_records = static_cast<size_t>(c.buffer_records);

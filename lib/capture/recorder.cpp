@@ -93,7 +93,7 @@ inline bool same_words(const uint64_t* a, const uint64_t* b, size_t n) {
   return true;
 }
 
-inline void bump(Counter& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+inline void bump(Counter& c, uint64_t n = 1) { c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
 
 struct ThreadState {
   uint64_t epoch = 0;
@@ -110,7 +110,7 @@ struct ThreadState {
   KeyTable inputs;                               // input key -> index in entries
   std::vector<InputEntry> entries;
   Counter calls_seen{0};
-  Counter nested_seen{0};        // nested calls that reached the callback
+  Counter nested_seen{0};        // nested calls that reached the callback (added at each top-level call's end)
   Counter nested_suppressed{0};  // top-level calls below which RecordFunction was switched off
   const at::RecordFunction* suppressed_rf = nullptr;  // the call below which RecordFunction is off (kept over restarts)
   uint32_t others_recheck = 0;   // suppressions left before the global callbacks are looked at again
@@ -411,7 +411,7 @@ inline void suppress_below(ThreadState* ts, const at::RecordFunction& fn, OpInfo
 
 // At the end of a top-level call of an op still learning (auto) whose nested
 // calls were observed: how many it makes.
-void learn_nested(Global& G, OpInfo* op, uint32_t nested) {
+void learn_nested_calls(Global& G, OpInfo* op, uint32_t nested) {
   const uint64_t total = op->learn_nested.fetch_add(nested, std::memory_order_relaxed) + nested;
   const uint32_t n = op->learn_calls.fetch_add(1, std::memory_order_relaxed) + 1;
   if (n == kSuppressLearnCalls) {  // decided once, by the thread that completes the 8th call
@@ -436,8 +436,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       ts->key.truncate(0);
     }
     if (ts->depth > 0 && !G.options.nested) {  // inside a top-level call: only pair start and end
-      ++ts->frames[0].nested;
-      bump(ts->nested_seen);
+      ++ts->frames[0].nested;  // into the thread's nested_seen at the top-level call's end
       const uint32_t depth = ts->depth++;
       if (depth >= kMaxDepth) {
         G.drop_depth.fetch_add(1, std::memory_order_relaxed);
@@ -530,8 +529,10 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   Frame& f = ts->frames[ts->depth - 1];
   if (f.fn != &fn) return;  // not an operator we counted
   --ts->depth;
-  if (C10_UNLIKELY(ts->depth == 0 && f.op->suppress.load(std::memory_order_relaxed) < 0))
-    learn_nested(G, f.op, f.nested);
+  if (ts->depth == 0) {  // a top-level call: its nested calls into the thread's total, and into learning
+    if (f.nested) bump(ts->nested_seen, f.nested);
+    if (C10_UNLIKELY(f.op->suppress.load(std::memory_order_relaxed) < 0)) learn_nested_calls(G, f.op, f.nested);
+  }
   if (!f.recorded) return;
   try {
     if (G.options.call_records && !t1) t1 = now_ns();

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -12,6 +13,9 @@
 #include "format/canonical_json.h"
 
 namespace lingprobe::sink {
+namespace {
+constexpr size_t kRetryBytes = size_t{64} << 20;  // signature and evidence lines kept for a retry, at most
+}  // namespace
 
 // {"depth":..,"id":..,"kind":"call","seq":..,"t0_ns":..,"t1_ns":..,"tid":..}\n
 // (canonical key order) into `out` (at least 192 bytes); returns the length.
@@ -133,8 +137,7 @@ bool MetadataWriter::open_file() {
     open_failed_ = true;
     return false;
   }
-  std::string header = options_.header_json + "\n";
-  write_out(header);
+  retry_text_ = options_.header_json + "\n";  // the file's first line, written with the first cycle's records
   if (options_.on_open) options_.on_open();
   return true;
 }
@@ -152,25 +155,34 @@ std::string MetadataWriter::path() const {
   return options_.path;
 }
 
-// Writes whole lines; on a failed write (disk full) the rest of `text` is
-// counted as lost lines and discarded, never retried partially mid-line.
-void MetadataWriter::write_out(std::string& text) {
+// Writes `text` at the file's end and returns how many of its bytes are now
+// in the file: always whole lines. A write that fails part-way (disk full)
+// is cut back (ftruncate) to the end of its last whole line, so that the file
+// never holds half a line before later ones; the caller keeps or counts the rest.
+size_t MetadataWriter::write_out(const std::string& text) {
   size_t off = 0;
   while (off < text.size()) {
-    ssize_t n = ::write(fd_, text.data() + off, text.size() - off);
+    const ssize_t n = ::write(fd_, text.data() + off, text.size() - off);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      uint64_t lost = 0;
-      for (size_t i = off; i < text.size(); ++i) lost += text[i] == '\n';
+      const int why = n < 0 ? errno : ENOSPC;
+      const size_t whole = off == 0 ? 0 : text.rfind('\n', off - 1) + 1;  // no newline: npos + 1 == 0
+      if (whole < off && ::ftruncate(fd_, static_cast<off_t>(file_bytes_ + whole)) != 0) {
+        file_bytes_ += off;  // the half line stays: the next write ends it first (one malformed line, not a merge)
+        end_half_line_ = true;
+      } else {
+        file_bytes_ += whole;
+      }
       if (write_errors_.fetch_add(1, std::memory_order_relaxed) == 0)
-        std::fprintf(stderr, "[lingprobe] writing '%s' failed: %s; lines are dropped and counted\n",
-                     options_.path.c_str(), std::strerror(errno));
-      lines_lost_ += lost;
-      break;
+        std::fprintf(stderr, "[lingprobe] writing '%s' failed: %s; the writer keeps signature and evidence records "
+                     "and retries them, call records that do not fit are dropped and counted\n",
+                     options_.path.c_str(), std::strerror(why));
+      return whole;
     }
     off += static_cast<size_t>(n);
   }
-  text.clear();
+  file_bytes_ += off;
+  return off;
 }
 
 namespace {
@@ -235,7 +247,14 @@ void MetadataWriter::cycle(bool final) {
     lines_lost_ += n_calls + signatures.size();
     return;
   }
+  // Lines that must reach the file (the header, signature, snapshot and
+  // profile records) come first: those a failed write left are retried here.
+  if (end_half_line_) text = "\n";
+  end_half_line_ = false;
+  text += retry_text_;
+  retry_text_.clear();
   for (auto& s : signatures) text += s;
+  const size_t kept_end = text.size();
   text += calls;
 
   CountsSnapshot snap = counts_ ? counts_() : CountsSnapshot{};
@@ -270,10 +289,24 @@ void MetadataWriter::cycle(bool final) {
     append_counts(snap.stage_gpu_lost, text);
   }
   text += "}\n";
-  const uint64_t lines = signatures.size() + n_calls + 1;
-  write_out(text);
+  const size_t written = write_out(text);
+  const uint64_t lines = static_cast<uint64_t>(std::count(text.begin(), text.begin() + written, '\n'));
+  uint64_t calls_written = n_calls;
+  if (written < text.size()) {
+    if (written < kept_end) {  // retried next cycle, up to a bound (a disk that stays full)
+      if (kept_end - written <= kRetryBytes) retry_text_.assign(text, written, kept_end - written);
+      else lines_lost_ += static_cast<uint64_t>(std::count(text.begin() + written, text.begin() + kept_end, '\n'));
+    }
+    const size_t calls_end = kept_end + calls.size();  // the counts record follows
+    const size_t from = std::max(written, kept_end);
+    const uint64_t lost = from < calls_end ? static_cast<uint64_t>(std::count(text.begin() + from,
+                                                                              text.begin() + calls_end, '\n'))
+                                           : 0;
+    calls_written = n_calls - lost;
+    lines_lost_ += lost;
+  }
   records_written_.fetch_add(lines, std::memory_order_relaxed);
-  call_records_written_.fetch_add(n_calls, std::memory_order_relaxed);
+  call_records_written_.fetch_add(calls_written, std::memory_order_relaxed);
   if (final && fd_ >= 0) ::fsync(fd_);
 }
 

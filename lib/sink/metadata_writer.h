@@ -82,7 +82,7 @@ class MetadataWriter {
   void run();
   void cycle(bool final);
   bool open_file();
-  void write_out(std::string& text);
+  size_t write_out(const std::string& text);
 
   WriterOptions options_;
   CountsProvider counts_;
@@ -108,6 +108,9 @@ class MetadataWriter {
   std::atomic<uint64_t> call_records_written_{0};
   std::atomic<uint64_t> write_errors_{0};
   uint64_t lines_lost_ = 0;
+  uint64_t file_bytes_ = 0;  // the file's length as written here (it is ours alone)
+  bool end_half_line_ = false;  // a half line could not be cut back: the next write ends it
+  std::string retry_text_;   // whole lines a failed write left that must still be written (header, signatures, evidence)
   std::string calls_text_;  // cycle()'s buffers, under io_mu_
   std::string out_text_;
 };

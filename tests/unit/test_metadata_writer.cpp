@@ -2,12 +2,19 @@
 // at the extremes of every field; and a whole file written by the writer.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <limits>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "format/canonical_json.h"
 #include "format/json_parse.h"
@@ -61,4 +68,96 @@ TEST_CASE("the writer writes header, signature, calls and final counts in order"
   }
   CHECK(kinds == std::vector<std::string>{"header", "signature", "call", "call", "call", "counts"});
   std::remove(path.c_str());
+}
+
+namespace {
+// Every line of `path`, parsed; fails the test on a malformed or unterminated one.
+std::vector<format::JsonValue> whole_lines(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  REQUIRE((text.empty() || text.back() == '\n'));
+  std::vector<format::JsonValue> out;
+  size_t start = 0;
+  for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
+    auto r = format::parse_json(text.substr(start, nl - start));
+    INFO(text.substr(start, nl - start));
+    REQUIRE(r.ok);
+    out.push_back(r.value);
+  }
+  return out;
+}
+
+off_t file_size(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? st.st_size : -1;
+}
+
+// A real short write: the kernel refuses bytes past RLIMIT_FSIZE (EFBIG), as
+// a full disk refuses them (ENOSPC), for this process while it lives.
+struct FileSizeLimit {
+  rlimit before{};
+  void (*old_handler)(int);
+  explicit FileSizeLimit(rlim_t bytes) {
+    old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    ::getrlimit(RLIMIT_FSIZE, &before);
+    rlimit r = before;
+    r.rlim_cur = bytes;
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &r) == 0);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &before);
+    std::signal(SIGXFSZ, old_handler);
+  }
+};
+}  // namespace
+
+TEST_CASE("a write refused part-way leaves whole lines, retries signatures and counts the lost calls", "[sink]") {
+  char dir[] = "/tmp/lingprobe-writer-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  const std::string path = std::string(dir) + "/m.jsonl";
+  uint64_t pushed = 0;
+  sink::MetadataWriter w({path, "{\"kind\":\"header\"}", 100000}, [&] {
+    format::CountsSnapshot s;
+    s.calls.emplace_back(0, pushed);
+    return s;
+  });
+  auto* b = w.register_buffer(64);
+  auto push = [&](uint32_t id, int n) {
+    for (int i = 0; i < n; ++i, ++pushed) REQUIRE(b->push({pushed, 1, 2, id, 9, 0}) != format::RecordBuffer::Push::kFull);
+  };
+  w.add_signature(0, "aa", "{\"op\":\"aten.add.Tensor\"}");
+  push(0, 3);
+  w.flush();
+  const off_t before = file_size(path);
+  REQUIRE(before > 0);
+  {
+    FileSizeLimit limit(static_cast<rlim_t>(before) + 100);  // room for part of the next signature line only
+    w.add_signature(1, "bb", "{\"op\":\"aten.mul.Tensor\",\"pad\":\"" + std::string(300, 'x') + "\"}");
+    push(1, 5);
+    w.flush();
+    CHECK(file_size(path) == before);  // the half signature line was cut back
+    push(1, 2);
+    w.flush();  // nothing fits: the signature is kept for the next try
+    CHECK(file_size(path) == before);
+    CHECK(w.stats().write_errors >= 2);
+  }
+  push(1, 2);  // space is back
+  w.finalize();
+  const auto lines = whole_lines(path);
+  std::vector<std::string> kinds;
+  std::set<int64_t> ids;
+  for (const auto& l : lines) {
+    const std::string kind = l.find("kind")->as_string();
+    kinds.push_back(kind);
+    if (kind == "signature") ids.insert(l.find("id")->as_int());
+    if (kind == "call") CHECK(ids.count(l.find("id")->as_int()) == 1);  // never before its signature
+  }
+  CHECK(kinds == std::vector<std::string>{"header", "signature", "call", "call", "call", "counts", "signature", "call",
+                                          "call", "counts"});
+  const auto& last = lines.back();
+  CHECK(last.find("final")->as_bool());
+  CHECK(last.find("dropped")->find("lines")->find("write_error")->as_int() == 7);
+  CHECK(w.stats().call_records_written == 5);
+  std::remove(path.c_str());
+  ::rmdir(dir);
 }

@@ -59,6 +59,7 @@ def _attach_preloaded(torch_module):
     if attached:
         from lingprobe import _process
         _process.sync_environment()
+        _process.finalize_before_sigint_exit()
         from lingprobe._import_hooks import after_import
         after_import("torch.distributed.distributed_c10d", _process.watch_init_process_group)
         from lingprobe import _profiler_guard

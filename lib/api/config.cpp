@@ -105,6 +105,10 @@ const std::vector<ConfigEntry>& config_table() {
       {"NVTX_MAP", "string", "", "NVTX range name (regex) -> stage: stage=regex;... (e.g. dit=^(dit|transformer)). "
                                  "Unmapped ranges leave the stage unchanged."},
       {"FLUSH_INTERVAL_MS", "int", "500", "How often the writer thread drains buffers and writes cumulative counts."},
+      {"SIGNAL_FLUSH", "bool", "1",
+       "SIGTERM, SIGHUP and SIGINT whose disposition at init is the default (they would end the process without "
+       "atexit; Python's SIGINT handler or the program's own are left alone): finalize first (at most 10 s), then "
+       "end by the same signal, so the exit status is unchanged. A second signal ends the process at once."},
       {"BUFFER_RECORDS", "int", "65536", "Call records buffered per thread before the overflow policy applies."},
       {"OVERFLOW", "drop|block", "drop", "When a thread's buffer is full: drop the call record (counted in 'dropped') "
                                          "or block the calling thread until the writer drains it."},
@@ -178,6 +182,7 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
   else if (name == "STAGE_MAP") c.stage_map = v;
   else if (name == "NVTX_MAP") c.nvtx_map = v;
   else if (name == "FLUSH_INTERVAL_MS") err = parse_int(v, c.flush_interval_ms, 1);
+  else if (name == "SIGNAL_FLUSH") err = parse_bool(v, c.signal_flush);
   else if (name == "BUFFER_RECORDS") err = parse_int(v, c.buffer_records, 16);
   else if (name == "OVERFLOW") {
     const std::string u = upper(v);
@@ -289,6 +294,7 @@ format::JsonValue config_json(const Config& c) {
   o.set("stage_map", JsonValue::string(c.stage_map));
   o.set("nvtx_map", JsonValue::string(c.nvtx_map));
   o.set("flush_interval_ms", JsonValue::integer(c.flush_interval_ms));
+  o.set("signal_flush", JsonValue::boolean(c.signal_flush));
   o.set("buffer_records", JsonValue::integer(c.buffer_records));
   o.set("overflow", JsonValue::string(c.overflow == OverflowPolicy::Drop ? "drop" : "block"));
   o.set("control_file", JsonValue::string(c.control_file));

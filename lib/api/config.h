@@ -29,6 +29,7 @@ struct Config {
   std::string stage_map;  // module classes / functions -> stage (Python shim)
   std::string nvtx_map;   // NVTX range-name regex -> stage
   int64_t flush_interval_ms = 500;
+  bool signal_flush = true;  // SIGTERM/SIGHUP/SIGINT with the default disposition: finalize, then die by the signal
   int64_t buffer_records = 65536;
   OverflowPolicy overflow = OverflowPolicy::Drop;
   std::string control_file;

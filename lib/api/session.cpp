@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/exit_signals.h"
 #include "api/load_check.h"
 #include "api/log.h"
 #include "api/sampling.h"
@@ -237,6 +238,7 @@ void fork_child() {
   new (&s.mu) std::mutex();
   s.forked_child = true;
   capture::stop_after_fork();
+  exit_signals_after_fork();
   if (SamplingSession* sampling = s.sampling_now.load()) sampling->after_fork();  // the stage clock stops, GPU untouched
 }
 
@@ -309,6 +311,7 @@ lingprobe_status session_init(const Config& config, std::string& error) {
     return LINGPROBE_OK;
   }
   ensure_writer_locked(s);
+  if (config.signal_flush) install_exit_signal_flush(at_exit_finalize);
   capture::RecorderOptions options = ro;
   if (s.sampling) {
     options.sampler = s.sampling->sampler();

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -480,10 +481,30 @@ AuditOutcome run_audit(const AuditOptions& options) {
     }
     sig.profiles = std::move(kept);
   }
+  // A complete file that a killed process renamed into place but did not
+  // live to record (its record, even its signature's, was still queued):
+  // its name says the rank, and a file of that rank ends without its final
+  // counts. Listed apart (unrecorded_evidence), not counted, not a warning.
+  auto unrecorded = [&summaries](const std::string& name) {
+    static const std::regex kWho("_rank([0-9]+)_[0-9a-f]{16}(_|\\.pt$|$)");
+    std::smatch m;
+    if (!std::regex_search(name, m, kWho)) return false;
+    const int64_t rank = std::stoll(m[1].str());
+    return std::any_of(summaries.begin(), summaries.end(), [rank](const FileSummary& f) {
+      return f.role != "child" && f.rank == rank && !f.final_counts;
+    });
+  };
+  JsonValue unrecorded_json = JsonValue::array();
   for (const char* sub : {"snapshots", "profiles"})
     for (const auto& name : list_dir(run_dir + "/" + sub)) {
       const std::string rel = std::string(sub) + "/" + name;
       if (named.count(rel)) continue;
+      if (unrecorded(name)) {
+        unrecorded_json.push_back(JsonValue::object(
+            {{"path", JsonValue::string(rel)},
+             {"reason", JsonValue::string("complete, but its process ended (killed) before recording it")}}));
+        continue;
+      }
       foreign.push_back(JsonValue::object(
           {{"path", JsonValue::string(rel)}, {"reason", JsonValue::string("not named by this run's metadata")}}));
     }
@@ -623,6 +644,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
     report.set("counter_windows", JsonValue::object({{"by_rank", std::move(stall_rows)}}));
   report.set("rejected_evidence", std::move(rejected));
   report.set("foreign_evidence", std::move(foreign));
+  if (!unrecorded_json.items().empty()) report.set("unrecorded_evidence", std::move(unrecorded_json));
   report.set("warnings", std::move(warnings));
 
   // 5. Write: the report, then the summary (nothing when anything failed above).

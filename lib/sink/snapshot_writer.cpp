@@ -117,12 +117,23 @@ bool rename_new(const std::string& from, const std::string& to) {
   return std::rename(from.c_str(), to.c_str()) == 0;
 }
 
+// false with errno set (ENOSPC for a short write: the disk is full).
 bool write_whole(const std::string& path, const std::string& text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return false;
-  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  const ssize_t n = ::write(fd, text.data(), text.size());
+  if (n >= 0 && n < static_cast<ssize_t>(text.size())) errno = ENOSPC;
+  bool ok = n == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  const int saved = errno;
   ::close(fd);
+  errno = saved;
   return ok;
+}
+
+int64_t monotonic_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec;
 }
 
 }  // namespace
@@ -135,7 +146,7 @@ std::string SnapshotWriter::write_snapshot(format::SnapshotJob& job, const std::
   const std::string final_path = dir + "/" + stem + ".pt";
   const std::string tmp = dir + "/." + stem + ".pt.tmp" + std::to_string(getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return "write_error";
+  if (fd < 0) return errno == ENOSPC ? "disk_full" : "write_error";
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> digest(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   EVP_DigestInit_ex(digest.get(), EVP_sha256(), nullptr);
   int write_errno = 0;
@@ -178,7 +189,7 @@ std::string SnapshotWriter::write_profile(const format::SnapshotJob& job, const 
   const std::string dir = run_dir_ + "/profiles";
   if (!make_directories(dir).empty()) return "write_error";
   const std::string tmp = dir + "/." + stem + ".tmp" + std::to_string(getpid());
-  if (::mkdir(tmp.c_str(), 0755) != 0) return "write_error";
+  if (::mkdir(tmp.c_str(), 0755) != 0) return errno == ENOSPC ? "disk_full" : "write_error";
   const format::ProfileData& p = job.profile;
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -220,10 +231,11 @@ std::string SnapshotWriter::write_profile(const format::SnapshotJob& job, const 
   ok = ok && write_whole(tmp + "/manifest.json", manifest);
   const std::string final_dir = dir + "/" + stem;
   if (!ok || !rename_new(tmp, final_dir)) {
+    const bool full = errno == ENOSPC;
     for (const auto& f : files) ::unlink((tmp + "/" + f.first).c_str());
     ::unlink((tmp + "/manifest.json").c_str());
     ::rmdir(tmp.c_str());
-    return "write_error";
+    return full ? "disk_full" : "write_error";
   }
   manifest_sha = format::sha256_hex(manifest);
   return "";
@@ -242,6 +254,10 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
   }
   if (sha.empty()) {
     job.done(Result::Dropped, "internal_error", "");
+    return;
+  }
+  if (monotonic_seconds() < disk_full_until_) {  // evidence stops while the disk is full; counts go on
+    job.done(Result::Dropped, "disk_full", sha);
     return;
   }
   std::string stem = file_name_part(job.stage) + "_" + who + "_" + sha.substr(0, 16);
@@ -265,6 +281,7 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
     job.document.set("signature_sha256", format::PickleValue::string(sha));
     std::string file_sha;
     if (std::string why = write_snapshot(job, stem, file_sha, bytes); !why.empty()) {
+      if (why == "disk_full") disk_full_until_ = monotonic_seconds() + kDiskFullPauseSeconds;
       if (!job.profiled) {
         unclaim();
         job.done(Result::Dropped, why, sha);
@@ -277,12 +294,15 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
                     static_cast<unsigned long long>(bytes), job.signature_id, snapshot_rel.c_str(),
                     static_cast<unsigned long long>(job.seq), file_sha.c_str());
       metadata_->add_record(line);
+      metadata_->wake();  // named on disk soon after the rename: a kill leaves little unrecorded
       kept = true;
     }
   }
   if (job.profiled) {
     std::string manifest_sha;
-    if (write_profile(job, stem, sha, text, kept ? snapshot_rel : "", manifest_sha).empty()) {
+    const std::string why = write_profile(job, stem, sha, text, kept ? snapshot_rel : "", manifest_sha);
+    if (why == "disk_full") disk_full_until_ = monotonic_seconds() + kDiskFullPauseSeconds;
+    if (why.empty()) {
       std::string status;
       format::write_json_string(job.profile.status, status);
       char line[640];
@@ -293,12 +313,13 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
                     static_cast<unsigned long long>(job.seq), manifest_sha.c_str(), status.c_str(),
                     job.profile.window_seconds);
       metadata_->add_record(line);
+      metadata_->wake();  // named on disk soon after the rename: a kill leaves little unrecorded
       kept = true;
     }
   }
   if (!kept) {
     unclaim();
-    job.done(Result::Dropped, "write_error", sha);
+    job.done(Result::Dropped, monotonic_seconds() < disk_full_until_ ? "disk_full" : "write_error", sha);
     return;
   }
   {

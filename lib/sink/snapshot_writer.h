@@ -6,7 +6,8 @@
 // "snapshot" and "profile" records into the metadata file, so nothing
 // half-written is ever named. One
 // sample per signature per launch: the signature's claim is taken before
-// writing (a second process's sample of it is a counted duplicate). Starts
+// writing (a second process's sample of it is a counted duplicate). A full
+// disk pauses evidence for kDiskFullPauseSeconds at a time. Starts
 // lazily; finalize() drains the queue (before the metadata writer's final
 // flush). Knows nothing of the dispatcher.
 #pragma once
@@ -59,7 +60,12 @@ class SnapshotWriter {
   std::unordered_map<uint32_t, std::pair<std::string, std::string>> signatures_;  // id -> (sha, text)
   std::set<std::string> mine_;  // signatures this process holds the claim of
   uint64_t written_ = 0, bytes_ = 0;
+  int64_t disk_full_until_ = 0;  // CLOCK_MONOTONIC seconds; the writer thread's alone
 };
+
+// After a write refused for space, snapshots and profiles are dropped
+// ("disk_full") without touching the disk for this long, then tried again.
+constexpr int64_t kDiskFullPauseSeconds = 10;
 
 // A stage name as a file-name part: [A-Za-z0-9._-] kept, others '_', no leading dot.
 std::string file_name_part(const std::string& s);

@@ -64,6 +64,7 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
         from . import _process
         from ._import_hooks import after_import
         _process.sync_environment()  # what lingprobe exported for child processes, into os.environ
+        _process.finalize_before_sigint_exit()
         after_import("torch.distributed.distributed_c10d", _process.watch_init_process_group)
         from . import _profiler_guard
         after_import("torch.autograd.profiler", _profiler_guard.watch)

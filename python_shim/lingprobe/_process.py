@@ -62,3 +62,18 @@ def watch_init_process_group(c10d):
     dist = sys.modules.get("torch.distributed")
     if dist is not None and getattr(dist, "init_process_group", None) is original:
         dist.init_process_group = init_process_group
+
+
+def _finalize_if_ending_by_sigint():
+    # An unhandled KeyboardInterrupt ends Python with kill(SIGINT) after its
+    # finalization, before the C atexit handlers (lingprobe's finalize) run:
+    # finalize here, in Python's atexit, for that exit only (others keep
+    # recording until the C atexit, which sees later teardown calls too).
+    if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
+        from . import _native
+        _native.load_library().lingprobe_finalize()
+
+
+def finalize_before_sigint_exit():
+    import atexit
+    atexit.register(_finalize_if_ending_by_sigint)

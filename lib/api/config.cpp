@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 
@@ -17,6 +19,11 @@ const char* const kNonOptionVariables[] = {
     "SHIM_PATH", "PYTHONPATH_BEFORE",            // the stub's PYTHONPATH entry, undone by the shim
     "PRELOAD_WARNED",                            // one warning per process tree
     "CLI", "PYTHON", "NVTX_HELPER"};             // read by scripts/reference-run.sh and the reference workload
+
+constexpr double kMaxSeconds = 1e7;                  // SKIP_SECONDS: about 115 days
+constexpr int64_t kMaxFlushIntervalMs = 3600 * 1000;  // an hour
+constexpr int64_t kMaxBufferRecords = int64_t{1} << 24;  // 16 Mi records, 768 MiB per thread
+constexpr int64_t kMaxRank = int64_t{1} << 24;
 
 std::string upper(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -35,21 +42,25 @@ std::string parse_bool(const std::string& v, bool& out) {
   return "";
 }
 
-std::string parse_int(const std::string& v, int64_t& out, int64_t min) {
+std::string parse_int(const std::string& v, int64_t& out, int64_t min,
+                      int64_t max = std::numeric_limits<int64_t>::max()) {
   errno = 0;
   char* end = nullptr;
   long long x = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || errno || *end) return "expected an integer, got '" + v + "'";
-  if (x < min) return "expected an integer >= " + std::to_string(min) + ", got '" + v + "'";
+  if (x < min || x > max)
+    return "expected an integer from " + std::to_string(min) +
+           (max == std::numeric_limits<int64_t>::max() ? " up" : " to " + std::to_string(max)) + ", got '" + v + "'";
   out = x;
   return "";
 }
 
-std::string parse_double(const std::string& v, double& out) {
+std::string parse_seconds(const std::string& v, double& out) {
   errno = 0;
   char* end = nullptr;
   double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || errno || *end || x < 0) return "expected a non-negative number, got '" + v + "'";
+  if (v.empty() || errno || *end || !std::isfinite(x) || x < 0 || x > kMaxSeconds)
+    return "expected seconds from 0 to " + std::to_string(static_cast<int64_t>(kMaxSeconds)) + ", got '" + v + "'";
   out = x;
   return "";
 }
@@ -58,7 +69,7 @@ std::string parse_probability(const std::string& v, double& out) {
   errno = 0;
   char* end = nullptr;
   double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || errno || *end || !(x >= 0.0 && x <= 1.0)) return "expected a probability in [0, 1], got '" + v + "'";
+  if (v.empty() || errno || *end || !std::isfinite(x) || !(x >= 0.0 && x <= 1.0)) return "expected a probability in [0, 1], got '" + v + "'";
   out = x;
   return "";
 }
@@ -177,13 +188,13 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
     else if (u == "ALWAYS") c.suppress_nested = SuppressNested::Always;
     else if (u == "NEVER") c.suppress_nested = SuppressNested::Never;
     else err = "expected auto, always or never, got '" + v + "'";
-  } else if (name == "SUPPRESS_NESTED_MIN") err = parse_int(v, c.suppress_nested_min, 1);
+  } else if (name == "SUPPRESS_NESTED_MIN") err = parse_int(v, c.suppress_nested_min, 1, 1 << 20);
   else if (name == "CALL_RECORDS") err = parse_bool(v, c.call_records);
   else if (name == "STAGE_MAP") c.stage_map = v;
   else if (name == "NVTX_MAP") c.nvtx_map = v;
-  else if (name == "FLUSH_INTERVAL_MS") err = parse_int(v, c.flush_interval_ms, 1);
+  else if (name == "FLUSH_INTERVAL_MS") err = parse_int(v, c.flush_interval_ms, 1, kMaxFlushIntervalMs);
   else if (name == "SIGNAL_FLUSH") err = parse_bool(v, c.signal_flush);
-  else if (name == "BUFFER_RECORDS") err = parse_int(v, c.buffer_records, 16);
+  else if (name == "BUFFER_RECORDS") err = parse_int(v, c.buffer_records, 16, kMaxBufferRecords);
   else if (name == "OVERFLOW") {
     const std::string u = upper(v);
     if (u == "DROP") c.overflow = OverflowPolicy::Drop;
@@ -191,10 +202,10 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
     else err = "expected 'drop' or 'block', got '" + v + "'";
   } else if (name == "CONTROL_FILE") c.control_file = v;
   else if (name == "SKIP_CALLS") err = parse_int(v, c.skip_calls, 0);
-  else if (name == "SKIP_SECONDS") err = parse_double(v, c.skip_seconds);
-  else if (name == "RANK") err = parse_int(v, c.rank, -1);
-  else if (name == "LOCAL_RANK") err = parse_int(v, c.local_rank, -1);
-  else if (name == "WORLD_SIZE") err = parse_int(v, c.world_size, -1);
+  else if (name == "SKIP_SECONDS") err = parse_seconds(v, c.skip_seconds);
+  else if (name == "RANK") err = parse_int(v, c.rank, -1, kMaxRank - 1);
+  else if (name == "LOCAL_RANK") err = parse_int(v, c.local_rank, -1, kMaxRank - 1);
+  else if (name == "WORLD_SIZE") err = parse_int(v, c.world_size, -1, kMaxRank);
   else if (name == "ROLE") {
     const std::string u = upper(v);
     if (u == "AUTO") c.role = Role::Auto;

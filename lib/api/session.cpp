@@ -191,8 +191,7 @@ capture::RecorderOptions recorder_options(const Config& c, std::string& error) {
   error = ro.selection.parse(c.ops, c.ops_deny);
   if (error.empty()) {
     capture::OpSelection sample_ops;
-    error = sample_ops.parse(c.sample_ops, "");
-    if (!error.empty()) error = "LINGPROBE_SAMPLE_OPS: " + error;
+    error = sample_ops.parse(c.sample_ops, "", "LINGPROBE_SAMPLE_OPS");
   }
   ro.nested = c.nested;
   ro.suppress_nested = c.suppress_nested == SuppressNested::Always  ? capture::NestedSuppression::Always
@@ -291,6 +290,14 @@ lingprobe_status session_init(const Config& config, std::string& error) {
     return LINGPROBE_ERROR_INVALID_CONFIG;
   }
   err = capture::set_nvtx_map(config.nvtx_map);
+  if (err.empty()) {
+    if (std::string why = sink::check_writable_directory(config.out_dir); !why.empty())
+      err = "LINGPROBE_OUT: " + why + "; set it to a directory this process can write";
+  }
+  if (err.empty() && !config.control_file.empty()) {
+    if (std::string why = sink::check_file_path(config.control_file); !why.empty())
+      err = "LINGPROBE_CONTROL_FILE: " + why;
+  }
   if (!err.empty()) {
     error = err;
     log_error(err + "; recording is off");

@@ -26,15 +26,29 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 // A glob must name a namespace ("aten::linear", "*conv*" is refused: say
 // "aten::*conv*") so that a stage prefix can never be mistaken for one.
+// Op names hold letters, digits, '_', '.' and "::": a pattern with anything
+// else ('[', a single ':', a space) can never match and is refused.
 std::string check_glob(const std::string& g) {
   if (g.find("::") == std::string::npos && g != "*")
     return "op pattern '" + g + "' has no namespace; write it as ns::name, e.g. aten::" + g;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const char c = g[i];
+    if (c == ':' && i + 1 < g.size() && g[i + 1] == ':') {
+      ++i;
+      continue;
+    }
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '.' || c == '*' || c == '?';
+    if (!ok)
+      return "op pattern '" + g + "' has '" + std::string(1, c) +
+             "', which no op name has (names: letters, digits, '_', '.', '::'; wildcards: * and ?)";
+  }
   return "";
 }
 
 }  // namespace
 
-std::string OpSelection::parse(const std::string& ops, const std::string& deny) {
+std::string OpSelection::parse(const std::string& ops, const std::string& deny, const std::string& option) {
   global_.clear();
   per_stage_.clear();
   deny_.clear();
@@ -44,12 +58,12 @@ std::string OpSelection::parse(const std::string& ops, const std::string& deny) 
     std::vector<std::string> globs = split(has_stage ? segment.substr(colon + 1) : segment, ',');
     for (const auto& g : globs) {
       std::string err = check_glob(g);
-      if (!err.empty()) return "LINGPROBE_OPS: " + err;
+      if (!err.empty()) return option + ": " + err;
     }
     if (has_stage) {
       std::string stage = trim(segment.substr(0, colon));
-      if (stage.empty()) return "LINGPROBE_OPS: empty stage name before ':' in '" + segment + "'";
-      if (globs.empty()) return "LINGPROBE_OPS: stage '" + stage + "' has no op patterns";
+      if (stage.empty()) return option + ": empty stage name before ':' in '" + segment + "'";
+      if (globs.empty()) return option + ": stage '" + stage + "' has no op patterns";
       per_stage_.push_back({stage, globs});
     } else {
       global_.insert(global_.end(), globs.begin(), globs.end());

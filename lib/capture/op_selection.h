@@ -12,7 +12,8 @@ namespace lingprobe::capture {
 class OpSelection {
  public:
   // Parses the OPS and OPS_DENY settings; returns "" or an error message.
-  std::string parse(const std::string& ops, const std::string& deny);
+  // `option` names the setting in error messages (LINGPROBE_OPS, LINGPROBE_SAMPLE_OPS).
+  std::string parse(const std::string& ops, const std::string& deny, const std::string& option = "LINGPROBE_OPS");
 
   bool selected(const std::string& name, const std::string& name_with_overload, const std::string& stage) const;
   bool records_everything() const { return global_.empty() && per_stage_.empty() && deny_.empty(); }

@@ -18,6 +18,31 @@ std::string run_directory(const std::string& out_root, const std::string& run_id
   return root + "/" + run_id;
 }
 
+std::string check_writable_directory(const std::string& dir) {
+  if (dir.empty()) return "the directory path is empty";
+  std::string existing = dir;
+  struct stat st;
+  while (::stat(existing.c_str(), &st) != 0) {
+    if (errno != ENOENT) return "cannot look at '" + existing + "': " + std::strerror(errno);
+    const size_t slash = existing.find_last_of('/', existing.size() > 1 ? existing.size() - 2 : 0);
+    existing = slash == std::string::npos ? "." : slash == 0 ? "/" : existing.substr(0, slash);
+  }
+  if (!S_ISDIR(st.st_mode))
+    return "'" + existing + "' is a file, not a directory" + (existing == dir ? "" : " (on the way to '" + dir + "')");
+  if (::access(existing.c_str(), W_OK | X_OK) != 0)
+    return "'" + existing + "' is not writable by this process: " + std::strerror(errno);
+  return "";
+}
+
+std::string check_file_path(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? "'" + path + "' is a directory, not a file" : "";
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "'" + dir + "' is not a directory";
+  return "";
+}
+
 std::string make_directories(const std::string& dir) {
   if (dir.empty()) return "";
   std::string partial;

@@ -11,6 +11,15 @@ namespace lingprobe::sink {
 // OUT/{run_id}: the run directory of a launch.
 std::string run_directory(const std::string& out_root, const std::string& run_id);
 
+// Whether `dir` is, or can become by creating its missing levels, a
+// directory this process may write into: "" or what is wrong (a file where a
+// directory should be, no write permission). Creates nothing.
+std::string check_writable_directory(const std::string& dir);
+
+// Whether `path` can be a file read later (a control file): not a directory,
+// and its directory exists. "" or what is wrong.
+std::string check_file_path(const std::string& path);
+
 // Creates `dir` and its parents; returns "" or an error message.
 std::string make_directories(const std::string& dir);
 

@@ -26,6 +26,8 @@ class _Rules:
             for target in filter(None, (t.strip() for t in targets.split("|"))):
                 if ":" in target:
                     module, _, qualname = target.partition(":")
+                    if not module.strip() or not qualname.strip():
+                        raise ValueError(f"target '{target}' is not pkg.module:function")
                     self.functions.setdefault(module, []).append((qualname, stage.strip()))
                 else:
                     self.classes[target] = stage.strip()

@@ -1,5 +1,9 @@
 #include <catch2/catch.hpp>
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "api/config.h"
 #include "capture/op_selection.h"
 #include "format/glob.h"
@@ -20,7 +24,20 @@ TEST_CASE("invalid values say what was wrong and what is accepted", "[config]") 
   api::Config c;
   CHECK(api::apply_setting(c, "NESTED", "maybe").find("expected a boolean") != std::string::npos);
   CHECK(api::apply_setting(c, "OVERFLOW", "sometimes").find("'drop' or 'block'") != std::string::npos);
-  CHECK(api::apply_setting(c, "FLUSH_INTERVAL_MS", "0").find(">= 1") != std::string::npos);
+  CHECK(api::apply_setting(c, "FLUSH_INTERVAL_MS", "0").find("from 1 to 3600000") != std::string::npos);
+  // Values that parse but would overflow or spin: refused with the range (failed before: nan, inf and
+  // 1e400 seconds were taken, 2^62 flush intervals overflowed the writer's wait, huge buffers were allocated).
+  for (const char* v : {"nan", "inf", "-1", "1e400", "1e8", ""})
+    CHECK(api::apply_setting(c, "SKIP_SECONDS", v).find("expected seconds from 0 to") != std::string::npos);
+  for (const char* v : {"nan", "inf", "1.5", "-0.1"})
+    CHECK(api::apply_setting(c, "SAMPLE_PROBABILITY", v).find("probability") != std::string::npos);
+  CHECK(api::apply_setting(c, "FLUSH_INTERVAL_MS", "4611686018427387904").find("to 3600000") != std::string::npos);
+  CHECK(api::apply_setting(c, "BUFFER_RECORDS", "99999999999").find("to 16777216") != std::string::npos);
+  CHECK(api::apply_setting(c, "RANK", "9223372036854775807").find("to 16777215") != std::string::npos);
+  CHECK(api::apply_setting(c, "SKIP_CALLS", "99999999999999999999").find("expected an integer") != std::string::npos);
+  CHECK(api::apply_setting(c, "SAMPLE_BUDGET_RUN", "1e30").find("expected bytes") != std::string::npos);
+  CHECK(api::apply_setting(c, "SAMPLE_BUDGET_RUN", "-1G").find("expected bytes") != std::string::npos);
+  CHECK(c.flush_interval_ms == 500);  // a refused value leaves the option as it was
   CHECK(api::apply_setting(c, "NO_SUCH", "1").find("unknown option") != std::string::npos);
   CHECK(api::apply_setting(c, "lingprobe_nested", "on").empty());
   CHECK(c.nested);
@@ -47,6 +64,41 @@ TEST_CASE("op selection: global globs, per-stage rules as the seed's run used, d
   CHECK(s.selected("aten::conv3d", "aten::conv3d", "any"));
   CHECK_FALSE(s.selected("aten::conv1d", "aten::conv1d", "any"));
   CHECK(s.parse("linear", "").find("no namespace") != std::string::npos);
+  // Patterns no op name can match were taken silently before (the bad-configuration sweep found them).
+  CHECK(s.parse("aten::[", "").find("has '['") != std::string::npos);
+  CHECK(s.parse(";;dit:aten::x:y", "").find("has ':'") != std::string::npos);
+  CHECK(s.parse("", "aten::a b").find("LINGPROBE_OPS_DENY: op pattern 'aten::a b' has ' '") == 0);
+  CHECK(s.parse("aten::[", "", "LINGPROBE_SAMPLE_OPS").find("LINGPROBE_SAMPLE_OPS: ") == 0);
+  REQUIRE(s.parse("c10d::allreduce_;_c10d_functional::*;aten::to.dtype,aten::*conv?d", "").empty());
   CHECK(format::glob_match("aten::*conv*", "aten::cudnn_convolution"));
   CHECK_FALSE(format::glob_match("aten::to", "aten::to_copy"));
+}
+
+TEST_CASE("every option refuses the bad values of its type with a message naming it", "[config]") {
+  // By the table's type column, so that an option added later is covered too.
+  const std::map<std::string, std::vector<std::string>> bad = {
+      {"bool", {"", "maybe", "2", "yes please"}},
+      {"int", {"", "abc", "1e3", "99999999999999999999999", "-99999999999999999999", "5x", "-5"}},
+      {"float", {"", "x", "-1", "nan", "inf", "1e400", "1.5"}},
+      {"bytes", {"", "-1G", "12X", "1e30", "nan", "G"}},
+  };
+  size_t cases = 0;
+  for (const auto& e : api::config_table()) {
+    std::vector<std::string> values;
+    const std::string type = e.type;
+    if (auto it = bad.find(type); it != bad.end()) values = it->second;
+    else if (type.find('|') != std::string::npos) values = {"", "bogus", "auto|never"};
+    else if (std::string(e.name) == "OUT") values = {""};
+    for (const auto& v : values) {
+      api::Config c;
+      const std::string err = api::apply_setting(c, e.name, v);
+      INFO("LINGPROBE_" << e.name << "='" << v << "' -> " << err);
+      // -5 is a valid RANK-like value only at -1; SAMPLE_PROBABILITY 1.5 and SKIP_SECONDS 1.5 differ.
+      const bool allowed = (v == "1.5" && std::string(e.name) == "SKIP_SECONDS");
+      if (allowed) continue;
+      CHECK(err.rfind("LINGPROBE_" + std::string(e.name) + ": ", 0) == 0);
+      ++cases;
+    }
+  }
+  CHECK(cases > 120);
 }

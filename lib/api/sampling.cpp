@@ -214,8 +214,8 @@ class CudaAccess : public capture::DeviceAccess {
     if (fd < 0) {  // opened once per device (created as the lock is: the first window may come later)
       std::lock_guard<std::mutex> lock(epoch_mu_);
       fd = epoch_fds_[device].load();
-      if (fd < 0 && sink::make_directories(lock_dir_).empty()) {
-        fd = ::open(lock_path(d, device).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        fd = open_lock_file(d, device);
         if (fd >= 0) epoch_fds_[device].store(fd);
       }
       if (fd < 0) return own;
@@ -366,10 +366,18 @@ class CudaAccess : public capture::DeviceAccess {
   static constexpr int kLockWaitSeconds = 30;
   // The lock's fd; -1 without a shared directory (windows of different
   // processes are then not serialised); kLockTimedOut after kLockWaitSeconds.
-  std::string lock_path(gpu::CudaDriver* d, int device) {
+  // RUN_DIR/claims/counters-{uuid}.lock, opened (created) without following a symlink below RUN_DIR.
+  int open_lock_file(gpu::CudaDriver* d, int device) {
     std::string uuid = d->device_uuid(device);
     if (uuid.empty()) uuid = "device" + std::to_string(device);
-    return lock_dir_ + "/counters-" + uuid + ".lock";
+    const size_t cut = lock_dir_.rfind('/');
+    const std::string root = cut == std::string::npos ? "." : lock_dir_.substr(0, cut);
+    if (!sink::make_directories(root).empty()) return -1;
+    const int dir = sink::open_directory_beneath(root, lock_dir_.substr(cut + 1), true);
+    if (dir < 0) return -1;
+    const int fd = ::openat(dir, ("counters-" + uuid + ".lock").c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    ::close(dir);
+    return fd;
   }
   // The GPU's window epoch: the lock file's first 8 bytes, bumped by the lock's holder when it takes and
   // when it gives back the lock (odd while a window is open), read by every process's stage clock.
@@ -380,8 +388,7 @@ class CudaAccess : public capture::DeviceAccess {
     (void)!::pwrite(fd, &n, sizeof n, 0);
   }
   int lock_gpu(gpu::CudaDriver* d, int device) {
-    if (!sink::make_directories(lock_dir_).empty()) return -1;
-    const int fd = ::open(lock_path(d, device).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    const int fd = open_lock_file(d, device);
     if (fd < 0) return -1;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kLockWaitSeconds);
     while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {

@@ -157,6 +157,7 @@ void ensure_writer_locked(Session& s) {
   if (s.writer) return;
   sink::WriterOptions wo;
   wo.path = s.metadata_path;
+  wo.run_dir = s.run_dir;
   wo.flush_interval_ms = s.config.flush_interval_ms;
   wo.header_json = header_json(s);
   wo.on_open = [out = s.config.out_dir, id = s.run_id] { sink::link_latest(out, id); };

@@ -61,11 +61,26 @@ uint64_t process_start_ticks(long pid) {
 }
 
 Claims::Claims(std::string run_dir, int64_t rank)
-    : dir_(std::move(run_dir) + "/claims"), host_(hostname()), rank_(rank), start_ticks_(process_start_ticks(getpid())) {}
+    : run_dir_(std::move(run_dir)), dir_(run_dir_ + "/claims"), host_(hostname()), rank_(rank),
+      start_ticks_(process_start_ticks(getpid())) {}
+
+Claims::~Claims() {
+  if (dir_fd_ >= 0) ::close(dir_fd_);
+}
 
 bool Claims::ensure_dir() {
-  if (!dir_ok_) dir_ok_ = make_directories(dir_).empty();
-  return dir_ok_;
+  if (dir_fd_ < 0 && make_directories(run_dir_).empty()) dir_fd_ = open_directory_beneath(run_dir_, "claims", true);
+  return dir_fd_ >= 0;
+}
+
+std::string Claims::read_claim(const std::string& name) {
+  const int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string out;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0 && out.size() < 4096;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
 }
 
 bool Claims::write_claim(const std::string& path, const std::string& input_sha, const char* state, uint64_t bytes,
@@ -77,19 +92,20 @@ bool Claims::write_claim(const std::string& path, const std::string& input_sha, 
                 static_cast<unsigned long long>(bytes), host_.c_str(), input_sha.c_str(), static_cast<int>(getpid()),
                 static_cast<long long>(rank_), static_cast<unsigned long long>(start_ticks_), state);
   const std::string target = exclusive ? path : path + ".tmp" + std::to_string(getpid());
-  const int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), 0644);
+  if (!exclusive) ::unlinkat(dir_fd_, target.c_str(), 0);  // a leftover of a pid this one reuses
+  const int fd = ::openat(dir_fd_, target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return false;
   const size_t n = std::strlen(line);
   const bool ok = ::write(fd, line, n) == static_cast<ssize_t>(n);
   ::close(fd);
-  if (!exclusive) return ok && std::rename(target.c_str(), path.c_str()) == 0;
+  if (!exclusive) return ok && ::renameat(dir_fd_, target.c_str(), dir_fd_, path.c_str()) == 0;
   return true;  // the claim is ours even if its content could not be written
 }
 
-bool Claims::owner_gone(const std::string& claim_path) {
+bool Claims::owner_gone(const std::string& claim_name) {
   struct stat st;
-  if (::stat(claim_path.c_str(), &st) != 0) return false;
-  const std::string c = read_file(claim_path);
+  if (::fstatat(dir_fd_, claim_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  const std::string c = read_claim(claim_name);
   if (c.empty()) return ::time(nullptr) - st.st_mtime > 60;  // created, never written: its owner died at once
   const std::string state = field(c, "state");
   if (state == "failed") return true;
@@ -108,7 +124,7 @@ Claims::Outcome Claims::claim_key(const std::string& sha) {
   const std::string newest = newest_claim(sha);
   if (!newest.empty() && !owner_gone(newest)) return Outcome::Held;
   const int n = newest.empty() ? 0 : std::atoi(newest.substr(newest.rfind('.') + 1).c_str()) + 1;
-  const std::string path = dir_ + "/key-" + sha.substr(0, 16) + "." + std::to_string(n);
+  const std::string path = "key-" + sha.substr(0, 16) + "." + std::to_string(n);
   if (!write_claim(path, sha, "claimed", 0, true)) return errno == EEXIST ? Outcome::Held : Outcome::Error;
   mine_[sha] = n;
   return Outcome::Owned;
@@ -118,31 +134,33 @@ void Claims::release_key(const std::string& sha, bool failed, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = mine_.find(sha);
   if (it == mine_.end()) return;
-  write_claim(dir_ + "/key-" + sha.substr(0, 16) + "." + std::to_string(it->second), sha, failed ? "failed" : "done",
+  if (!ensure_dir()) return;
+  write_claim("key-" + sha.substr(0, 16) + "." + std::to_string(it->second), sha, failed ? "failed" : "done",
               bytes, false);
 }
 
 std::string Claims::newest_claim(const std::string& sha) {
-  const std::string base = dir_ + "/key-" + sha.substr(0, 16) + ".";
+  const std::string base = "key-" + sha.substr(0, 16) + ".";
   int n = 0;
   struct stat st;
-  while (::stat((base + std::to_string(n)).c_str(), &st) == 0) ++n;
+  while (::fstatat(dir_fd_, (base + std::to_string(n)).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) ++n;
   return n ? base + std::to_string(n - 1) : "";
 }
 
 Claims::KeyState Claims::key_state(const std::string& sha) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!ensure_dir()) return KeyState::None;
   const std::string claim = newest_claim(sha);
   if (claim.empty()) return KeyState::None;
   if (owner_gone(claim)) return KeyState::Free;
-  return field(read_file(claim), "state") == "done" ? KeyState::Done : KeyState::InProgress;
+  return field(read_claim(claim), "state") == "done" ? KeyState::Done : KeyState::InProgress;
 }
 
 bool Claims::claim_signature(const std::string& sha, const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!ensure_dir()) return true;  // no coordination possible: keep the sample
-  const std::string p = dir_ + "/sig-" + sha.substr(0, 16);
-  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const std::string p = "sig-" + sha.substr(0, 16);
+  const int fd = ::openat(dir_fd_, p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return errno != EEXIST;
   const std::string line = path + "\n";
   (void)!::write(fd, line.data(), line.size());
@@ -150,17 +168,21 @@ bool Claims::claim_signature(const std::string& sha, const std::string& path) {
   return true;
 }
 
-void Claims::unclaim_signature(const std::string& sha) { ::unlink((dir_ + "/sig-" + sha.substr(0, 16)).c_str()); }
+void Claims::unclaim_signature(const std::string& sha) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ensure_dir()) ::unlinkat(dir_fd_, ("sig-" + sha.substr(0, 16)).c_str(), 0);
+}
 
 bool Claims::signature_claimed(const std::string& sha) {
+  std::lock_guard<std::mutex> lock(mu_);
   struct stat st;
-  return ::stat((dir_ + "/sig-" + sha.substr(0, 16)).c_str(), &st) == 0;
+  return ensure_dir() && ::fstatat(dir_fd_, ("sig-" + sha.substr(0, 16)).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
 bool Claims::reserve_bytes(uint64_t bytes, uint64_t limit) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!ensure_dir()) return true;
-  const int fd = ::open((dir_ + "/bytes").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = ::openat(dir_fd_, "bytes", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return true;
   bool ok = true;
   if (::flock(fd, LOCK_EX) == 0) {
@@ -181,7 +203,8 @@ bool Claims::reserve_bytes(uint64_t bytes, uint64_t limit) {
 
 void Claims::give_back_bytes(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  const int fd = ::open((dir_ + "/bytes").c_str(), O_RDWR | O_CLOEXEC);
+  if (!ensure_dir()) return;
+  const int fd = ::openat(dir_fd_, "bytes", O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return;
   if (::flock(fd, LOCK_EX) == 0) {
     char buf[32] = {0};

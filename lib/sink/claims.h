@@ -9,7 +9,9 @@
 //   sig-{h16}      a sample of this signature exists in the launch (the
 //                  snapshot's path);
 //   bytes          the launch's sampled bytes so far (flock), the run budget.
-// File operations only, made by whoever calls (the sampler once per key and
+// Every file is opened, created (O_EXCL), renamed and removed relative to the
+// claims directory's own descriptor, opened once without following a
+// symlink below the run directory. File operations only, made by whoever calls (the sampler once per key and
 // process; the snapshot writer per sample). Knows nothing of the dispatcher.
 #pragma once
 
@@ -23,6 +25,7 @@ namespace lingprobe::sink {
 class Claims {
  public:
   Claims(std::string run_dir, int64_t rank);
+  ~Claims();
   enum class Outcome { Owned, Held, Error };
   Outcome claim_key(const std::string& input_sha);
   void release_key(const std::string& input_sha, bool failed, uint64_t bytes);
@@ -42,15 +45,16 @@ class Claims {
 
  private:
   bool ensure_dir();
-  bool write_claim(const std::string& path, const std::string& input_sha, const char* state, uint64_t bytes, bool exclusive);
-  bool owner_gone(const std::string& claim_path);
-  std::string newest_claim(const std::string& input_sha);  // "" if none
-  std::string dir_;
+  bool write_claim(const std::string& name, const std::string& input_sha, const char* state, uint64_t bytes, bool exclusive);
+  bool owner_gone(const std::string& claim_name);
+  std::string newest_claim(const std::string& input_sha);  // a name in the directory, "" if none
+  std::string read_claim(const std::string& name);
+  std::string run_dir_, dir_;
+  int dir_fd_ = -1;
   std::string host_;
   int64_t rank_;
   uint64_t start_ticks_;
   std::mutex mu_;
-  bool dir_ok_ = false;
   std::unordered_map<std::string, int> mine_;  // input sha -> claim number held by this process
 };
 

@@ -120,17 +120,28 @@ void MetadataWriter::run() {
 bool MetadataWriter::open_file() {
   if (fd_ >= 0) return true;
   if (open_failed_) return false;
+  const std::string& root = options_.run_dir;
   const size_t slash = options_.path.rfind('/');
-  if (slash != std::string::npos) {
-    std::string err = make_directories(options_.path.substr(0, slash));
-    if (!err.empty()) {
-      std::fprintf(stderr, "[lingprobe] %s; metadata is not written (set LINGPROBE_OUT to a writable directory)\n",
-                   err.c_str());
-      open_failed_ = true;
-      return false;
-    }
+  const bool beneath = !root.empty() && options_.path.compare(0, root.size() + 1, root + "/") == 0;
+  std::string err = make_directories(beneath ? root : slash == std::string::npos ? "" : options_.path.substr(0, slash));
+  if (!err.empty()) {
+    std::fprintf(stderr, "[lingprobe] %s; metadata is not written (set LINGPROBE_OUT to a writable directory)\n",
+                 err.c_str());
+    open_failed_ = true;
+    return false;
   }
-  fd_ = ::open(options_.path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC;
+  if (beneath) {  // nothing below the run directory is followed: RUN_DIR/metadata may not be a symlink
+    const std::string rel = options_.path.substr(root.size() + 1);
+    const size_t cut = rel.rfind('/');
+    const int dir = open_directory_beneath(root, cut == std::string::npos ? "" : rel.substr(0, cut), true);
+    fd_ = dir < 0 ? -1 : ::openat(dir, rel.substr(cut + 1).c_str(), kFlags, 0644);
+    const int why = errno;
+    if (dir >= 0) ::close(dir);
+    errno = why;
+  } else {
+    fd_ = ::open(options_.path.c_str(), kFlags, 0644);
+  }
   if (fd_ < 0) {
     std::fprintf(stderr, "[lingprobe] cannot open '%s': %s; metadata is not written\n", options_.path.c_str(),
                  std::strerror(errno));

@@ -28,10 +28,11 @@ using format::CountsSnapshot;
 using format::DropCounts;
 
 struct WriterOptions {
-  std::string path;         // the JSONL file
+  std::string path;         // the JSONL file (created new: O_EXCL)
   std::string header_json;  // the complete header object (one line, no newline)
   int64_t flush_interval_ms = 500;
   std::function<void()> on_open;  // after the file was created (e.g. the run directory's latest link)
+  std::string run_dir;      // when `path` is below it: no symlink below it is followed on the way
 };
 
 struct WriterStats {

@@ -1,6 +1,7 @@
 #include "sink/run_directory.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,12 +52,41 @@ std::string make_directories(const std::string& dir) {
     pos = dir.find('/', pos + 1);
     partial = dir.substr(0, pos);
     if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST)
+    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
       return "cannot create directory '" + partial + "': " + std::strerror(errno);
   }
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "'" + dir + "' is not a directory";
   return "";
+}
+
+int open_directory_beneath(const std::string& run_dir, const std::string& rel_dir, bool create) {
+  int fd = ::open(run_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  size_t start = 0;
+  while (fd >= 0 && start < rel_dir.size()) {
+    size_t slash = rel_dir.find('/', start);
+    if (slash == std::string::npos) slash = rel_dir.size();
+    const std::string name = rel_dir.substr(start, slash - start);
+    start = slash + 1;
+    if (name.empty() || name == ".") continue;
+    if (name == "..") {
+      ::close(fd);
+      errno = EINVAL;
+      return -1;
+    }
+    if (create && ::mkdirat(fd, name.c_str(), 0755) != 0 && errno != EEXIST) {
+      const int why = errno;
+      ::close(fd);
+      errno = why;
+      return -1;
+    }
+    const int next = ::openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int why = errno;
+    ::close(fd);
+    errno = why;
+    fd = next;
+  }
+  return fd;
 }
 
 std::vector<std::string> metadata_files(const std::string& run_dir) {

@@ -23,6 +23,15 @@ std::string check_file_path(const std::string& path);
 // Creates `dir` and its parents; returns "" or an error message.
 std::string make_directories(const std::string& dir);
 
+// Opens RUN_DIR/`rel_dir` (plain names separated by '/') as a directory
+// descriptor without following a symlink below `run_dir`: one
+// openat(O_DIRECTORY | O_NOFOLLOW) per level from the run directory's own
+// descriptor (the run directory itself may be a symlink), creating missing
+// levels with mode 0755 when `create`. Files are then made with openat(...,
+// O_CREAT | O_EXCL | O_NOFOLLOW) and renamed with renameat2 inside it. -1
+// with errno (ELOOP: a level is a symlink) on failure; the caller closes it.
+int open_directory_beneath(const std::string& run_dir, const std::string& rel_dir, bool create);
+
 // RUN_DIR/metadata/*.jsonl, sorted (empty when there is none).
 std::vector<std::string> metadata_files(const std::string& run_dir);
 

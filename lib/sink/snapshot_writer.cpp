@@ -104,22 +104,41 @@ std::string hex_of(EVP_MD_CTX* digest) {
   return out;
 }
 
-// Renames without ever replacing an existing file (another process's, e.g. a
-// restarted rank's, under the same name): false with errno EEXIST then.
-bool rename_new(const std::string& from, const std::string& to) {
-  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return true;
+// A directory descriptor, closed when it goes.
+struct DirFd {
+  int fd;
+  explicit DirFd(int f) : fd(f) {}
+  ~DirFd() {
+    if (fd >= 0) ::close(fd);
+  }
+  DirFd(const DirFd&) = delete;
+  DirFd& operator=(const DirFd&) = delete;
+};
+
+constexpr int kNewFile = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+
+// Renames inside `dir` without ever replacing an existing file (another
+// process's, e.g. a restarted rank's, under the same name): false with errno
+// EEXIST then.
+bool rename_new(int dir, const std::string& from, const std::string& to) {
+  if (::renameat2(dir, from.c_str(), dir, to.c_str(), RENAME_NOREPLACE) == 0) return true;
   if (errno != EINVAL && errno != ENOSYS) return false;
   struct stat st;  // a filesystem without RENAME_NOREPLACE: check, then rename (a narrow race, no worse)
-  if (::lstat(to.c_str(), &st) == 0) {
+  if (::fstatat(dir, to.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     errno = EEXIST;
     return false;
   }
-  return std::rename(from.c_str(), to.c_str()) == 0;
+  return ::renameat(dir, from.c_str(), dir, to.c_str()) == 0;
 }
 
-// false with errno set (ENOSPC for a short write: the disk is full).
-bool write_whole(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+bool exists_in(int dir, const std::string& name) {
+  struct stat st;
+  return dir >= 0 && ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+// A new file `name` in `dir`; false with errno set (ENOSPC for a short write: the disk is full).
+bool write_whole(int dir, const std::string& name, const std::string& text) {
+  const int fd = ::openat(dir, name.c_str(), kNewFile, 0644);
   if (fd < 0) return false;
   const ssize_t n = ::write(fd, text.data(), text.size());
   if (n >= 0 && n < static_cast<ssize_t>(text.size())) errno = ENOSPC;
@@ -141,11 +160,13 @@ int64_t monotonic_seconds() {
 // snapshots/{stem}.pt through a temporary name; "" or the drop reason.
 std::string SnapshotWriter::write_snapshot(format::SnapshotJob& job, const std::string& stem, std::string& file_sha,
                                            uint64_t& bytes) {
-  const std::string dir = run_dir_ + "/snapshots";
-  if (!make_directories(dir).empty()) return "write_error";
-  const std::string final_path = dir + "/" + stem + ".pt";
-  const std::string tmp = dir + "/." + stem + ".pt.tmp" + std::to_string(getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (!make_directories(run_dir_).empty()) return "write_error";
+  const DirFd dir(open_directory_beneath(run_dir_, "snapshots", true));
+  if (dir.fd < 0) return errno == ENOSPC ? "disk_full" : "write_error";
+  const std::string final_name = stem + ".pt";
+  const std::string tmp = "." + stem + ".pt.tmp" + std::to_string(getpid());
+  ::unlinkat(dir.fd, tmp.c_str(), 0);  // a leftover of a pid this one reuses
+  const int fd = ::openat(dir.fd, tmp.c_str(), kNewFile, 0644);
   if (fd < 0) return errno == ENOSPC ? "disk_full" : "write_error";
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> digest(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   EVP_DigestInit_ex(digest.get(), EVP_sha256(), nullptr);
@@ -171,9 +192,9 @@ std::string SnapshotWriter::write_snapshot(format::SnapshotJob& job, const std::
   job.blobs.clear();  // device copies go back now, whatever happened
   if (err.empty() && ::fsync(fd) != 0) err = std::string("fsync: ") + std::strerror(errno);
   ::close(fd);
-  if (err.empty() && !rename_new(tmp, final_path)) err = std::strerror(errno);
+  if (err.empty() && !rename_new(dir.fd, tmp, final_name)) err = std::strerror(errno);
   if (!err.empty()) {
-    ::unlink(tmp.c_str());
+    ::unlinkat(dir.fd, tmp.c_str(), 0);
     return err.find("4 GiB") != std::string::npos ? "too_large" : write_errno == ENOSPC ? "disk_full" : "write_error";
   }
   file_sha = hex_of(digest.get());
@@ -186,10 +207,12 @@ std::string SnapshotWriter::write_profile(const format::SnapshotJob& job, const 
                                           const std::string& text, const std::string& snapshot_rel,
                                           std::string& manifest_sha) {
   using format::JsonValue;
-  const std::string dir = run_dir_ + "/profiles";
-  if (!make_directories(dir).empty()) return "write_error";
-  const std::string tmp = dir + "/." + stem + ".tmp" + std::to_string(getpid());
-  if (::mkdir(tmp.c_str(), 0755) != 0) return errno == ENOSPC ? "disk_full" : "write_error";
+  if (!make_directories(run_dir_).empty()) return "write_error";
+  const DirFd dir(open_directory_beneath(run_dir_, "profiles", true));
+  if (dir.fd < 0) return errno == ENOSPC ? "disk_full" : "write_error";
+  const std::string tmp = "." + stem + ".tmp" + std::to_string(getpid());
+  if (::mkdirat(dir.fd, tmp.c_str(), 0755) != 0) return errno == ENOSPC ? "disk_full" : "write_error";
+  const DirFd tmp_dir(::openat(dir.fd, tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   const format::ProfileData& p = job.profile;
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -221,20 +244,21 @@ std::string SnapshotWriter::write_profile(const format::SnapshotJob& job, const 
   if (p.guard.kind() == JsonValue::Kind::Object)
     files.emplace_back("guard_own_pid_history.json", format::pretty_json(p.guard) + "\n");
   JsonValue sums = JsonValue::object();
-  bool ok = true;
+  bool ok = tmp_dir.fd >= 0;
   for (const auto& [name, content] : files) {
-    ok = ok && write_whole(tmp + "/" + name, content);
+    ok = ok && write_whole(tmp_dir.fd, name, content);
     sums.set(name, JsonValue::string(format::sha256_hex(content)));
   }
   const std::string manifest = format::pretty_json(JsonValue::object({{"status", JsonValue::string(p.status)},
                                                                       {"sha256", std::move(sums)}})) + "\n";
-  ok = ok && write_whole(tmp + "/manifest.json", manifest);
-  const std::string final_dir = dir + "/" + stem;
-  if (!ok || !rename_new(tmp, final_dir)) {
+  ok = ok && write_whole(tmp_dir.fd, "manifest.json", manifest);
+  if (!ok || !rename_new(dir.fd, tmp, stem)) {
     const bool full = errno == ENOSPC;
-    for (const auto& f : files) ::unlink((tmp + "/" + f.first).c_str());
-    ::unlink((tmp + "/manifest.json").c_str());
-    ::rmdir(tmp.c_str());
+    if (tmp_dir.fd >= 0) {
+      for (const auto& f : files) ::unlinkat(tmp_dir.fd, f.first.c_str(), 0);
+      ::unlinkat(tmp_dir.fd, "manifest.json", 0);
+    }
+    ::unlinkat(dir.fd, tmp.c_str(), AT_REMOVEDIR);
     return full ? "disk_full" : "write_error";
   }
   manifest_sha = format::sha256_hex(manifest);
@@ -262,9 +286,9 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
   }
   std::string stem = file_name_part(job.stage) + "_" + who + "_" + sha.substr(0, 16);
   if (already_mine) stem += "_s" + std::to_string(job.seq);
-  struct stat existing;
-  if (::stat((run_dir_ + "/snapshots/" + stem + ".pt").c_str(), &existing) == 0 ||
-      ::stat((run_dir_ + "/profiles/" + stem).c_str(), &existing) == 0)
+  const DirFd snapshots(open_directory_beneath(run_dir_, "snapshots", false));
+  const DirFd profiles(open_directory_beneath(run_dir_, "profiles", false));
+  if (exists_in(snapshots.fd, stem + ".pt") || exists_in(profiles.fd, stem))
     stem += "_p" + std::to_string(getpid());  // the same name from another process (hash/none coordination)
   const std::string snapshot_rel = job.snapshot ? "snapshots/" + stem + ".pt" : "";
   if (!already_mine && claims_ && !claims_->claim_signature(sha, job.snapshot ? snapshot_rel : "profiles/" + stem)) {

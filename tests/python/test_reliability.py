@@ -275,3 +275,52 @@ def test_a_full_disk_stops_evidence_counts_go_on_and_the_final_counts_land(cli, 
               f"call records lost {lost} of 3050, final counts written")
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+SAFETY_JOB = textwrap.dedent("""
+    import torch
+    torch.neg(torch.randn(8))
+    print("ok", flush=True)
+""")
+
+
+def run_safety_job(tmp_path, build_dir, out, run_id, umask=None):
+    script = write_job(tmp_path, SAFETY_JOB, "safety.py")
+    env = base_env(tmp_path, build_dir, LINGPROBE_OUT=str(out), LINGPROBE_RUN_ID=run_id, LINGPROBE_SNAPSHOTS="1")
+    return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=180,
+                          preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
+
+
+def test_nothing_it_creates_is_world_writable_even_under_umask_0(build_dir, tmp_path):
+    p = run_safety_job(tmp_path, build_dir, tmp_path / "out", "perm", umask=0)
+    assert p.returncode == 0, p.stderr
+    made = [q for q in (tmp_path / "out").rglob("*") if not q.is_symlink()]
+    assert any(q.suffix == ".pt" for q in made) and any(q.suffix == ".jsonl" for q in made)
+    loose = [f"{q} {oct(q.stat().st_mode & 0o777)}" for q in made if q.stat().st_mode & 0o002]
+    assert not loose, loose
+
+
+def test_no_symlink_below_the_run_directory_is_followed(build_dir, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    out = tmp_path / "out"
+    # A run directory that is itself a symlink: allowed, written through.
+    real = tmp_path / "real-run"
+    real.mkdir()
+    out.mkdir()
+    (out / "linked").symlink_to(real)
+    p = run_safety_job(tmp_path, build_dir, out, "linked")
+    assert p.returncode == 0, p.stderr
+    assert list((real / "metadata").glob("*.jsonl")) and list((real / "snapshots").glob("*.pt"))
+    # Symlinks planted below it (metadata/, snapshots/, claims/): never followed, nothing lands outside.
+    for planted in ("metadata", "snapshots", "claims"):
+        run = out / f"planted-{planted}"
+        run.mkdir()
+        (run / planted).symlink_to(outside)
+        p = run_safety_job(tmp_path, build_dir, out, run.name)
+        assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+        assert not any(outside.iterdir()), f"{planted}: wrote {list(outside.iterdir())} through a symlink"
+        if planted == "metadata":
+            assert "metadata is not written" in p.stderr or "Too many levels of symbolic links" in p.stderr, p.stderr
+        else:
+            assert list((run / "metadata").glob("*.jsonl")), p.stderr  # recording went on without the evidence

@@ -88,7 +88,14 @@ LINGPROBE_API lingprobe_status lingprobe_hash_signature(const char* json, size_t
   }
 }
 
+// The forked child's answer, before any lock is taken (see session_in_forked_child).
+#define LINGPROBE_NOT_IN_FORKED_CHILD()                                                                      \
+  if (lingprobe::api::session_in_forked_child())                                                           \
+    return fail(LINGPROBE_ERROR_UNAVAILABLE, "this is a forked child; lingprobe records only in the process " \
+                                             "that initialised it")
+
 LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options) {
+  LINGPROBE_NOT_IN_FORKED_CHILD();
   try {
     if (options && options->struct_size < sizeof(size_t) + sizeof(int))
       return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "lingprobe_options.struct_size must be sizeof(lingprobe_options)");
@@ -155,11 +162,12 @@ LINGPROBE_API lingprobe_status lingprobe_preload_attach(void) {
     return fail(LINGPROBE_ERROR_INTERNAL, "unknown exception");  \
   }
 
-LINGPROBE_API lingprobe_status lingprobe_start(void) { LINGPROBE_GUARDED(lingprobe::api::session_set_recording(true, err)) }
-LINGPROBE_API lingprobe_status lingprobe_stop(void) { LINGPROBE_GUARDED(lingprobe::api::session_set_recording(false, err)) }
-LINGPROBE_API lingprobe_status lingprobe_flush(void) { LINGPROBE_GUARDED(lingprobe::api::session_flush(err)) }
+LINGPROBE_API lingprobe_status lingprobe_start(void) { LINGPROBE_NOT_IN_FORKED_CHILD(); LINGPROBE_GUARDED(lingprobe::api::session_set_recording(true, err)) }
+LINGPROBE_API lingprobe_status lingprobe_stop(void) { LINGPROBE_NOT_IN_FORKED_CHILD(); LINGPROBE_GUARDED(lingprobe::api::session_set_recording(false, err)) }
+LINGPROBE_API lingprobe_status lingprobe_flush(void) { LINGPROBE_NOT_IN_FORKED_CHILD(); LINGPROBE_GUARDED(lingprobe::api::session_flush(err)) }
 LINGPROBE_API lingprobe_status lingprobe_finalize(void) { LINGPROBE_GUARDED(lingprobe::api::session_finalize()) }
 LINGPROBE_API lingprobe_status lingprobe_set_rank(int64_t rank, int64_t local_rank, int64_t world_size) {
+  LINGPROBE_NOT_IN_FORKED_CHILD();
   LINGPROBE_GUARDED(lingprobe::api::session_set_rank(rank, local_rank, world_size, err))
 }
 
@@ -167,6 +175,7 @@ LINGPROBE_API lingprobe_state lingprobe_get_state(void) { return lingprobe::api:
 
 LINGPROBE_API lingprobe_status lingprobe_stage_push(const char* name) {
   if (!name || !*name) return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "stage name must be a non-empty string");
+  if (lingprobe::api::session_in_forked_child()) return LINGPROBE_OK;  // stages still nest in the program's code
   try {
     lingprobe::capture::push_stage(lingprobe::capture::intern_stage(name));
     return LINGPROBE_OK;
@@ -176,6 +185,7 @@ LINGPROBE_API lingprobe_status lingprobe_stage_push(const char* name) {
 }
 
 LINGPROBE_API lingprobe_status lingprobe_stage_pop(void) {
+  if (lingprobe::api::session_in_forked_child()) return LINGPROBE_OK;
   return lingprobe::capture::pop_stage() ? LINGPROBE_OK
                                           : fail(LINGPROBE_ERROR_STAGE_UNDERFLOW, "stage pop on an empty stack");
 }
@@ -207,6 +217,7 @@ LINGPROBE_API lingprobe_status lingprobe_get_run_dir(char* buf, size_t size) {
 }
 
 LINGPROBE_API lingprobe_status lingprobe_hold_counters(int hold) {
+  LINGPROBE_NOT_IN_FORKED_CHILD();
   try {
     return lingprobe::api::session_hold_counters(hold != 0)
                ? LINGPROBE_OK
@@ -218,6 +229,7 @@ LINGPROBE_API lingprobe_status lingprobe_hold_counters(int hold) {
 }
 
 LINGPROBE_API void lingprobe_nvtx_range_push(const char* name) {
+  if (lingprobe::api::session_in_forked_child()) return;
   try {
     lingprobe::capture::nvtx_range_push(name);
   } catch (...) {
@@ -225,6 +237,7 @@ LINGPROBE_API void lingprobe_nvtx_range_push(const char* name) {
 }
 
 LINGPROBE_API void lingprobe_nvtx_range_pop(void) {
+  if (lingprobe::api::session_in_forked_child()) return;
   try {
     lingprobe::capture::nvtx_range_pop();
   } catch (...) {

@@ -75,13 +75,19 @@ typedef struct lingprobe_stats {
  * Returns LINGPROBE_OK (also when already initialised),
  * LINGPROBE_ERROR_INVALID_ARGUMENT (bad struct_size),
  * LINGPROBE_ERROR_INVALID_CONFIG (an invalid value: one error line is logged,
- * recording stays off, the host runs on), LINGPROBE_ERROR_FINALIZED. */
+ * recording stays off, the host runs on), LINGPROBE_ERROR_FINALIZED,
+ * LINGPROBE_ERROR_UNAVAILABLE in a process forked from an initialised one.
+ * In such a child every entry point returns at once and takes no lock (a
+ * thread of the parent may have held any at the fork): start, stop, flush,
+ * set_rank and hold_counters return UNAVAILABLE; finalize, stage push/pop and
+ * the NVTX forwards do nothing and return LINGPROBE_OK; stats give the state. */
 LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options);
 
 /* Starts / stops recording (a window of a long-running server). Stopping
  * disables the hook, so the dispatcher stops boxing arguments. Any thread.
  * Returns LINGPROBE_OK, LINGPROBE_ERROR_NOT_INITIALIZED,
- * LINGPROBE_ERROR_INVALID_CONFIG (init failed), LINGPROBE_ERROR_FINALIZED. */
+ * LINGPROBE_ERROR_INVALID_CONFIG (init failed), LINGPROBE_ERROR_FINALIZED,
+ * LINGPROBE_ERROR_UNAVAILABLE (launcher, forked child). */
 LINGPROBE_API lingprobe_status lingprobe_start(void);
 LINGPROBE_API lingprobe_status lingprobe_stop(void);
 

@@ -19,6 +19,7 @@
 #include "api/load_check.h"
 #include "api/log.h"
 #include "api/sampling.h"
+#include "capture/fork_gate.h"
 #include "capture/nvtx_stages.h"
 #include "capture/recorder.h"
 #include "format/canonical_json.h"
@@ -54,6 +55,11 @@ struct Session {
   std::string control_seen;  // last control-file content acted upon
   bool forked_child = false;
 };
+
+// Set in a forked child's atfork handler: every entry point then returns at
+// once, taking no lock (another thread of the parent may have held any of
+// them at the fork, and it is gone).
+std::atomic<bool> g_forked_child{false};
 
 Session& S() {
   static Session* s = new Session;  // never destroyed: used from atexit and fork handlers
@@ -231,13 +237,18 @@ void export_for_children(const Session& s) {
 
 void at_exit_finalize() { session_finalize(); }
 
+void fork_prepare() { capture::ForkGate::prepare_fork(); }
+void fork_parent() { capture::ForkGate::after_fork(); }
+
 void fork_child() {
   // Only the forking thread survives: the writer thread is gone. The child
   // records nothing (its parent's file is not ours to append to).
   Session& s = S();
-  new (&s.mu) std::mutex();
+  g_forked_child.store(true);
+  new (&s.mu) std::mutex();  // for the path getters, which still answer
   s.forked_child = true;
   capture::stop_after_fork();
+  capture::ForkGate::after_fork();
   exit_signals_after_fork();
   if (SamplingSession* sampling = s.sampling_now.load()) sampling->after_fork();  // the stage clock stops, GPU untouched
 }
@@ -281,7 +292,7 @@ lingprobe_status session_init(const Config& config, std::string& error) {
   s.state.store(LINGPROBE_STATE_RUNNING);
   if (loaded_by_ld_preload(&error)) return LINGPROBE_ERROR_UNAVAILABLE;  // said once at load
   std::atexit(at_exit_finalize);
-  pthread_atfork(nullptr, nullptr, fork_child);
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
 
   std::string err;
   const capture::RecorderOptions ro = recorder_options(config, err);
@@ -362,6 +373,7 @@ lingprobe_status session_flush(std::string& error) {
 }
 
 lingprobe_status session_finalize() {
+  if (g_forked_child.load()) return LINGPROBE_OK;  // the parent's files are not the child's to close
   Session& s = S();
   // Held for the whole drain, so a second finalize (atexit beside an explicit
   // call) returns once the files are complete. s.mu is held only to flip the
@@ -425,8 +437,12 @@ lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t worl
 
 lingprobe_state session_state() { return S().state.load(); }
 
+bool session_in_forked_child() { return g_forked_child.load(std::memory_order_relaxed); }
+
 void session_stats(lingprobe_stats& out) {
   Session& s = S();
+  out.state = static_cast<int32_t>(s.state.load());
+  if (g_forked_child.load()) return;  // nothing recorded here; the figures are the parent's
   const auto r = capture::recorder_stats();
   out.calls_seen = r.calls_seen;
   out.calls_recorded = r.calls_recorded;

@@ -24,6 +24,9 @@ lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t worl
 // lingprobe_hold_counters: false when a window stayed open past the wait.
 bool session_hold_counters(bool hold);
 lingprobe_state session_state();
+// True in a process forked from an initialised one: the C ABI's entry points
+// return at once there (no lock, no torch call), recording stays off.
+bool session_in_forked_child();
 void session_stats(lingprobe_stats& out);
 lingprobe_status session_metadata_path(std::string& path);
 // OUT/{run_id}: this launch's run directory (known from init on; created lazily).

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "capture/cuda_stream.h"
+#include "capture/fork_gate.h"
 #include "capture/device_access.h"
 #include "capture/key_table.h"
 #include "capture/sampled_call.h"
@@ -391,6 +392,7 @@ bool other_callbacks(ThreadState* ts) {
   if (ts->others_recheck == 0) {
     ts->others_recheck = kOtherCallbacksRecheck;
     ts->others_global = false;
+    const ForkGateSection gate;
     for (int scope = 0; scope < static_cast<int>(at::RecordScope::NUM_SCOPES); ++scope)  // any scope's ranges nest too
       for (const auto& cb : at::getStepCallbacks(static_cast<at::RecordScope>(scope)).callbacks_)
         if (cb.start_ != &on_start) ts->others_global = true;
@@ -404,7 +406,10 @@ bool other_callbacks(ThreadState* ts) {
 // is 1: always, or auto and learned; never 1 with NESTED or never).
 inline void suppress_below(ThreadState* ts, const at::RecordFunction& fn, OpInfo* op) {
   if (op->suppress.load(std::memory_order_relaxed) != 1 || ts->suppressed_rf || other_callbacks(ts)) return;
-  at::enableRecordFunction(false);
+  {
+    const ForkGateSection gate;
+    at::enableRecordFunction(false);
+  }
   ts->suppressed_rf = &fn;
   bump(ts->nested_suppressed);
 }
@@ -519,6 +524,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   if (C10_UNLIKELY(ts->suppressed_rf == &fn)) {
     if (G.options.call_records) t1 = now_ns();
     ts->suppressed_rf = nullptr;
+    const ForkGateSection gate;
     at::enableRecordFunction(true);
   }
   if (ts->depth == 0) return;
@@ -627,12 +633,16 @@ void set_recording(bool on) {
     G.started_ns.store(now_ns(), std::memory_order_relaxed);
     G.warmup_seen.store(0, std::memory_order_relaxed);
     G.active.store(true, std::memory_order_relaxed);
+    const ForkGateSection gate;
     G.handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
                                          .needsInputs(true)
                                          .needsOutputs(true)
                                          .scopes({at::RecordScope::FUNCTION}));
   } else {
-    at::removeCallback(G.handle);
+    {
+      const ForkGateSection gate;
+      at::removeCallback(G.handle);
+    }
     G.handle = 0;
     G.active.store(false, std::memory_order_relaxed);
   }
@@ -665,7 +675,10 @@ void uninstall_recorder() {
   std::lock_guard<std::mutex> lock(G.mu);
   if (!G.installed) return;
   G.active.store(false, std::memory_order_relaxed);
-  if (G.handle) at::removeCallback(G.handle);
+  if (G.handle) {
+    const ForkGateSection gate;
+    at::removeCallback(G.handle);
+  }
   G.handle = 0;
   G.installed = false;
 }

@@ -69,14 +69,14 @@ void MetadataWriter::add_signature(uint32_t id, const std::string& sha256, const
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return;
   ensure_started_locked();
-  pending_lines_.push_back(std::move(line));
+  pending_lines_.push_back({id, std::move(line)});
 }
 
 void MetadataWriter::add_record(std::string line) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return;
   ensure_started_locked();
-  pending_lines_.push_back(std::move(line));
+  pending_lines_.push_back({-1, std::move(line)});
 }
 
 void MetadataWriter::start() {
@@ -148,7 +148,7 @@ bool MetadataWriter::open_file() {
     open_failed_ = true;
     return false;
   }
-  retry_text_ = options_.header_json + "\n";  // the file's first line, written with the first cycle's records
+  retry_.push_back({-1, options_.header_json + "\n"});  // the file's first line, written with the first cycle's records
   if (options_.on_open) options_.on_open();
   return true;
 }
@@ -235,7 +235,7 @@ void MetadataWriter::cycle(bool final) {
   text.clear();
   uint64_t n_calls = 0;
   std::vector<RecordBuffer*> buffers;
-  std::vector<std::string> signatures;
+  std::vector<Line> signatures;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& b : buffers_) buffers.push_back(b.get());
@@ -262,9 +262,18 @@ void MetadataWriter::cycle(bool final) {
   // profile records) come first: those a failed write left are retried here.
   if (end_half_line_) text = "\n";
   end_half_line_ = false;
-  text += retry_text_;
-  retry_text_.clear();
-  for (auto& s : signatures) text += s;
+  std::vector<Line> must;
+  must.swap(retry_);
+  for (auto& s : signatures) must.push_back(std::move(s));
+  std::vector<size_t> ends;  // each must-line's end in `text`
+  for (const Line& l : must) {
+    text += l.text;
+    ends.push_back(text.size());
+    if (l.signature_id >= 0) {  // defined if this write goes through (taken back below if not)
+      if (defined_.size() <= static_cast<size_t>(l.signature_id)) defined_.resize(l.signature_id + 1024);
+      defined_[l.signature_id] = true;
+    }
+  }
   const size_t kept_end = text.size();
   text += calls;
 
@@ -273,6 +282,9 @@ void MetadataWriter::cycle(bool final) {
   text += "{\"calls\":{";
   bool first = true;
   for (const auto& [id, n] : snap.calls) {
+    // An id counted whose record is still queued (registered after this cycle took the queue): named by a
+    // later counts record, once its signature is in the file before it (a kill here leaves no dangling id).
+    if (id >= defined_.size() || !defined_[id]) continue;
     if (!first) text += ',';
     first = false;
     text += '"' + std::to_string(id) + "\":" + std::to_string(n);
@@ -304,9 +316,13 @@ void MetadataWriter::cycle(bool final) {
   const uint64_t lines = static_cast<uint64_t>(std::count(text.begin(), text.begin() + written, '\n'));
   uint64_t calls_written = n_calls;
   if (written < text.size()) {
-    if (written < kept_end) {  // retried next cycle, up to a bound (a disk that stays full)
-      if (kept_end - written <= kRetryBytes) retry_text_.assign(text, written, kept_end - written);
-      else lines_lost_ += static_cast<uint64_t>(std::count(text.begin() + written, text.begin() + kept_end, '\n'));
+    size_t retry_bytes = 0;
+    for (size_t i = 0; i < must.size(); ++i) {  // retried next cycle, up to a bound (a disk that stays full)
+      if (ends[i] <= written) continue;
+      if (must[i].signature_id >= 0) defined_[must[i].signature_id] = false;
+      retry_bytes += must[i].text.size();
+      if (retry_bytes <= kRetryBytes) retry_.push_back(std::move(must[i]));
+      else ++lines_lost_;
     }
     const size_t calls_end = kept_end + calls.size();  // the counts record follows
     const size_t from = std::max(written, kept_end);

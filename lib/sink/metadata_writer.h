@@ -97,7 +97,11 @@ class MetadataWriter {
   bool stop_ = false;
   bool started_ = false;
   std::vector<std::unique_ptr<RecordBuffer>> buffers_;
-  std::vector<std::string> pending_lines_;
+  struct Line {
+    int64_t signature_id;  // -1: not a signature record (a snapshot or profile record, the header)
+    std::string text;      // newline included
+  };
+  std::vector<Line> pending_lines_;
   std::thread thread_;
 
   mutable std::mutex io_mu_;  // one cycle at a time; guards options_.path and header_json
@@ -111,7 +115,8 @@ class MetadataWriter {
   uint64_t lines_lost_ = 0;
   uint64_t file_bytes_ = 0;  // the file's length as written here (it is ours alone)
   bool end_half_line_ = false;  // a half line could not be cut back: the next write ends it
-  std::string retry_text_;   // whole lines a failed write left that must still be written (header, signatures, evidence)
+  std::vector<Line> retry_;    // lines a failed write left that must still be written (header, signatures, evidence)
+  std::vector<bool> defined_;  // signature ids whose record is in the file: the only ids a counts record names
   std::string calls_text_;  // cycle()'s buffers, under io_mu_
   std::string out_text_;
 };

@@ -142,7 +142,7 @@ def test_sigkill_at_random_instants_leaves_whole_lines_and_whole_evidence(cli, b
             assert p.returncode == -signal.SIGKILL
         (run_dir,) = metadata.run_dirs(out)
         n_files, n_records, named, last_t1 = check_run_left_whole(cli, run_dir)
-        assert n_files == 4
+        assert 1 <= n_files <= 4  # a rank killed before its first flush has no file yet
         totals[0] += n_records
         totals[1] += named
         # The records lost: calls made after the last one on disk (the ranks ran calls until the kill).
@@ -324,3 +324,133 @@ def test_no_symlink_below_the_run_directory_is_followed(build_dir, tmp_path):
             assert "metadata is not written" in p.stderr or "Too many levels of symbolic links" in p.stderr, p.stderr
         else:
             assert list((run / "metadata").glob("*.jsonl")), p.stderr  # recording went on without the evidence
+
+
+FORK_JOB = textwrap.dedent("""
+    import json, os, signal, sys, threading, time
+    import torch, lingprobe
+    stop = False
+
+    w = torch.ones(4, 2)
+
+    def churn(k):  # new signatures (key table, writers), stage interning, flushes, stats: lingprobe's locks, busy
+        i = 0
+        while not stop:
+            with lingprobe.stage(f"t{k}-{i % 50}"):
+                x = torch.ones(i % 300 + 1, 2).neg()
+                torch.nn.functional.linear(x, w)  # nested calls: RecordFunction switched off and on below it
+            if i % 7 == 0:
+                lingprobe.flush()
+            if i % 5 == 0:
+                lingprobe.stats()
+            i += 1
+
+    def restart():  # lingprobe inside torch's addCallback / removeCallback, again and again
+        while not stop:
+            lingprobe.stop()
+            lingprobe.start()
+
+    # (No torch.randn and no torch.profiler on these threads: a fork while another thread holds torch's
+    # generator or, in torch.profiler, its callback mutex hangs the child without lingprobe too.)
+    threads = [threading.Thread(target=churn, args=(k,)) for k in range(3)] + [threading.Thread(target=restart)]
+    for t in threads:
+        t.start()
+    hung, statuses = 0, []
+    for trial in range(20):
+        time.sleep(0.05)
+        pid = os.fork()
+        if pid == 0:  # ops, stages, every kind of entry point, then an ordinary exit (atexit runs finalize)
+            with lingprobe.stage("child"):
+                torch.nn.functional.linear(torch.ones(5, 2).neg(), w)
+            lingprobe.stats()
+            try:
+                lingprobe.flush()
+            except lingprobe.LingprobeError:
+                pass
+            sys.exit(0)
+        deadline = time.monotonic() + 30
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                hung, status = hung + 1, -1
+                break
+            time.sleep(0.01)
+        statuses.append(status)
+    stop = True
+    for t in threads:
+        t.join()
+    print(json.dumps({"hung": hung, "statuses": statuses}), flush=True)
+""")
+
+
+def test_fork_while_other_threads_hold_lingprobes_and_torchs_locks_never_hangs_the_child(build_dir, tmp_path):
+    script = write_job(tmp_path, FORK_JOB, "fork_locks.py")
+    env = base_env(tmp_path, build_dir, LINGPROBE_SNAPSHOTS="1", LINGPROBE_FLUSH_INTERVAL_MS="5",
+                   LINGPROBE_SUPPRESS_NESTED="always")
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    print(f"\nreliability: fork under lock churn: 20 forks, {r['hung']} hung, exit statuses {set(r['statuses'])}")
+    assert r["hung"] == 0 and r["statuses"] == [0] * 20
+    (run_dir,) = metadata.run_dirs(tmp_path / "out")
+    files = metadata.files(run_dir)
+    assert len(files) == 1, files  # the children wrote nothing
+    counts, _ = final_counts(tmp_path / "out")
+    assert counts["final"] is True
+
+
+RACE_JOB = textwrap.dedent("""
+    import atexit, os, sys, threading, time
+    import torch
+    if os.environ.get("JOB_BASELINE"):
+        class lingprobe:  # the same program without lingprobe, for its exit status
+            start = stop = flush = finalize = staticmethod(lambda: None)
+            stage = staticmethod(lambda name: __import__("contextlib").nullcontext())
+    else:
+        import lingprobe
+    running = True
+
+    def ops():
+        x = torch.ones(3)
+        while running:
+            with lingprobe.stage("worker"):
+                torch.add(x, 1)
+
+    def at_exit():  # Python's atexit runs while daemon threads still run ops: finalize there, then let them go
+        global running
+        lingprobe.finalize()
+        running = False
+        time.sleep(0.1)
+
+    atexit.register(at_exit)
+    for _ in range(4):
+        threading.Thread(target=ops, daemon=True).start()
+    for i in range(200):  # start/stop racing with the calls
+        (lingprobe.stop if i % 2 else lingprobe.start)()
+        if i % 20 == 0:
+            lingprobe.flush()
+    lingprobe.start()
+    time.sleep(0.2)
+    print("exiting", flush=True)
+""")
+
+
+def test_start_stop_and_finalize_at_exit_race_with_calls_on_other_threads(build_dir, tmp_path):
+    """(Daemon threads still inside torch when Python finalizes abort torch 1.13 with 'terminate called without
+    an active exception', lingprobe or not: the job lets them end in its atexit handler, after finalize.)"""
+    script = write_job(tmp_path, RACE_JOB, "race.py")
+    base = subprocess.run([sys.executable, str(script)], env=base_env(tmp_path, build_dir, preload=False,
+                                                                      JOB_BASELINE="1"),
+                          capture_output=True, text=True, timeout=120)
+    for trial in range(5):
+        out = tmp_path / f"race{trial}"
+        p = subprocess.run([sys.executable, str(script)], env=base_env(tmp_path, build_dir, LINGPROBE_OUT=str(out)),
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == base.returncode == 0 and p.stdout.strip() == "exiting", p.stderr[-3000:]
+        counts, calls = final_counts(out)
+        assert counts["final"] is True and calls > 0
+        assert sum(counts["calls"].values()) >= calls

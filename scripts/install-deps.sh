@@ -12,6 +12,7 @@ PACKAGES=(
   catch2 libssl-dev                   # Catch2 v2 unit tests, libcrypto SHA-256
   python3-pytest                      # ctypes, CLI and integration tests
   valgrind                            # callgrind instruction counts (bench/cpu_bench.py, its CI test)
+  clang-14 libclang-rt-14-dev         # libFuzzer, ASan and UBSan (scripts/fuzz.sh)
 )
 
 missing=()

@@ -165,6 +165,17 @@ bool fast_call_line(const char* p, size_t n, uint64_t& id) {
 }
 
 // Line-by-line parse of [p, p+n); returns "" or "LINE: what was wrong".
+// handle(), with a record that lacks a field it needs or holds one of the
+// wrong type (simdjson throws for those) answered as an error, not a crash
+// (found by fuzz/fuzz_metadata_reader: a header without "rank").
+std::string checked_handle(Ctx& c, simdjson::dom::element doc) {
+  try {
+    return handle(c, doc);
+  } catch (const simdjson::simdjson_error& e) {
+    return std::string("a record without a field it needs, or with one of the wrong type (") + e.what() + ")";
+  }
+}
+
 std::string parse_lines(Ctx& c, const char* p, size_t n, uint64_t& line_no) {
   size_t start = 0;
   while (start < n) {
@@ -179,7 +190,7 @@ std::string parse_lines(Ctx& c, const char* p, size_t n, uint64_t& line_no) {
     } else if (len > 0) {
       simdjson::dom::element doc;
       auto err = c.parser.parse(p + start, len, false).get(doc);
-      std::string what = err ? std::string("malformed JSON (") + simdjson::error_message(err) + ")" : handle(c, doc);
+      std::string what = err ? std::string("malformed JSON (") + simdjson::error_message(err) + ")" : checked_handle(c, doc);
       if (!what.empty()) return std::to_string(line_no) + ": " + what;
     }
     start += len + 1;
@@ -229,7 +240,7 @@ ReadResult read_metadata_file(const std::string& path, FileSummary& out, const s
         ++line_no;
         simdjson::dom::element doc;
         auto err = ctx.parser.parse(buf.get() + start, end - start, false).get(doc);
-        if (err || !handle(ctx, doc).empty()) out.truncated_last_line = true;
+        if (err || !checked_handle(ctx, doc).empty()) out.truncated_last_line = true;
       }
       break;
     }

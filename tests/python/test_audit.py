@@ -211,3 +211,16 @@ def test_malformed_call_lines_are_caught(cli, seed_run, bad):
     f.write_text("".join(lines))
     p = audit(cli, seed_run, "--quiet")
     assert p.returncode == 1 and f"{f.name}:2:" in p.stderr, p.stderr
+
+
+def test_a_record_missing_a_field_is_an_error_not_a_crash(cli, tmp_path):
+    """Found by fuzz/fuzz_metadata_reader: a header without "rank" made simdjson throw through the reader
+    and the audit died with std::terminate (SIGABRT)."""
+    meta = tmp_path / "metadata"
+    meta.mkdir()
+    (meta / "metadata_rank0_pid1.jsonl").write_text(
+        json.dumps({"kind": "header", "format": "lingprobe.metadata/1", "run_id": "r", "role": "rank",
+                    "world_size": 1, "pid": 1}) + "\n")
+    p = audit(cli, tmp_path)
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    assert "a record without a field it needs" in p.stderr and ":1:" in p.stderr

@@ -225,3 +225,34 @@ def test_a_bad_stage_map_is_ignored_with_one_line_and_recording_goes_on(build_di
     lines = lingprobe_lines(p.stderr)
     assert len(lines) == 1 and "LINGPROBE_STAGE_MAP not installed" in lines[0], lines
     assert metadata.run_dirs(tmp_path / "out")  # recorded, unstaged
+
+
+def test_the_stage_map_parser_answers_any_text_with_rules_or_a_value_error():
+    """The stage-map parser is Python (the shim): fuzzed here by seeded random mutation of real specs, not by
+    libFuzzer. Any text gives rules or ValueError (which the shim reports in one line), nothing else."""
+    sys.path.insert(0, str(SHIM_DIR))
+    try:
+        from lingprobe._stage_map import _Rules
+    finally:
+        sys.path.remove(str(SHIM_DIR))
+    import random
+    rng = random.Random(15)
+    seeds = ["dit=WanModel;vae=WanVAE|Decoder3d;output=wan.utils.utils:save_video", "a=B", "x=pkg.mod:Cls.method"]
+    alphabet = "=;|:. _-aZ9\t\n\x00é"
+    outcomes = {"rules": 0, "ValueError": 0}
+    for _ in range(20000):
+        s = list(rng.choice(seeds))
+        for _ in range(rng.randint(1, 6)):
+            op, at = rng.randint(0, 2), rng.randint(0, len(s))
+            if op == 0:
+                s.insert(at, rng.choice(alphabet))
+            elif s:
+                del s[min(at, len(s) - 1)]
+        try:
+            rules = _Rules("".join(s))
+            assert all(isinstance(k, str) and k for k in rules.classes)
+            assert all(m.strip() and q.strip() and st for m, v in rules.functions.items() for q, st in v)
+            outcomes["rules"] += 1
+        except ValueError:
+            outcomes["ValueError"] += 1
+    assert outcomes["rules"] > 1000 and outcomes["ValueError"] > 1000, outcomes

@@ -454,3 +454,83 @@ def test_start_stop_and_finalize_at_exit_race_with_calls_on_other_threads(build_
         counts, calls = final_counts(out)
         assert counts["final"] is True and calls > 0
         assert sum(counts["calls"].values()) >= calls
+
+
+SIZES_JOB = textwrap.dedent("""
+    import json, os, resource, sys, threading, torch
+    import lingprobe
+    mode = sys.argv[1]
+    recording = "LD_PRELOAD" in os.environ
+    if mode == "signatures":  # 10^5 distinct signatures (empty tensors: the shapes differ, no data)
+        for n in range(100000):
+            torch.empty(n, 0)
+    elif mode == "threads":  # 64 threads, each in its own stage
+        def work(k):
+            with lingprobe.stage(f"thread{k}"):
+                x = torch.ones(2)
+                for _ in range(200):
+                    torch.add(x, 1)
+        ts = [threading.Thread(target=work, args=(k,)) for k in range(64)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+    else:  # sustained load on 4 threads against a small buffer
+        def load():
+            x = torch.ones(2)
+            for _ in range(50000):
+                torch.add(x, 1)
+        ts = [threading.Thread(target=load) for _ in range(4)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+    if recording:
+        lingprobe.finalize()
+    print(json.dumps({"peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), flush=True)
+""")
+
+
+def run_sizes(tmp_path, build_dir, mode, preload=True, **extra):
+    script = write_job(tmp_path, SIZES_JOB, "sizes.py")
+    out = tmp_path / f"out-{mode}-{len(list(tmp_path.glob('out-*')))}"
+    env = base_env(tmp_path, build_dir, preload=preload, LINGPROBE_OUT=str(out), **extra)
+    if not preload:  # the same program without lingprobe: the baseline's peak RSS
+        env["PYTHONPATH"] = str(pathlib.Path(__file__).resolve().parents[2] / "python_shim")
+    p = subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out, json.loads(p.stdout.strip().splitlines()[-1])["peak_rss_kb"]
+
+
+def test_a_hundred_thousand_signatures_and_64_staged_threads(cli, build_dir, tmp_path):
+    out, rss = run_sizes(tmp_path, build_dir, "signatures")
+    _, base = run_sizes(tmp_path, build_dir, "signatures", preload=False)
+    counts, _ = final_counts(out)
+    assert counts["final"] is True and counts["dropped"] == {}
+    (run_dir,) = metadata.run_dirs(out)
+    (f,) = metadata.files(run_dir)
+    sigs = [r for r in metadata.read(f) if r["kind"] == "signature"]
+    empties = [s for s in sigs if json.loads(s["signature_json"])["op"].startswith("aten.empty")]
+    assert len(empties) == 100000 and sum(counts["calls"][str(s["id"])] for s in empties) == 100000
+    out64, _ = run_sizes(tmp_path, build_dir, "threads")
+    p = subprocess.run([cli, "audit", "--quiet", str(metadata.run_dirs(out64)[0])], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((metadata.run_dirs(out64)[0] / "reports" / "coverage_audit.json").read_text())
+    by_stage = {s["stage"]: s["recorded_calls"] for s in report["stages"]}
+    assert all(by_stage.get(f"thread{k}") == 201 for k in range(64)), by_stage  # ones() and 200 adds
+    print(f"\nreliability: 100000 signatures: peak RSS {rss / 1024:.0f} MiB vs {base / 1024:.0f} MiB without "
+          f"recording (+{(rss - base) / 1024:.0f} MiB, {(rss - base) * 1024 / 100000:.0f} B per signature); "
+          f"64 threads x 200 calls in 64 stages: exact")
+
+
+@pytest.mark.parametrize("policy", ["drop", "block"])
+def test_sustained_load_with_each_overflow_policy_counts_what_it_drops_in_bounded_memory(build_dir, tmp_path, policy):
+    out, rss = run_sizes(tmp_path, build_dir, "load", LINGPROBE_OVERFLOW=policy, LINGPROBE_BUFFER_RECORDS="1024",
+                         LINGPROBE_FLUSH_INTERVAL_MS="1000")
+    counts, calls = final_counts(out)
+    total = 4 * 50000
+    add_id = max(counts["calls"], key=lambda k: counts["calls"][k])
+    assert counts["calls"][add_id] == total  # every call counted, whatever its record's fate
+    dropped = counts["dropped"].get("call_records", {}).get("buffer_full", 0)
+    assert calls + dropped == sum(counts["calls"].values())
+    if policy == "block":
+        assert dropped == 0
+    print(f"\nreliability: overflow={policy}: {total} calls on 4 threads, buffer 1024 records: {calls} records "
+          f"written, {dropped} dropped (counted), peak RSS {rss / 1024:.0f} MiB")
+    assert rss < 1024 * 1024  # KiB: well under a GiB (buffers are bounded: 4 x 1024 records)

@@ -1,9 +1,12 @@
 #include "audit/metadata_reader.h"
 
+#include <sys/stat.h>
+
 #include <openssl/evp.h>
 #include <simdjson.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -213,24 +216,29 @@ ReadResult read_metadata_file(const std::string& path, FileSummary& out, const s
   EVP_DigestInit_ex(sha.get(), EVP_sha256(), nullptr);
   Ctx ctx;
   ctx.out = &out;
-  // One buffer: a carried-over partial line, then the next chunk, then padding.
-  std::unique_ptr<char[]> buf(new char[2 * kChunk + simdjson::SIMDJSON_PADDING]);
+  // One buffer: a carried-over partial line, then the next chunk, then
+  // padding. Sized to the file (a small file reads into a small buffer),
+  // grown to kChunk when a line is longer (the file grew while being read).
+  struct stat st;
+  const size_t size = ::fstat(fileno(file.get()), &st) == 0 ? static_cast<size_t>(st.st_size) : kChunk;
+  size_t chunk = std::min(kChunk, std::max<size_t>(size + 1, 64u << 10));
+  std::vector<char> buf(2 * chunk + simdjson::SIMDJSON_PADDING);
   size_t carry = 0;
   uint64_t line_no = 0, last_report = 0;
   for (;;) {
-    size_t n = std::fread(buf.get() + carry, 1, kChunk, file.get());
+    size_t n = std::fread(buf.data() + carry, 1, chunk, file.get());
     if (n == 0 && std::ferror(file.get())) {
       r.error = path + ": read error: " + std::strerror(errno);
       return r;
     }
-    EVP_DigestUpdate(sha.get(), buf.get() + carry, n);
+    EVP_DigestUpdate(sha.get(), buf.data() + carry, n);
     out.bytes += n;
     const bool eof = n == 0;
     size_t end = carry + n;
-    std::memset(buf.get() + end, 0, simdjson::SIMDJSON_PADDING);
-    const char* last_nl = end ? static_cast<const char*>(memrchr(buf.get(), '\n', end)) : nullptr;
-    const size_t whole = last_nl ? static_cast<size_t>(last_nl - buf.get()) + 1 : 0;
-    if (std::string what = parse_lines(ctx, buf.get(), whole, line_no); !what.empty()) {
+    std::memset(buf.data() + end, 0, simdjson::SIMDJSON_PADDING);
+    const char* last_nl = end ? static_cast<const char*>(memrchr(buf.data(), '\n', end)) : nullptr;
+    const size_t whole = last_nl ? static_cast<size_t>(last_nl - buf.data()) + 1 : 0;
+    if (std::string what = parse_lines(ctx, buf.data(), whole, line_no); !what.empty()) {
       r.error = path + ":" + what;
       return r;
     }
@@ -239,16 +247,24 @@ ReadResult read_metadata_file(const std::string& path, FileSummary& out, const s
       if (start < end) {  // a last line without its newline
         ++line_no;
         simdjson::dom::element doc;
-        auto err = ctx.parser.parse(buf.get() + start, end - start, false).get(doc);
+        auto err = ctx.parser.parse(buf.data() + start, end - start, false).get(doc);
         if (err || !checked_handle(ctx, doc).empty()) out.truncated_last_line = true;
       }
       break;
     }
-    if (end - start > kChunk) {
-      r.error = path + ":" + std::to_string(line_no + 1) + ": a line longer than 16 MiB";
-      return r;
+    if (end - start > chunk) {
+      if (chunk == kChunk) {
+        r.error = path + ":" + std::to_string(line_no + 1) + ": a line longer than 16 MiB";
+        return r;
+      }
+      chunk = kChunk;
+      std::vector<char> bigger(2 * chunk + simdjson::SIMDJSON_PADDING);
+      std::memcpy(bigger.data(), buf.data() + start, end - start);
+      buf.swap(bigger);
+      carry = end - start;
+      continue;
     }
-    std::memmove(buf.get(), buf.get() + start, end - start);
+    std::memmove(buf.data(), buf.data() + start, end - start);
     carry = end - start;
     if (progress && out.bytes - last_report >= (64u << 20)) {
       last_report = out.bytes;

@@ -115,18 +115,19 @@ const std::vector<ConfigEntry>& config_table() {
                                   "dit=WanModel;vae=WanVAE|Decoder3d;output=wan.utils.utils:save_video)."},
       {"NVTX_MAP", "string", "", "NVTX range name (regex) -> stage: stage=regex;... (e.g. dit=^(dit|transformer)). "
                                  "Unmapped ranges leave the stage unchanged."},
-      {"FLUSH_INTERVAL_MS", "int", "500", "How often the writer thread drains buffers and writes cumulative counts."},
+      {"FLUSH_INTERVAL_MS", "int", "500", "How often the writer thread drains buffers and writes cumulative counts (1 to 3600000). A "
+                                          "SIGKILL loses at most about this much of the calls' records."},
       {"SIGNAL_FLUSH", "bool", "1",
        "SIGTERM, SIGHUP and SIGINT whose disposition at init is the default (they would end the process without "
        "atexit; Python's SIGINT handler or the program's own are left alone): finalize first (at most 10 s), then "
        "end by the same signal, so the exit status is unchanged. A second signal ends the process at once."},
-      {"BUFFER_RECORDS", "int", "65536", "Call records buffered per thread before the overflow policy applies."},
+      {"BUFFER_RECORDS", "int", "65536", "Call records buffered per thread before the overflow policy applies (16 to 16777216)."},
       {"OVERFLOW", "drop|block", "drop", "When a thread's buffer is full: drop the call record (counted in 'dropped') "
                                          "or block the calling thread until the writer drains it."},
       {"CONTROL_FILE", "path", "", "A file the writer polls: first word 'start' or 'stop' switches recording (no signals)."},
       {"SKIP_CALLS", "int", "0", "Warm-up: ignore the first N top-level calls after recording starts."},
-      {"SKIP_SECONDS", "float", "0", "Warm-up: ignore calls in the first S seconds after recording starts."},
-      {"RANK", "int", "-1", "This process's rank; -1 takes RANK from the environment (torchrun)."},
+      {"SKIP_SECONDS", "float", "0", "Warm-up: ignore calls in the first S seconds after recording starts (0 to 1e7)."},
+      {"RANK", "int", "-1", "This process's rank (below 2^24); -1 takes RANK from the environment (torchrun)."},
       {"LOCAL_RANK", "int", "-1", "Local rank; -1 takes LOCAL_RANK from the environment."},
       {"WORLD_SIZE", "int", "-1", "World size; -1 takes WORLD_SIZE from the environment."},
       {"ROLE", "auto|rank|single|launcher|child", "auto",

@@ -1,5 +1,7 @@
 #include "capture/nvtx_stages.h"
 
+#include <cctype>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <regex>
@@ -19,6 +21,34 @@ struct Rule {
 struct Map {
   std::vector<Rule> rules;
 };
+
+// libstdc++'s std::regex compiles and matches recursively, and overflows a
+// signed int on long repetition counts and back-references: patterns are
+// bounded in length, counts and back-references in digits (fuzz/fuzz_parsers
+// found the overflow), and names are matched on their first kMaxMatchedName bytes.
+constexpr size_t kMaxPattern = 512;
+constexpr size_t kMaxMatchedName = 512;
+
+// "" or why `pattern` is refused before std::regex sees it.
+std::string check_pattern(const std::string& pattern) {
+  if (pattern.size() > kMaxPattern) return "is longer than " + std::to_string(kMaxPattern) + " characters";
+  auto digits_at = [&pattern](size_t i) {
+    size_t n = 0;
+    while (i + n < pattern.size() && std::isdigit(static_cast<unsigned char>(pattern[i + n]))) ++n;
+    return n;
+  };
+  bool in_braces = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    size_t n = 0;
+    if (c == '\\') n = digits_at(i + 1), i += n ? n : 1;  // a back-reference, or an escaped character
+    else if (c == '{') in_braces = true;
+    else if (c == '}') in_braces = false;
+    else if (in_braces) n = digits_at(i), i += n ? n - 1 : 0;
+    if (n > 4) return "has a repetition count or back-reference of more than 4 digits";
+  }
+  return "";
+}
 
 std::mutex g_mu;
 std::shared_ptr<const Map> g_map;  // replaced whole under g_mu; read by copy
@@ -41,7 +71,7 @@ int lookup(ThreadNvtx& t, const char* name) {
     }
   }
   if (!t.map || t.map->rules.empty()) return -1;
-  t.scratch.assign(name);
+  t.scratch.assign(name, strnlen(name, kMaxMatchedName));  // libstdc++'s regex recurses per character
   auto it = t.cache.find(t.scratch);
   if (it != t.cache.end()) return it->second;
   int stage = -1;
@@ -68,10 +98,14 @@ std::string set_nvtx_map(const std::string& spec) {
     const size_t eq = rule.find('=');
     if (eq == std::string::npos || eq == 0)
       return "LINGPROBE_NVTX_MAP: rule '" + rule + "' is not stage=regex";
+    const std::string pattern = rule.substr(eq + 1);
+    if (std::string why = check_pattern(pattern); !why.empty())
+      return "LINGPROBE_NVTX_MAP: the regex of rule '" + rule.substr(0, eq) + "' " + why;
     try {
-      map->rules.push_back({intern_stage(rule.substr(0, eq)), std::regex(rule.substr(eq + 1))});
+      std::regex compiled(pattern);
+      map->rules.push_back({intern_stage(rule.substr(0, eq)), std::move(compiled)});
     } catch (const std::regex_error& e) {
-      return "LINGPROBE_NVTX_MAP: '" + rule.substr(eq + 1) + "' is not a valid regex (" + e.what() + ")";
+      return "LINGPROBE_NVTX_MAP: '" + pattern + "' is not a valid regex (" + e.what() + ")";
     }
   }
   std::lock_guard<std::mutex> lock(g_mu);

@@ -2,8 +2,10 @@
 // clock ends its intervals through.
 #include <catch2/catch.hpp>
 
+#include <string>
 #include <thread>
 
+#include "capture/nvtx_stages.h"
 #include "capture/stages.h"
 
 using namespace lingprobe::capture;
@@ -36,4 +38,18 @@ TEST_CASE("stage changes are counted and heard on the changing thread", "[stages
     CHECK(t_heard == static_cast<int>(2 + kMaxStageDepth));  // the listener is gone
     CHECK(s->changes == 3 + kMaxStageDepth);
   }).join();
+}
+
+TEST_CASE("NVTX maps: patterns std::regex mishandles are refused, long names matched safely", "[stages]") {
+  // fuzz/fuzz_parsers: a back-reference of 19 digits overflowed libstdc++'s regex compiler (UBSan).
+  CHECK(lingprobe::capture::set_nvtx_map("dit=^(dit|t)\\3333333333333333333").find("more than 4 digits") != std::string::npos);
+  CHECK(lingprobe::capture::set_nvtx_map("dit=a{99999}").find("more than 4 digits") != std::string::npos);
+  CHECK(lingprobe::capture::set_nvtx_map("dit=a{1,123456}").find("more than 4 digits") != std::string::npos);
+  CHECK(lingprobe::capture::set_nvtx_map("dit=" + std::string(600, 'a')).find("longer than 512") != std::string::npos);
+  REQUIRE(lingprobe::capture::set_nvtx_map("dit=^layer_12345$;vae=a{2,3}b").empty());  // digits outside braces are literals
+  REQUIRE(lingprobe::capture::set_nvtx_map("dit=(a|b)*c").empty());
+  const std::string long_name(200000, 'a');  // recursion per character: only the first 512 bytes are matched
+  lingprobe::capture::nvtx_range_push(long_name.c_str());
+  lingprobe::capture::nvtx_range_pop();
+  REQUIRE(lingprobe::capture::set_nvtx_map("").empty());
 }

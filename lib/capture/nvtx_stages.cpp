@@ -1,5 +1,6 @@
 #include "capture/nvtx_stages.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <memory>
@@ -37,15 +38,55 @@ std::string check_pattern(const std::string& pattern) {
     while (i + n < pattern.size() && std::isdigit(static_cast<unsigned char>(pattern[i + n]))) ++n;
     return n;
   };
-  bool in_braces = false;
+  // Repetition of a repetition backtracks exponentially in libstdc++ (a hang on
+  // the calling thread): a quantifier right after a quantifier ('a**'; a lazy
+  // '?' excepted), or after a group that repeats or alternates inside ('(a+)*',
+  // '(a|b)+'), is refused (fuzz/fuzz_parsers found 'vae_****').
+  struct Group {
+    bool repeats_or_alternates = false;
+  };
+  std::vector<Group> groups;
+  bool after_quantifier = false, lazy_taken = false, after_risky_group = false;
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
-    size_t n = 0;
-    if (c == '\\') n = digits_at(i + 1), i += n ? n : 1;  // a back-reference, or an escaped character
-    else if (c == '{') in_braces = true;
-    else if (c == '}') in_braces = false;
-    else if (in_braces) n = digits_at(i), i += n ? n - 1 : 0;
-    if (n > 4) return "has a repetition count or back-reference of more than 4 digits";
+    const bool quantifier = c == '*' || c == '+' || c == '?' || (c == '{' && digits_at(i + 1) > 0);
+    if (quantifier) {
+      if (after_quantifier && c == '?' && !lazy_taken) {
+        lazy_taken = true;
+        continue;
+      }
+      if (after_quantifier || after_risky_group)
+        return "repeats a repetition (nested quantifiers can take exponential time); write it without";
+      for (auto& g : groups) g.repeats_or_alternates = true;
+      if (c == '{') {
+        const size_t close = pattern.find('}', i);
+        for (size_t j = i + 1; j < close && close != std::string::npos; j = j + std::max<size_t>(digits_at(j), 1))
+          if (digits_at(j) > 4) return "has a repetition count of more than 4 digits";
+        i = close == std::string::npos ? pattern.size() : close;
+      }
+      after_quantifier = true;
+      lazy_taken = false;
+      after_risky_group = false;
+      continue;
+    }
+    after_quantifier = after_risky_group = false;
+    if (c == '\\') {
+      if (digits_at(i + 1) > 4) return "has a back-reference of more than 4 digits";
+      ++i;  // the escaped character (or the first digit)
+    } else if (c == '[') {  // a class: its characters are literals
+      size_t j = i + 1;
+      if (j < pattern.size() && pattern[j] == '^') ++j;
+      if (j < pattern.size() && pattern[j] == ']') ++j;
+      while (j < pattern.size() && pattern[j] != ']') j += pattern[j] == '\\' ? 2 : 1;
+      i = j;
+    } else if (c == '(') {
+      groups.push_back({});
+    } else if (c == '|') {
+      for (auto& g : groups) g.repeats_or_alternates = true;
+    } else if (c == ')' && !groups.empty()) {
+      after_risky_group = groups.back().repeats_or_alternates;
+      groups.pop_back();
+    }
   }
   return "";
 }

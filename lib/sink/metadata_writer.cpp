@@ -313,7 +313,10 @@ void MetadataWriter::cycle(bool final) {
   }
   text += "}\n";
   const size_t written = write_out(text);
-  const uint64_t lines = static_cast<uint64_t>(std::count(text.begin(), text.begin() + written, '\n'));
+  // Counted by position only after a failed write: the common path costs nothing per record.
+  const uint64_t lines = written == text.size()
+                             ? must.size() + n_calls + 1
+                             : static_cast<uint64_t>(std::count(text.begin(), text.begin() + written, '\n'));
   uint64_t calls_written = n_calls;
   if (written < text.size()) {
     size_t retry_bytes = 0;

@@ -59,10 +59,10 @@ std::string check_pattern(const std::string& pattern) {
         return "repeats a repetition (nested quantifiers can take exponential time); write it without";
       for (auto& g : groups) g.repeats_or_alternates = true;
       if (c == '{') {
-        const size_t close = pattern.find('}', i);
-        for (size_t j = i + 1; j < close && close != std::string::npos; j = j + std::max<size_t>(digits_at(j), 1))
+        size_t j = i + 1;  // to the closing brace, or the end (an unclosed count is still read as one)
+        for (; j < pattern.size() && pattern[j] != '}'; j += std::max<size_t>(digits_at(j), 1))
           if (digits_at(j) > 4) return "has a repetition count of more than 4 digits";
-        i = close == std::string::npos ? pattern.size() : close;
+        i = j;
       }
       after_quantifier = true;
       lazy_taken = false;

@@ -5,6 +5,8 @@
 #   tsan  ThreadSanitizer: the writer thread against producers, record buffers,
 #         claims                                          (build-tsan/)
 # Usage: scripts/sanitize.sh [asan|tsan]...   (default: both). Non-zero on any report.
+# The [cupti] cases are left out: CUPTI dlopens libnvperf_host.so with
+# RTLD_DEEPBIND, which the sanitizer runtimes refuse (google/sanitizers#611).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 kinds=("$@")
@@ -26,7 +28,7 @@ for kind in "${kinds[@]}"; do
   cmake --build "$build" -j "$(nproc)" --target unit_tests >"$build/build.log" 2>&1 || { tail -40 "$build/build.log"; exit 1; }
   start=$(date +%s)
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$build/tests/unit_tests" >"$build/unit_tests.log" 2>&1 \
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$build/tests/unit_tests" "~[cupti]" >"$build/unit_tests.log" 2>&1 \
     || { echo "sanitize: unit_tests under $kind failed:"; grep -E "ERROR|WARNING|runtime error|FAILED" -A12 "$build/unit_tests.log" | head -60; exit 1; }
   echo "sanitize: unit_tests under $kind: $(tail -n 2 "$build/unit_tests.log" | head -1) ($(( $(date +%s) - start )) s)"
 done

@@ -38,6 +38,11 @@ std::string check_pattern(const std::string& pattern) {
     while (i + n < pattern.size() && std::isdigit(static_cast<unsigned char>(pattern[i + n]))) ++n;
     return n;
   };
+  // Wherever a number could be read as a count or a back-reference, whatever
+  // the context (a class, an unclosed brace): more than 4 digits is refused.
+  for (size_t i = 0; i < pattern.size(); ++i)
+    if ((pattern[i] == '{' || pattern[i] == ',' || pattern[i] == '\\') && digits_at(i + 1) > 4)
+      return "has a repetition count or back-reference of more than 4 digits";
   // Repetition of a repetition backtracks exponentially in libstdc++ (a hang on
   // the calling thread): a quantifier right after a quantifier ('a**'; a lazy
   // '?' excepted), or after a group that repeats or alternates inside ('(a+)*',
@@ -58,12 +63,7 @@ std::string check_pattern(const std::string& pattern) {
       if (after_quantifier || after_risky_group)
         return "repeats a repetition (nested quantifiers can take exponential time); write it without";
       for (auto& g : groups) g.repeats_or_alternates = true;
-      if (c == '{') {
-        size_t j = i + 1;  // to the closing brace, or the end (an unclosed count is still read as one)
-        for (; j < pattern.size() && pattern[j] != '}'; j += std::max<size_t>(digits_at(j), 1))
-          if (digits_at(j) > 4) return "has a repetition count of more than 4 digits";
-        i = j;
-      }
+      if (c == '{') i = std::min(pattern.find('}', i), pattern.size());  // the count, checked above
       after_quantifier = true;
       lazy_taken = false;
       after_risky_group = false;
@@ -71,12 +71,10 @@ std::string check_pattern(const std::string& pattern) {
     }
     after_quantifier = after_risky_group = false;
     if (c == '\\') {
-      if (digits_at(i + 1) > 4) return "has a back-reference of more than 4 digits";
       ++i;  // the escaped character (or the first digit)
     } else if (c == '[') {  // a class: its characters are literals
       size_t j = i + 1;
-      if (j < pattern.size() && pattern[j] == '^') ++j;
-      if (j < pattern.size() && pattern[j] == ']') ++j;
+      if (j < pattern.size() && pattern[j] == '^') ++j;  // (ECMAScript: "[]" is an empty class, no literal ']')
       while (j < pattern.size() && pattern[j] != ']') j += pattern[j] == '\\' ? 2 : 1;
       i = j;
     } else if (c == '(') {

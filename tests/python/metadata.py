@@ -5,18 +5,21 @@ import json
 import pathlib
 
 
-def read(path):
-    records = []
+def stream(path):
+    """The file's records one by one (a killed run's files hold up to a million)."""
     with open(path, "rb") as f:
         lines = f.read().split(b"\n")
     for i, line in enumerate(lines):
         if not line:
             continue
         try:
-            records.append(json.loads(line))
+            yield json.loads(line)
         except ValueError:
             assert i == len(lines) - 1, f"{path}:{i + 1}: malformed line that is not the last"
-    return records
+
+
+def read(path):
+    return list(stream(path))
 
 
 def summarize(path):

@@ -79,19 +79,6 @@ def wait_for_line(proc, word, timeout=120):
     raise AssertionError(f"no '{word}' within {timeout} s")
 
 
-def stream_records(path):
-    """metadata.read without holding the file's records (a killed run's files hold up to a million)."""
-    with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
-    for i, line in enumerate(lines):
-        if not line:
-            continue
-        try:
-            yield json.loads(line)
-        except ValueError:
-            assert i == len(lines) - 1, f"{path}:{i + 1}: malformed line that is not the last"
-
-
 def check_run_left_whole(cli, run_dir):
     """What a killed run must satisfy; returns (files, records, named evidence, last call t1 per file)."""
     files = metadata.files(run_dir)
@@ -101,7 +88,7 @@ def check_run_left_whole(cli, run_dir):
     n_records = 0
     for f in files:
         sigs = set()
-        for i, r in enumerate(stream_records(f)):  # every line but a truncated last one parses
+        for i, r in enumerate(metadata.stream(f)):  # every line but a truncated last one parses
             n_records += 1
             if i == 0:
                 assert r["kind"] == "header", f"{f}: no header first"

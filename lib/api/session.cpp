@@ -53,7 +53,6 @@ struct Session {
   std::unique_ptr<SamplingSession> sampling;  // null when sampling is off (or a child)
   std::atomic<SamplingSession*> sampling_now{nullptr};  // the same, for the writer thread's reads
   std::string control_seen;  // last control-file content acted upon
-  bool forked_child = false;
 };
 
 // Set in a forked child's atfork handler: every entry point then returns at
@@ -246,7 +245,6 @@ void fork_child() {
   Session& s = S();
   g_forked_child.store(true);
   new (&s.mu) std::mutex();  // for the path getters, which still answer
-  s.forked_child = true;
   capture::stop_after_fork();
   capture::ForkGate::after_fork();
   exit_signals_after_fork();
@@ -270,7 +268,7 @@ lingprobe_status check_running(Session& s, std::string& error) {
     error = "lingprobe's configuration was invalid at init; recording is off";
     return LINGPROBE_ERROR_INVALID_CONFIG;
   }
-  if (s.forked_child) {
+  if (g_forked_child.load()) {
     error = "this is a forked child; lingprobe records only in the process that initialised it";
     return LINGPROBE_ERROR_UNAVAILABLE;
   }
@@ -386,7 +384,6 @@ lingprobe_status session_finalize() {
     if (st == LINGPROBE_STATE_FRESH) return LINGPROBE_ERROR_NOT_INITIALIZED;
     if (st == LINGPROBE_STATE_FINALIZED) return LINGPROBE_OK;
     s.state.store(LINGPROBE_STATE_FINALIZED);
-    if (s.forked_child) return LINGPROBE_OK;
   }
   // Fixed order: stop the hook, then drain the snapshots, then drain and close
   // the writer. Every other call sees FINALIZED under s.mu and touches neither.

@@ -336,6 +336,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
   int64_t world_size = -1;
   uint64_t dropped_total = 0;
   std::map<std::string, uint64_t> nested;  // calls nested below recorded ones, all files (LINGPROBE_SUPPRESS_NESTED)
+  std::map<std::string, uint64_t> compile_time;  // compile-time calls on fake tensors, all files
   std::map<std::string, std::map<std::string, uint64_t>> dropped;
   std::map<std::string, uint64_t> sampling, unsampled;  // summed over the ranks' files
   JsonValue sources = JsonValue::array();
@@ -431,6 +432,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
     for (const auto& [k, n] : f.sampling) sampling[k] += n;
     for (const auto& [k, n] : f.unsampled) unsampled[k] += n;
     for (const auto& [k, n] : f.nested) nested[k] += n;
+    for (const auto& [k, n] : f.compile_time) compile_time[k] += n;
     source_rows.emplace_back(relative(path, run_dir), f.sha256);
     ++used_files;
   }
@@ -605,6 +607,11 @@ AuditOutcome run_audit(const AuditOptions& options) {
                                        {"metadata_bytes", JsonValue::integer(static_cast<int64_t>(bytes_total))}}));
   report.set("dropped", std::move(dropped_json));
   report.set("other_processes", std::move(others));
+  if (!compile_time.empty()) {
+    JsonValue cj = JsonValue::object();
+    for (const auto& [k, n] : compile_time) cj.set(k, JsonValue::integer(static_cast<int64_t>(n)));
+    report.set("compile_time_calls", std::move(cj));
+  }
   if (!nested.empty()) {
     JsonValue nj = JsonValue::object();
     for (const auto& [k, n] : nested) nj.set(k, JsonValue::integer(static_cast<int64_t>(n)));
@@ -656,6 +663,13 @@ AuditOutcome run_audit(const AuditOptions& options) {
                        " reached lingprobe (each boxed by the dispatcher); RecordFunction was switched off below " +
                        std::to_string(nested["suppressed_below"]) +
                        " top-level call(s) (LINGPROBE_SUPPRESS_NESTED), whose nested calls were neither boxed nor counted.\n";
+  if (!compile_time.empty()) {
+    uint64_t total = 0;
+    std::string kinds;
+    for (const auto& [k, n] : compile_time) total += n, kinds += (kinds.empty() ? "" : ", ") + k + " " + std::to_string(n);
+    outcome.summary += "\nCalls torch.compile's tracing ran on fake tensors: " + std::to_string(total) + " (" + kinds +
+                       "), counted as compile time, outside the rows above.\n";
+  }
   if (!sampling.empty()) {
     std::vector<const Signature*> missing;
     for (auto* sg : all)

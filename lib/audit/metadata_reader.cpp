@@ -99,6 +99,8 @@ std::string handle(Ctx& c, simdjson::dom::element doc) {
     read_counts(obj["stage_gpu_lost"], f.stage_gpu_lost);
     f.nested.clear();
     read_counts(obj["nested"], f.nested);
+    f.compile_time.clear();
+    read_counts(obj["compile_time"], f.compile_time);
     bool fin = false;
     f.final_counts = !obj["final"].get_bool().get(fin) && fin;
     f.has_counts = true;

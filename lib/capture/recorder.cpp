@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "capture/compile_tracing.h"
 #include "capture/cuda_stream.h"
 #include "capture/fork_gate.h"
 #include "capture/device_access.h"
@@ -72,6 +73,7 @@ struct Frame {
   uint32_t entry;      // the InputEntry of the input key
   StageId stage;
   bool recorded;
+  bool traced;         // a compile-time call on fake tensors (counted apart, never recorded)
   uint32_t nested;     // nested calls seen below this top-level call
   void* sample;        // the hooks' token of a sampled call, or nullptr
 };
@@ -113,6 +115,7 @@ struct ThreadState {
   Counter calls_seen{0};
   Counter nested_seen{0};        // nested calls that reached the callback (added at each top-level call's end)
   Counter nested_suppressed{0};  // top-level calls below which RecordFunction was switched off
+  Counter traced[kCompileTracingKinds] = {};  // compile-time calls on fake tensors, by how they were recognised
   const at::RecordFunction* suppressed_rf = nullptr;  // the call below which RecordFunction is off (kept over restarts)
   uint32_t others_recheck = 0;   // suppressions left before the global callbacks are looked at again
   bool others_global = false;    // another global callback was registered at the last look
@@ -155,6 +158,7 @@ struct Global {
   std::vector<ThreadState*> threads;
   std::vector<uint64_t> retired_counts;
   uint64_t retired_seen = 0, retired_nested_seen = 0, retired_nested_suppressed = 0;
+  uint64_t retired_traced[kCompileTracingKinds] = {};
 };
 
 Global& g() {
@@ -193,6 +197,7 @@ void retire(ThreadState* ts) {
   G.retired_seen += ts->calls_seen.load(std::memory_order_relaxed);
   G.retired_nested_seen += ts->nested_seen.load(std::memory_order_relaxed);
   G.retired_nested_suppressed += ts->nested_suppressed.load(std::memory_order_relaxed);
+  for (int k = 0; k < kCompileTracingKinds; ++k) G.retired_traced[k] += ts->traced[k].load(std::memory_order_relaxed);
   const uint32_t n = G.next_id.load(std::memory_order_acquire);
   if (G.retired_counts.size() < n) G.retired_counts.resize(n, 0);
   add_thread_counts(ts, G.retired_counts);
@@ -463,8 +468,14 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     f.fn = &fn;
     f.op = op;
     f.recorded = false;
+    f.traced = false;
     f.nested = 0;
     f.sample = nullptr;
+    if (const CompileTracing tracing = compile_tracing(fn); C10_UNLIKELY(tracing != CompileTracing::None)) {
+      bump(ts->traced[static_cast<int>(tracing)]);  // compile time: no row, no sample, no stage interval
+      f.traced = true;
+      return nullptr;
+    }
     bump(ts->calls_seen);
     const StageId stage = top_stage(*ts->stages);
     if (C10_UNLIKELY(G.stage_timing.load(std::memory_order_relaxed) != nullptr) &&
@@ -537,12 +548,19 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   --ts->depth;
   if (ts->depth == 0) {  // a top-level call: its nested calls into the thread's total, and into learning
     if (f.nested) bump(ts->nested_seen, f.nested);
-    if (C10_UNLIKELY(f.op->suppress.load(std::memory_order_relaxed) < 0)) learn_nested_calls(G, f.op, f.nested);
+    if (C10_UNLIKELY(f.op->suppress.load(std::memory_order_relaxed) < 0) && !f.traced) learn_nested_calls(G, f.op, f.nested);
   }
   if (!f.recorded) return;
   try {
     if (G.options.call_records && !t1) t1 = now_ns();
     const auto& outs = fn.outputs();
+    if (C10_UNLIKELY(has_fake_tensor(c10::ArrayRef<c10::IValue>(outs.data(), outs.size())))) {  // a factory, traced
+      bump(ts->traced[static_cast<int>(CompileTracing::FakeTensorOutputs)]);
+      ts->key.truncate(f.key_begin);
+      if (f.sample) G.hooks.load(std::memory_order_relaxed)->abandon(f.sample);
+      f.sample = nullptr;
+      return;
+    }
     ts->key.push(outs.size());
     append_keys(outs.data(), outs.size(), ts->key);
     const uint64_t* key = ts->key.data() + f.key_begin;
@@ -696,6 +714,14 @@ void nested_totals(Global& G, uint64_t& seen, uint64_t& suppressed) {
   }
 }
 
+// Compile-time calls on fake tensors, by kind, every thread, live and exited.
+void traced_totals(Global& G, uint64_t (&totals)[kCompileTracingKinds]) {
+  std::lock_guard<std::mutex> lock(G.threads_mu);
+  for (int k = 0; k < kCompileTracingKinds; ++k) totals[k] = G.retired_traced[k];
+  for (const ThreadState* ts : G.threads)
+    for (int k = 0; k < kCompileTracingKinds; ++k) totals[k] += ts->traced[k].load(std::memory_order_relaxed);
+}
+
 }  // namespace
 
 RecorderStats recorder_stats() {
@@ -729,6 +755,10 @@ format::CountsSnapshot recorder_counts() {
   add("call_records", "no_buffer", G.drop_no_buffer);
   add("call_records", "buffer_full", G.drop_buffer_full);
   if (uint64_t s = stages_overflowed()) snap.dropped["stages"]["too_many_stage_names"] = s;
+  uint64_t traced[kCompileTracingKinds];
+  traced_totals(G, traced);
+  for (int k = 1; k < kCompileTracingKinds; ++k)
+    if (traced[k]) snap.compile_time[compile_tracing_name(static_cast<CompileTracing>(k))] = traced[k];
   if (!G.options.nested) {
     uint64_t seen = 0, suppressed = 0;
     nested_totals(G, seen, suppressed);

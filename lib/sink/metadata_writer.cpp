@@ -289,7 +289,12 @@ void MetadataWriter::cycle(bool final) {
     first = false;
     text += '"' + std::to_string(id) + "\":" + std::to_string(n);
   }
-  text += "},\"dropped\":";
+  text += '}';
+  if (!snap.compile_time.empty()) {
+    text += ",\"compile_time\":";
+    append_counts(snap.compile_time, text);
+  }
+  text += ",\"dropped\":";
   append_nested_counts(snap.dropped, text);
   text += std::string(",\"final\":") + (final ? "true" : "false") + ",\"kind\":\"counts\"";
   if (!snap.nested.empty()) {

@@ -1,0 +1,65 @@
+#include "capture/compile_tracing.h"
+
+#include "capture/torch_guard.h"
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/version.h>
+
+#define LINGPROBE_INFRA_MODES (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2))
+#if LINGPROBE_INFRA_MODES
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#endif
+
+namespace lingprobe::capture {
+namespace {
+
+bool is_fake(const at::Tensor& t) {
+  if (!t.defined()) return false;
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const c10::DispatchKeySet ks = impl->key_set();
+  if (!ks.has(c10::DispatchKey::Python) || ks.has_backend(c10::BackendComponent::MetaBit)) return false;
+  const c10::Storage& storage = impl->unsafe_storage();  // no Python: the data's device, not the reported one
+  return storage && storage.device_type() == c10::DeviceType::Meta;
+}
+
+}  // namespace
+
+CompileTracing compile_tracing(const at::RecordFunction& fn) {
+#if LINGPROBE_INFRA_MODES
+  // Every mode pushed includes the Python key in the thread's dispatch keys.
+  if (C10_UNLIKELY(c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Python))) {
+    using c10::impl::TorchDispatchModeKey;
+    using c10::impl::TorchDispatchModeTLS;
+    if (TorchDispatchModeTLS::get_mode(TorchDispatchModeKey::FAKE).has_value()) return CompileTracing::FakeTensorMode;
+    if (TorchDispatchModeTLS::get_mode(TorchDispatchModeKey::PROXY).has_value()) return CompileTracing::ProxyMode;
+  }
+#endif
+  const auto inputs = fn.inputs();
+  return has_fake_tensor(c10::ArrayRef<c10::IValue>(inputs.data(), inputs.size())) ? CompileTracing::FakeTensorInputs
+                                                                                   : CompileTracing::None;
+}
+
+bool has_fake_tensor(c10::ArrayRef<c10::IValue> values) {
+  for (const c10::IValue& v : values) {
+    if (v.isTensor()) {
+      if (C10_UNLIKELY(is_fake(v.toTensor()))) return true;
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec())
+        if (is_fake(t)) return true;
+    }
+  }
+  return false;
+}
+
+const char* compile_tracing_name(CompileTracing kind) {
+  switch (kind) {
+    case CompileTracing::FakeTensorMode: return "fake_tensor_mode";
+    case CompileTracing::ProxyMode: return "proxy_mode";
+    case CompileTracing::FakeTensorInputs: return "fake_tensor_inputs";
+    case CompileTracing::FakeTensorOutputs: return "fake_tensor_outputs";
+    case CompileTracing::None: break;
+  }
+  return "none";
+}
+
+}  // namespace lingprobe::capture

@@ -139,7 +139,7 @@ GPU_JOB = """
     torch.cuda.synchronize()
     assert torch.allclose(cout, ref, rtol=1e-3, atol=1e-3), "the compiled result is wrong"
 
-    # A second CUPTI user: torch.profiler with CUDA activity while lingprobe samples (its windows wait).
+    # A second CUPTI user: torch.profiler with CUDA activity while lingprobe samples (no window opens).
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         with lingprobe.stage("profiled"):
             y = block(x, w)
@@ -147,7 +147,7 @@ GPU_JOB = """
     gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     assert len(gpu) >= 3, "the profiler lost GPU events"
     assert torch.allclose(y, ref, rtol=1e-4, atol=1e-3)
-    with lingprobe.stage("after"):                   # the next window after the profiler: measured
+    with lingprobe.stage("after"):                   # after the profiler: Kineto keeps CUPTI's subscriber
         block(x, w)
     torch.cuda.synchronize()
     print("ok", len(gpu))
@@ -177,7 +177,10 @@ def test_graph_compile_and_profiler_with_snapshots_and_counters(build_dir, tmp_p
         statuses[(sig["stage"], sig["op"], d.name)] = (ident["status"], ident.get("reason"))
     print(json.dumps({"|".join(k): v for k, v in statuses.items()}, indent=1))
     assert all(s in ("passed", "abandoned", "contaminated") for s, _ in statuses.values()), statuses
-    assert any(st == "after" and s == "passed" for (st, _, _), (s, _) in statuses.items()), statuses
+    # The profiler's session held lingprobe's windows off; Kineto then keeps CUPTI's one subscriber for the rest of
+    # the process, so the windows after it are refused as subscriber_held (docs/COUNTERS.md), not measured.
+    assert c["dropped"]["profiles"]["profiler_active"] >= 4 and c["dropped"]["profiles"]["subscriber_held"] >= 4, c
+    assert not any(st in ("profiled", "after") for (st, _, _) in statuses), statuses
     assert not any(st == "graph" and d.startswith("graph") and "1024" in d for (st, _, d) in statuses), statuses
     # Every snapshot replays exactly: none is of a fake or a captured call.
     p = subprocess.run([cli, "replay", str(run_dir), "--quiet"], capture_output=True, text=True, timeout=900)

@@ -40,7 +40,6 @@ void expect(lingprobe_status s, const char* what) {
 }
 
 void worker(int k) {
-  at::manual_seed(k);
   const at::Tensor w = at::randn({32, 16});
   const std::string stage = "worker" + std::to_string(k % 3);
   for (int64_t i = 0; !g_stop.load(std::memory_order_relaxed); ++i) {
@@ -70,6 +69,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const double seconds = argc > 2 ? std::atof(argv[2]) : 3.0;
+  at::manual_seed(0);  // here, not per thread: torch creates its default generator lazily, unsynchronised for TSan
   const char* settings[] = {"SNAPSHOTS=1", "FLUSH_INTERVAL_MS=20"};
   lingprobe_options o{sizeof(lingprobe_options), 0, argv[1], nullptr, settings, 2};
   expect(lingprobe_init(&o), "init");

@@ -43,13 +43,18 @@ build() {  # BUILD_DIR TARGET...
   cmake --build "$dir" -j "$(nproc)" "${targets[@]}" >"$dir/build.log" 2>&1 || { tail -40 "$dir/build.log"; exit 1; }
 }
 
-run() {  # KIND LOG COMMAND...: fails on a sanitizer's report or a non-zero exit
+run() {  # KIND LOG COMMAND...: fails on a non-zero exit, a sanitizer's report, or a hang (15 min)
   local kind=$1 log=$2 start=$SECONDS
   shift 2
-  "$@" >"$log" 2>&1 || { echo "sanitize: $(basename "$log" .log) under $kind failed:"
-    grep -E "ERROR|WARNING|runtime error|FAILED|Error" -A12 "$log" | head -60; tail -5 "$log"; exit 1; }
+  if ! timeout 900 "$@" >"$log" 2>&1; then
+    echo "sanitize: $(basename "$log" .log) under $kind failed (exit status, or 900 s without ending):"
+    { grep -E "ERROR|WARNING|runtime error|FAILED|Error" -A12 "$log" | head -60; tail -5 "$log"; } || true
+    exit 1
+  fi
   if grep -qE "ERROR: AddressSanitizer|runtime error:|WARNING: ThreadSanitizer" "$log"; then
-    echo "sanitize: a report under $kind:"; grep -E "ERROR|WARNING|runtime error" -A12 "$log" | head -60; exit 1
+    echo "sanitize: a report under $kind:"
+    { grep -E "ERROR|WARNING|runtime error" -A12 "$log" | head -60; } || true
+    exit 1
   fi
   echo "sanitize: $kind, $(basename "$log" .log): $(grep -v '^[[:space:]]*$' "$log" | tail -n 1 | cut -c1-150) ($((SECONDS - start)) s)"
 }
@@ -65,19 +70,21 @@ for kind in "${kinds[@]}"; do
     asan-torch)
       b=$root/build-asan-torch
       rt=$("$cc" -print-file-name=libclang_rt.asan-x86_64.so)
+      [ -f "$rt" ] || { echo "sanitize: clang's shared ASan runtime not found (install-deps installs libclang-rt-14-dev)"; exit 1; }
       configure "$b" "$asan_flags" "$asan_flags -shared-libsan" "-fsanitize=address,undefined -shared-libsan"
       build "$b" torch_unit_tests recorder_threads lingprobe lingprobe_preload lingprobe_cli
-      export LD_LIBRARY_PATH="$(dirname "$rt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-      run "$kind" "$b/torch_unit_tests.log" "$b/tests/torch_unit_tests"
+      rtpath="LD_LIBRARY_PATH=$(dirname "$rt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # the executables' shared runtime
+      run "$kind" "$b/torch_unit_tests.log" env "$rtpath" "$b/tests/torch_unit_tests"
       rm -rf "$b/sanitized-out"
-      run "$kind" "$b/recorder_threads.log" "$b/tests/recorder_threads" "$b/sanitized-out/threads" 3
+      run "$kind" "$b/recorder_threads.log" env "$rtpath" "$b/tests/recorder_threads" "$b/sanitized-out/threads" 3
       # Python leaks by design at exit: leak checking off for the interpreter.
       run "$kind" "$b/python_job.log" env LD_PRELOAD="$rt:$b/liblingprobe_preload.so" \
         ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:handle_segv=0 LINGPROBE_OUT="$b/sanitized-out/python" \
         LINGPROBE_SNAPSHOTS=1 PYTHONPATH="$root/python_shim" OMP_NUM_THREADS=1 \
         "${LINGPROBE_TEST_PYTHON:-/usr/bin/python3}" "$root/tests/integration/sanitized_torch_job.py"
+      [ "$(tail -n 1 "$b/python_job.log")" = ok ] || { echo "sanitize: the Python job did not end with ok:"; tail -20 "$b/python_job.log"; exit 1; }
       for out in threads python; do
-        run "$kind" "$b/audit-$out.log" "$b/lingprobe" audit "$b/sanitized-out/$out/latest"
+        run "$kind" "$b/audit-$out.log" env "$rtpath" "$b/lingprobe" audit "$b/sanitized-out/$out/latest"
       done ;;
     tsan-torch)
       b=$root/build-tsan-torch

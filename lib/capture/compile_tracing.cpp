@@ -26,13 +26,11 @@ bool is_fake(const at::Tensor& t) {
 
 CompileTracing compile_tracing(const at::RecordFunction& fn) {
 #if LINGPROBE_INFRA_MODES
-  // Every mode pushed includes the Python key in the thread's dispatch keys.
-  if (C10_UNLIKELY(c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Python))) {
-    using c10::impl::TorchDispatchModeKey;
-    using c10::impl::TorchDispatchModeTLS;
-    if (TorchDispatchModeTLS::get_mode(TorchDispatchModeKey::FAKE).has_value()) return CompileTracing::FakeTensorMode;
-    if (TorchDispatchModeTLS::get_mode(TorchDispatchModeKey::PROXY).has_value()) return CompileTracing::ProxyMode;
-  }
+  // Every mode pushed includes the Python key in the thread's dispatch keys. ProxyMode alone is not enough:
+  // make_fx's real-mode tracing runs real tensors (fake-mode tracing sets FAKE too).
+  if (C10_UNLIKELY(c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Python)) &&
+      c10::impl::TorchDispatchModeTLS::get_mode(c10::impl::TorchDispatchModeKey::FAKE).has_value())
+    return CompileTracing::FakeTensorMode;
 #endif
   const auto inputs = fn.inputs();
   return has_fake_tensor(c10::ArrayRef<c10::IValue>(inputs.data(), inputs.size())) ? CompileTracing::FakeTensorInputs
@@ -44,8 +42,8 @@ bool has_fake_tensor(c10::ArrayRef<c10::IValue> values) {
     if (v.isTensor()) {
       if (C10_UNLIKELY(is_fake(v.toTensor()))) return true;
     } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList().vec())
-        if (is_fake(t)) return true;
+      for (const c10::IValue& t : v.toListRef())  // no copy of the list
+        if (is_fake(t.toTensor())) return true;
     }
   }
   return false;
@@ -54,7 +52,6 @@ bool has_fake_tensor(c10::ArrayRef<c10::IValue> values) {
 const char* compile_tracing_name(CompileTracing kind) {
   switch (kind) {
     case CompileTracing::FakeTensorMode: return "fake_tensor_mode";
-    case CompileTracing::ProxyMode: return "proxy_mode";
     case CompileTracing::FakeTensorInputs: return "fake_tensor_inputs";
     case CompileTracing::FakeTensorOutputs: return "fake_tensor_outputs";
     case CompileTracing::None: break;

@@ -1,13 +1,16 @@
 // Calls that torch.compile's tracing runs through the dispatcher on fake
-// tensors (Dynamo's fake values, AOTAutograd's and make_fx's graphs): they
-// compute nothing, so they are counted apart as compile time and never become
-// rows, snapshots or counter windows. Recognised by the active tracing mode
-// (FakeTensorMode or ProxyTorchDispatchMode, the infra modes of
-// c10::impl::TorchDispatchModeTLS, torch 2.2 on), else by a FakeTensor among
-// the call's inputs or, for factories, outputs: a Python-dispatched tensor
-// whose data lives on the meta device while it reports another one (torch
-// before 2.2, and fake tensors used outside their mode). A plain meta tensor is not fake: meta runs, like
-// the reference workload's, stay rows.
+// tensors (Dynamo's fake values, AOTAutograd's and make_fx's graphs traced in
+// fake mode): they compute nothing, so they are counted apart as compile time
+// and never become rows, snapshots or counter windows. Recognised by the
+// active FakeTensorMode (the FAKE infra mode of c10::impl::TorchDispatchModeTLS,
+// torch 2.2 on), else by a FakeTensor among the call's inputs or, for
+// factories among the selected ops, its outputs: a Python-dispatched tensor
+// whose data lives on the meta device while it reports another one. A plain
+// meta tensor is not fake: meta runs, like the reference workload's, stay
+// rows; nor is make_fx's real-mode tracing (ProxyMode over real tensors:
+// those calls compute). Blind spot before torch 2.2: AOTAutograd's calls on
+// functional wrappers of fake tensors (the wrapper hides the Python key)
+// are not recognised (docs/USAGE.md).
 #pragma once
 
 #include <cstdint>
@@ -16,18 +19,17 @@
 
 namespace lingprobe::capture {
 
-enum class CompileTracing : uint8_t { None, FakeTensorMode, ProxyMode, FakeTensorInputs, FakeTensorOutputs };
-constexpr int kCompileTracingKinds = 5;
+enum class CompileTracing : uint8_t { None, FakeTensorMode, FakeTensorInputs, FakeTensorOutputs };
+constexpr int kCompileTracingKinds = 4;
 
-// Of a call in its start callback (boxed inputs present). Cheap when no
-// dispatch mode is active: one thread-local look and a pass over the inputs'
-// dispatch keys.
+// Of a call in its start callback (boxed inputs present): the active mode or
+// the inputs. Cheap when no dispatch mode is active: one thread-local look and
+// a pass over the inputs' dispatch keys (no allocation, tensor lists too).
 CompileTracing compile_tracing(const at::RecordFunction& fn);
-// Of a recorded call's outputs in its end callback: whether one is a fake tensor.
+// Whether one of the values (a recorded call's outputs, in its end callback) is a fake tensor.
 bool has_fake_tensor(c10::ArrayRef<c10::IValue> values);
 
-// The counts record's name of each kind: "fake_tensor_mode", "proxy_mode",
-// "fake_tensor_inputs", "fake_tensor_outputs".
+// The counts record's name of each kind: "fake_tensor_mode", "fake_tensor_inputs", "fake_tensor_outputs".
 const char* compile_tracing_name(CompileTracing kind);
 
 }  // namespace lingprobe::capture

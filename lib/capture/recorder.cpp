@@ -115,7 +115,7 @@ struct ThreadState {
   Counter calls_seen{0};
   Counter nested_seen{0};        // nested calls that reached the callback (added at each top-level call's end)
   Counter nested_suppressed{0};  // top-level calls below which RecordFunction was switched off
-  Counter traced[kCompileTracingKinds] = {};  // compile-time calls on fake tensors, by how they were recognised
+  Counter traced[kCompileTracingKinds] = {};  // compile-time calls on fake tensors (nested ones too with NESTED), by how recognised
   const at::RecordFunction* suppressed_rf = nullptr;  // the call below which RecordFunction is off (kept over restarts)
   uint32_t others_recheck = 0;   // suppressions left before the global callbacks are looked at again
   bool others_global = false;    // another global callback was registered at the last look
@@ -546,6 +546,16 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   Frame& f = ts->frames[ts->depth - 1];
   if (f.fn != &fn) return;  // not an operator we counted
   --ts->depth;
+  if (f.recorded && C10_UNLIKELY(has_fake_tensor(c10::ArrayRef<c10::IValue>(fn.outputs().data(), fn.outputs().size())))) {
+    // A factory traced on fake tensors (the mode unseen: torch before 2.2): compile time after all.
+    bump(ts->traced[static_cast<int>(CompileTracing::FakeTensorOutputs)]);
+    ts->calls_seen.store(ts->calls_seen.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    ts->key.truncate(f.key_begin);
+    if (f.sample) G.hooks.load(std::memory_order_relaxed)->abandon(f.sample);
+    f.sample = nullptr;
+    f.recorded = false;
+    f.traced = true;
+  }
   if (ts->depth == 0) {  // a top-level call: its nested calls into the thread's total, and into learning
     if (f.nested) bump(ts->nested_seen, f.nested);
     if (C10_UNLIKELY(f.op->suppress.load(std::memory_order_relaxed) < 0) && !f.traced) learn_nested_calls(G, f.op, f.nested);
@@ -554,13 +564,6 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   try {
     if (G.options.call_records && !t1) t1 = now_ns();
     const auto& outs = fn.outputs();
-    if (C10_UNLIKELY(has_fake_tensor(c10::ArrayRef<c10::IValue>(outs.data(), outs.size())))) {  // a factory, traced
-      bump(ts->traced[static_cast<int>(CompileTracing::FakeTensorOutputs)]);
-      ts->key.truncate(f.key_begin);
-      if (f.sample) G.hooks.load(std::memory_order_relaxed)->abandon(f.sample);
-      f.sample = nullptr;
-      return;
-    }
     ts->key.push(outs.size());
     append_keys(outs.data(), outs.size(), ts->key);
     const uint64_t* key = ts->key.data() + f.key_begin;

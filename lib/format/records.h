@@ -37,8 +37,9 @@ struct CountsSnapshot {
   // boxed by the dispatcher) and "suppressed_below" (top-level calls below which RecordFunction was switched off).
   // Written only when top-level calls are recorded (not with NESTED).
   std::map<std::string, uint64_t> nested;
-  // Top-level calls torch.compile's tracing ran on fake tensors (capture/compile_tracing), by how they were
-  // recognised: "fake_tensor_mode", "proxy_mode", "fake_tensor_inputs". Outside the rows; written when any.
+  // Calls torch.compile's tracing ran on fake tensors (capture/compile_tracing; top-level ones, every one with
+  // NESTED), by how they were recognised: "fake_tensor_mode", "fake_tensor_inputs", "fake_tensor_outputs".
+  // Outside the rows; written when any.
   std::map<std::string, uint64_t> compile_time;
 };
 

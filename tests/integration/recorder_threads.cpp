@@ -9,9 +9,10 @@
 // Worker threads call ops under their own stages (new signatures and
 // snapshots of first sightings all along, nested-call suppression learning);
 // one thread stops and restarts recording; the main thread flushes and reads
-// stats, forks a child mid-run, then finalizes while the workers still call
-// ops, and checks that every call after finalize is a no-op. Exit status 0
-// when every lingprobe call returned what it should.
+// stats, forks a child mid-run (whose entry points must answer UNAVAILABLE),
+// then finalizes while the workers still call ops, and checks that nothing
+// is recorded after finalize. Exit status 0 when every lingprobe call
+// returned what it should.
 #include <ATen/ATen.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,7 +105,10 @@ int main(int argc, char** argv) {
   }
   g_finalized.store(true);
   expect(lingprobe_finalize(), "finalize");  // the workers still call ops meanwhile
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  lingprobe_stats at_finalize{};
+  at_finalize.struct_size = sizeof at_finalize;
+  expect(lingprobe_get_stats(&at_finalize), "get_stats");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   if (lingprobe_get_state() != LINGPROBE_STATE_FINALIZED) {
     std::fprintf(stderr, "recorder_threads: not finalized after finalize\n");
     g_failures.fetch_add(1);
@@ -113,7 +117,12 @@ int main(int argc, char** argv) {
   for (auto& t : threads) t.join();
   lingprobe_stats st{};
   st.struct_size = sizeof st;
-  lingprobe_get_stats(&st);
+  expect(lingprobe_get_stats(&st), "get_stats");
+  if (st.calls_recorded != at_finalize.calls_recorded || st.signatures != at_finalize.signatures) {
+    std::fprintf(stderr, "recorder_threads: %llu calls recorded after finalize\n",
+                 static_cast<unsigned long long>(st.calls_recorded - at_finalize.calls_recorded));
+    g_failures.fetch_add(1);
+  }
   std::printf("recorder_threads: %llu calls recorded, %llu signatures, %llu dropped, %d failure(s)\n",
               static_cast<unsigned long long>(st.calls_recorded), static_cast<unsigned long long>(st.signatures),
               static_cast<unsigned long long>(st.dropped), g_failures.load());

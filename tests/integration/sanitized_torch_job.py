@@ -5,8 +5,9 @@ own stages (new signatures appear all along, with snapshots of first sightings
 and nested-call suppression learning), one thread stops and restarts
 recording while they run, the main thread flushes and reads stats, a child is
 forked mid-run, and finalize runs from atexit while threads still call ops.
-It checks nothing itself: the sanitizer's report fails the run, and the
-script's caller audits the files."""
+It prints "ok" last, only when no thread, no lingprobe call and no child
+failed; a sanitizer's report fails the run too, and the caller audits the
+files."""
 import atexit
 import os
 import sys
@@ -21,8 +22,19 @@ import lingprobe
 THREADS = int(os.environ.get("JOB_THREADS", "6"))
 SECONDS = float(os.environ.get("JOB_SECONDS", "6"))
 stop = threading.Event()
+errors = []  # what went wrong on any thread: the exit status says so
 
 
+def recorded(fn):
+    def run(*args):
+        try:
+            fn(*args)
+        except BaseException as e:  # noqa: B902 - a thread's failure must reach the exit status
+            errors.append(f"{fn.__name__}: {e!r}")
+    return run
+
+
+@recorded
 def worker(k):
     torch.manual_seed(k)
     w = torch.randn(32, 16)
@@ -37,6 +49,7 @@ def worker(k):
         i += 1
 
 
+@recorded
 def toggler():
     while not stop.is_set():
         time.sleep(0.05)
@@ -65,18 +78,27 @@ while time.time() < end:
         pid = os.fork()
         if pid == 0:                                   # the child: lingprobe is off, torch works
             torch.add(torch.ones(3), 1)
-            os._exit(0)
+            try:
+                lingprobe.start()
+                os._exit(3)                            # recording must not start in a forked child
+            except lingprobe.LingprobeError as e:
+                os._exit(0 if e.status == 7 else 4)    # LINGPROBE_ERROR_UNAVAILABLE
         _, status = os.waitpid(pid, 0)
         assert status == 0, f"forked child ended with {status}"
 
 
-def join_workers():
+def join_workers_and_judge():
     stop.set()
     for t in threads:
         t.join()
+    if lingprobe._library().lingprobe_get_state() != 2:
+        errors.append("not finalized at exit")
+    if errors:
+        print("FAILED:", *errors, sep="\n", flush=True)
+        os._exit(1)
+    print("ok", flush=True)
 
 
-atexit.register(join_workers)         # atexit runs last-in first-out: finalize first, the workers still calling ops
-atexit.register(lingprobe.finalize)
-print("ok", flush=True)
+atexit.register(join_workers_and_judge)  # atexit runs last-in first-out: finalize first, the workers still calling ops
+atexit.register(recorded(lingprobe.finalize))
 sys.exit(0)

@@ -23,6 +23,7 @@ cxx=$(command -v clang++-14 || command -v clang++ || true)
 cc=$(command -v clang-14 || command -v clang || true)
 [ -n "$cxx" ] || { echo "sanitize: clang++ not found (scripts/install-deps.sh installs clang-14)"; exit 1; }
 asan_flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+tsan_flags="-fsanitize=thread -fno-omit-frame-pointer"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
@@ -63,7 +64,7 @@ for kind in "${kinds[@]}"; do
   case $kind in
     asan|tsan)
       flags=$asan_flags
-      [ "$kind" = tsan ] && flags="-fsanitize=thread -fno-omit-frame-pointer"
+      [ "$kind" = tsan ] && flags=$tsan_flags
       configure "$root/build-$kind" "$flags" "$flags" "$flags" -DLINGPROBE_WITH_TORCH=OFF
       build "$root/build-$kind" unit_tests
       run "$kind" "$root/build-$kind/unit_tests.log" "$root/build-$kind/tests/unit_tests" "~[cupti]" ;;
@@ -88,8 +89,7 @@ for kind in "${kinds[@]}"; do
       done ;;
     tsan-torch)
       b=$root/build-tsan-torch
-      flags="-fsanitize=thread -fno-omit-frame-pointer"
-      configure "$b" "$flags" "$flags" "$flags" -DLINGPROBE_RUNTIME_FROM_EXECUTABLE=ON
+      configure "$b" "$tsan_flags" "$tsan_flags" "$tsan_flags" -DLINGPROBE_RUNTIME_FROM_EXECUTABLE=ON
       build "$b" recorder_threads
       rm -rf "$b/sanitized-out"
       run "$kind" "$b/recorder_threads.log" "$b/tests/recorder_threads" "$b/sanitized-out/threads" 4 ;;

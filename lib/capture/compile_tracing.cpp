@@ -3,9 +3,7 @@
 #include "capture/torch_guard.h"
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
-#include <torch/version.h>
 
-#define LINGPROBE_INFRA_MODES (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2))
 #if LINGPROBE_INFRA_MODES
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #endif

@@ -16,6 +16,10 @@
 #include <cstdint>
 
 #include <ATen/record_function.h>
+#include <torch/version.h>
+
+// FakeTensorMode is an infra mode of c10::impl::TorchDispatchModeTLS from torch 2.2 on.
+#define LINGPROBE_INFRA_MODES (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2))
 
 namespace lingprobe::capture {
 
@@ -28,6 +32,9 @@ constexpr int kCompileTracingKinds = 4;
 CompileTracing compile_tracing(const at::RecordFunction& fn);
 // Whether one of the values (a recorded call's outputs, in its end callback) is a fake tensor.
 bool has_fake_tensor(c10::ArrayRef<c10::IValue> values);
+// Whether a factory under FakeTensorMode passes compile_tracing unseen, so that only its fake outputs tell
+// (torch before 2.2, no infra modes): from 2.2 on the end callback need not look at outputs.
+constexpr bool kFakeFactoriesUnseenAtStart = !LINGPROBE_INFRA_MODES;
 
 // The counts record's name of each kind: "fake_tensor_mode", "fake_tensor_inputs", "fake_tensor_outputs".
 const char* compile_tracing_name(CompileTracing kind);

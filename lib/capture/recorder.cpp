@@ -157,8 +157,15 @@ struct Global {
   std::mutex threads_mu;
   std::vector<ThreadState*> threads;
   std::vector<uint64_t> retired_counts;
-  uint64_t retired_seen = 0, retired_nested_seen = 0, retired_nested_suppressed = 0;
-  uint64_t retired_traced[kCompileTracingKinds] = {};
+  uint64_t retired_seen = 0;
+  struct SideTotals {  // counters beside the per-signature counts, summed over threads
+    uint64_t nested_seen = 0, nested_suppressed = 0, traced[kCompileTracingKinds] = {};
+    void add(const ThreadState& ts) {
+      nested_seen += ts.nested_seen.load(std::memory_order_relaxed);
+      nested_suppressed += ts.nested_suppressed.load(std::memory_order_relaxed);
+      for (int k = 0; k < kCompileTracingKinds; ++k) traced[k] += ts.traced[k].load(std::memory_order_relaxed);
+    }
+  } retired_side;  // of the threads that have exited
 };
 
 Global& g() {
@@ -195,9 +202,7 @@ void retire(ThreadState* ts) {
   Global& G = g();
   std::lock_guard<std::mutex> lock(G.threads_mu);
   G.retired_seen += ts->calls_seen.load(std::memory_order_relaxed);
-  G.retired_nested_seen += ts->nested_seen.load(std::memory_order_relaxed);
-  G.retired_nested_suppressed += ts->nested_suppressed.load(std::memory_order_relaxed);
-  for (int k = 0; k < kCompileTracingKinds; ++k) G.retired_traced[k] += ts->traced[k].load(std::memory_order_relaxed);
+  G.retired_side.add(*ts);
   const uint32_t n = G.next_id.load(std::memory_order_acquire);
   if (G.retired_counts.size() < n) G.retired_counts.resize(n, 0);
   add_thread_counts(ts, G.retired_counts);
@@ -546,8 +551,9 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   Frame& f = ts->frames[ts->depth - 1];
   if (f.fn != &fn) return;  // not an operator we counted
   --ts->depth;
-  if (f.recorded && C10_UNLIKELY(has_fake_tensor(c10::ArrayRef<c10::IValue>(fn.outputs().data(), fn.outputs().size())))) {
-    // A factory traced on fake tensors (the mode unseen: torch before 2.2): compile time after all.
+  if (kFakeFactoriesUnseenAtStart && f.recorded &&
+      C10_UNLIKELY(has_fake_tensor(c10::ArrayRef<c10::IValue>(fn.outputs().data(), fn.outputs().size())))) {
+    // A factory traced on fake tensors (the mode unseen at its start: torch before 2.2): compile time after all.
     bump(ts->traced[static_cast<int>(CompileTracing::FakeTensorOutputs)]);
     ts->calls_seen.store(ts->calls_seen.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
     ts->key.truncate(f.key_begin);
@@ -706,23 +712,12 @@ void uninstall_recorder() {
 
 namespace {
 
-// Nested calls seen and top-level calls suppressed below, every thread, live and exited.
-void nested_totals(Global& G, uint64_t& seen, uint64_t& suppressed) {
+// Nested calls seen, top-level calls suppressed below and compile-time calls, every thread, live and exited.
+Global::SideTotals side_totals(Global& G) {
   std::lock_guard<std::mutex> lock(G.threads_mu);
-  seen = G.retired_nested_seen;
-  suppressed = G.retired_nested_suppressed;
-  for (const ThreadState* ts : G.threads) {
-    seen += ts->nested_seen.load(std::memory_order_relaxed);
-    suppressed += ts->nested_suppressed.load(std::memory_order_relaxed);
-  }
-}
-
-// Compile-time calls on fake tensors, by kind, every thread, live and exited.
-void traced_totals(Global& G, uint64_t (&totals)[kCompileTracingKinds]) {
-  std::lock_guard<std::mutex> lock(G.threads_mu);
-  for (int k = 0; k < kCompileTracingKinds; ++k) totals[k] = G.retired_traced[k];
-  for (const ThreadState* ts : G.threads)
-    for (int k = 0; k < kCompileTracingKinds; ++k) totals[k] += ts->traced[k].load(std::memory_order_relaxed);
+  Global::SideTotals t = G.retired_side;
+  for (const ThreadState* ts : G.threads) t.add(*ts);
+  return t;
 }
 
 }  // namespace
@@ -735,7 +730,9 @@ RecorderStats recorder_stats() {
     s.calls_seen = G.retired_seen;
     for (const ThreadState* ts : G.threads) s.calls_seen += ts->calls_seen.load(std::memory_order_relaxed);
   }
-  nested_totals(G, s.nested_seen, s.nested_suppressed);
+  const Global::SideTotals side = side_totals(G);
+  s.nested_seen = side.nested_seen;
+  s.nested_suppressed = side.nested_suppressed;
   for (uint64_t n : signature_totals(G)) s.calls_recorded += n;  // every recorded call is counted once
   s.signatures = G.next_id.load(std::memory_order_relaxed);
   s.dropped = G.drop_depth.load() + G.drop_no_buffer.load() + G.drop_table_full.load() + G.drop_error.load() +
@@ -758,15 +755,12 @@ format::CountsSnapshot recorder_counts() {
   add("call_records", "no_buffer", G.drop_no_buffer);
   add("call_records", "buffer_full", G.drop_buffer_full);
   if (uint64_t s = stages_overflowed()) snap.dropped["stages"]["too_many_stage_names"] = s;
-  uint64_t traced[kCompileTracingKinds];
-  traced_totals(G, traced);
+  const Global::SideTotals side = side_totals(G);
   for (int k = 1; k < kCompileTracingKinds; ++k)
-    if (traced[k]) snap.compile_time[compile_tracing_name(static_cast<CompileTracing>(k))] = traced[k];
+    if (side.traced[k]) snap.compile_time[compile_tracing_name(static_cast<CompileTracing>(k))] = side.traced[k];
   if (!G.options.nested) {
-    uint64_t seen = 0, suppressed = 0;
-    nested_totals(G, seen, suppressed);
-    snap.nested["seen"] = seen;
-    snap.nested["suppressed_below"] = suppressed;
+    snap.nested["seen"] = side.nested_seen;
+    snap.nested["suppressed_below"] = side.nested_suppressed;
   }
   return snap;
 }

@@ -4,7 +4,7 @@
 #
 #   scripts/reference-run.sh --device {meta,cpu,cuda} --out DIR [--scale small|full] [--chunks N]
 #                            [--world-size N] [--select seed|all] [--mark stage-map|nvtx|api] [--no-lingprobe]
-#                            [--snapshots|--no-snapshots] [--profile]
+#                            [--snapshots|--no-snapshots] [--profile] [--size H*W]
 #
 # On real-tensor devices (cpu, cuda) it samples by default: each input key once per launch is
 # snapshotted (LINGPROBE_SNAPSHOTS=1), then `lingprobe replay` reruns every snapshot and checks it.
@@ -14,16 +14,18 @@
 #
 # --select seed records the seed's per-stage selection (dit: aten::linear, vae: aten::conv3d,
 # output: aten::to); all records every top-level call. --scale small is a reduced width and
-# resolution for real-tensor CPU runs; full is 704x1280 with the real model widths.
+# resolution for real-tensor CPU runs; full is 704x1280 with the real model widths. --size H*W
+# overrides the scale's video size (full: 704*1280; 480*832 is the seeds' one-rank size).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-device=meta out="" scale=full chunks="" world=4 select=seed mark=stage-map with_lingprobe=1 blocks="" snapshots=auto profile=0
+device=meta out="" scale=full size="" chunks="" world=4 select=seed mark=stage-map with_lingprobe=1 blocks="" snapshots=auto profile=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --scale) scale=$2; shift 2 ;;
     --chunks) chunks=$2; shift 2 ;;
+    --size) size=$2; shift 2 ;;
     --blocks) blocks=$2; shift 2 ;;
     --world-size) world=$2; shift 2 ;;
     --select) select=$2; shift 2 ;;
@@ -32,15 +34,15 @@ while [ $# -gt 0 ]; do
     --snapshots) snapshots=1; shift ;;
     --no-snapshots) snapshots=0; shift ;;
     --profile) profile=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "reference-run: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [ -n "$out" ] || { echo "reference-run: --out DIR is required" >&2; exit 2; }
 [ "$snapshots" = auto ] && { [ "$device" = meta ] && snapshots=0 || snapshots=1; }
 case "$scale" in
-  full) args=(--size '704*1280' --chunks "${chunks:-20}" --blocks "${blocks:-40}") ;;
-  small) args=(--size '64*128' --chunks "${chunks:-4}" --blocks "${blocks:-2}" --width-scale 40) ;;
+  full) args=(--size "${size:-704*1280}" --chunks "${chunks:-20}" --blocks "${blocks:-40}") ;;
+  small) args=(--size "${size:-64*128}" --chunks "${chunks:-4}" --blocks "${blocks:-2}" --width-scale 40) ;;
   *) echo "reference-run: --scale is small or full" >&2; exit 2 ;;
 esac
 case "$select" in

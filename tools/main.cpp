@@ -1,5 +1,5 @@
 // The `lingprobe` command line tool. Subcommands that read files only
-// (hash-signature, audit, report) link no torch, so they run on a
+// (hash-signature, audit, report, trace, diff) link no torch, so they run on a
 // laptop where torch is not installed.
 #include <unistd.h>
 
@@ -15,6 +15,8 @@
 #ifdef LINGPROBE_HAVE_AUDIT
 #include "audit_command.h"
 #include "report_command.h"
+#include "trace_command.h"
+#include "diff_command.h"
 #endif
 #include "lingprobe/version.h"
 
@@ -104,6 +106,10 @@ const Command kCommands[] = {
      lingprobe::tools::audit_command},
     {"report", "capability report of a profiled run: lingprobe report [--generated-at TIME] [RUN_DIR]",
      lingprobe::tools::report_command},
+    {"trace", "a run's calls as a Perfetto/Chrome trace: lingprobe trace RUN_DIR [-o FILE] [--ranks LIST] [--from T] [--to T] [--max-events N]",
+     lingprobe::tools::trace_command},
+    {"diff", "compare two runs' signatures and calls: lingprobe diff RUN_A RUN_B [--json FILE] [--stage S]",
+     lingprobe::tools::diff_command},
 #endif
     {"replay", "rerun snapshots in isolation and check them: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--profile]",
      cmd_replay},

@@ -15,6 +15,7 @@
 
 #include "audit/metadata_reader.h"
 #include "audit/profile_evidence.h"
+#include "audit/signature_text.h"
 #include "format/canonical_json.h"
 #include "format/flops.h"
 #include "format/json_parse.h"
@@ -165,19 +166,7 @@ std::string human(long double x) {
   return buf;
 }
 
-std::string short_signature(const Signature& s) {
-  std::string out = s.op + "(";
-  const JsonValue* args = s.value.find("args");
-  bool first = true;
-  if (args)
-    for (const auto& a : args->items()) {
-      if (!first) out += ", ";
-      first = false;
-      const JsonValue* shape = a.kind() == JsonValue::Kind::Object ? a.find("shape") : nullptr;
-      out += shape ? format::canonical_json(*shape) : format::canonical_json(a);
-    }
-  return out + ")";
-}
+std::string short_signature(const Signature& s) { return audit::short_signature(s.value); }
 
 std::string make_summary(const std::map<std::string, std::vector<const Signature*>>& by_stage,
                          const std::vector<const Signature*>& all, const JsonValue& overall, const JsonValue& stages,
@@ -701,6 +690,12 @@ AuditOutcome run_audit(const AuditOptions& options) {
                        " process(es) started by the ranks or starting them (DataLoader or compile workers, an "
                        "mp.spawn parent) recorded " + std::to_string(other_calls) +
                        " call(s); they are listed under `other_processes` in coverage_audit.json.\n";
+  outcome.run_dir = run_dir;
+  if (!options.write) {
+    outcome.report = std::move(report);
+    outcome.ok = true;
+    return outcome;
+  }
   if (std::string err = sink::make_directories(parent(outcome.report_path)); !err.empty()) {
     outcome.error = err;
     return outcome;
@@ -721,6 +716,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
       outcome.error = err;
       return outcome;
     }
+  outcome.report = std::move(report);
   outcome.ok = true;
   return outcome;
 }

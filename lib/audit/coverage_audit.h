@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "format/json_value.h"
+
 namespace lingprobe::audit {
 
 struct AuditOptions {
@@ -17,6 +19,7 @@ struct AuditOptions {
   std::string output;               // "": RUN/reports/coverage_audit.json
   bool progress = false;            // progress lines on stderr
   bool allow_mixed_runs = false;    // audit files of several launches together (normally refused)
+  bool write = true;                // false: only build the report (`lingprobe diff`), write nothing
 };
 
 struct AuditOutcome {
@@ -26,6 +29,8 @@ struct AuditOutcome {
   std::string report_path;
   std::string summary_path;
   std::string summary;  // the Markdown summary (also printed by the CLI)
+  std::string run_dir;  // the run directory the evidence paths are relative to
+  format::JsonValue report;  // coverage_audit.json's document
 };
 
 AuditOutcome run_audit(const AuditOptions& options);

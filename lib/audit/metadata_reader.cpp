@@ -16,10 +16,48 @@ namespace {
 
 constexpr size_t kChunk = 16u << 20;
 
-struct Ctx {
-  FileSummary* out;
-  simdjson::dom::parser parser;
-  std::vector<uint64_t> call_counts;  // call records per id (dense ids), merged at the end
+// Fills a FileSummary. Call records are counted (and timed) in dense
+// per-id vectors, merged into the summary at the end.
+class SummaryVisitor final : public RecordVisitor {
+ public:
+  explicit SummaryVisitor(FileSummary& out) : out_(out) {}
+  std::string call(const CallLine& c) override {
+    if (c.id >= (1u << 20)) {  // not a dense id: straight into the map
+      add(out_.call_records[c.id], out_.call_times[c.id], c);
+      return "";
+    }
+    if (c.id >= counts_.size()) counts_.resize(c.id + 1024), times_.resize(c.id + 1024);
+    add(counts_[c.id], times_[c.id], c);
+    return "";
+  }
+  std::string record(std::string_view kind, simdjson::dom::object obj) override;
+  void finish() {
+    for (size_t id = 0; id < counts_.size(); ++id) {
+      if (!counts_[id]) continue;
+      out_.call_records[static_cast<uint32_t>(id)] += counts_[id];
+      CallTimes& t = out_.call_times[static_cast<uint32_t>(id)];
+      const CallTimes& d = times_[id];
+      if (!d.top_level_calls) continue;
+      t.first_t0_ns = t.top_level_calls ? std::min(t.first_t0_ns, d.first_t0_ns) : d.first_t0_ns;
+      t.last_t1_ns = t.top_level_calls ? std::max(t.last_t1_ns, d.last_t1_ns) : d.last_t1_ns;
+      t.top_level_calls += d.top_level_calls;
+      t.top_level_ns += d.top_level_ns;
+    }
+  }
+
+ private:
+  static void add(uint64_t& count, CallTimes& t, const CallLine& c) {
+    ++count;
+    if (c.depth != 0 || c.t1_ns < c.t0_ns) return;
+    t.first_t0_ns = t.top_level_calls ? std::min(t.first_t0_ns, c.t0_ns) : c.t0_ns;
+    t.last_t1_ns = t.top_level_calls ? std::max(t.last_t1_ns, c.t1_ns) : c.t1_ns;
+    ++t.top_level_calls;
+    t.top_level_ns += c.t1_ns - c.t0_ns;
+  }
+
+  FileSummary& out_;
+  std::vector<uint64_t> counts_;
+  std::vector<CallTimes> times_;
 };
 
 std::string str(simdjson::dom::element e) {
@@ -57,18 +95,9 @@ void read_nested_counts(simdjson::simdjson_result<simdjson::dom::element> e,
   }
 }
 
-// Returns "" or what was wrong with the record.
-std::string handle(Ctx& c, simdjson::dom::element doc) {
-  simdjson::dom::object obj;
-  if (doc.get_object().get(obj)) return "not a JSON object";
-  std::string_view kind;
-  if (obj["kind"].get_string().get(kind)) return "no \"kind\"";
-  FileSummary& f = *c.out;
-  if (kind == "call") {
-    int64_t id = num(obj["id"]);
-    if (id < 0) return "call record without an integer id";
-    ++f.call_records[static_cast<uint32_t>(id)];
-  } else if (kind == "counts") {
+std::string SummaryVisitor::record(std::string_view kind, simdjson::dom::object obj) {
+  FileSummary& f = out_;
+  if (kind == "counts") {
     simdjson::dom::object calls;
     if (obj["calls"].get_object().get(calls)) return "counts record without \"calls\"";
     f.counts.clear();
@@ -120,6 +149,8 @@ std::string handle(Ctx& c, simdjson::dom::element doc) {
     f.rank = num(obj["rank"]);
     f.world_size = num(obj["world_size"]);
     f.pid = num(obj["pid"]);
+    f.start_unix_ns = num(obj["start_unix_ns"]);
+    f.start_mono_ns = num(obj["start_mono_ns"]);
     int64_t parent = -1;
     if (!obj["parent_pid"].get_int64().get(parent)) f.parent_pid = parent;
   } else if (kind == "snapshot" || kind == "profile") {
@@ -143,61 +174,82 @@ std::string handle(Ctx& c, simdjson::dom::element doc) {
 // JSON by construction) without a general parse:
 //   {"depth":D,"id":I,"kind":"call","seq":S,"t0_ns":T,"t1_ns":T,"tid":N}
 // Returns false for anything else; the caller then parses the line in full.
-bool fast_call_line(const char* p, size_t n, uint64_t& id) {
+bool fast_call_line(const char* p, size_t n, CallLine& c) {
   const char* end = p + n;
   auto lit = [&](const char* s, size_t len) {
     if (static_cast<size_t>(end - p) < len || std::memcmp(p, s, len) != 0) return false;
     p += len;
     return true;
   };
-  auto integer = [&](bool allow_negative, uint64_t* value) {
-    if (allow_negative && p < end && *p == '-') ++p;
+  auto integer = [&](bool allow_negative, uint64_t& value) {
+    const bool negative = allow_negative && p < end && *p == '-';
+    if (negative) ++p;
     if (p >= end || *p < '0' || *p > '9') return false;
     if (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9') return false;  // no leading zeros
     uint64_t v = 0;
     const char* start = p;
     while (p < end && *p >= '0' && *p <= '9') v = v * 10 + static_cast<uint64_t>(*p++ - '0');
-    if (p - start > 19) return false;  // leave huge numbers to the full parser
-    if (value) *value = v;
+    if (p - start > 18) return false;  // leave huge numbers to the full parser
+    value = negative ? uint64_t{0} - v : v;
     return true;
   };
+  uint64_t depth, id, seq, t0, t1, tid;
 #define LP_LIT(s) lit(s, sizeof(s) - 1)
-  return LP_LIT("{\"depth\":") && integer(false, nullptr) && LP_LIT(",\"id\":") && integer(false, &id) &&
-         LP_LIT(",\"kind\":\"call\",\"seq\":") && integer(false, nullptr) && LP_LIT(",\"t0_ns\":") &&
-         integer(true, nullptr) && LP_LIT(",\"t1_ns\":") && integer(true, nullptr) && LP_LIT(",\"tid\":") &&
-         integer(false, nullptr) && LP_LIT("}") && p == end;
+  const bool ok = LP_LIT("{\"depth\":") && integer(false, depth) && LP_LIT(",\"id\":") && integer(false, id) &&
+                  LP_LIT(",\"kind\":\"call\",\"seq\":") && integer(false, seq) && LP_LIT(",\"t0_ns\":") &&
+                  integer(true, t0) && LP_LIT(",\"t1_ns\":") && integer(true, t1) && LP_LIT(",\"tid\":") &&
+                  integer(false, tid) && LP_LIT("}") && p == end;
 #undef LP_LIT
+  if (!ok || id > UINT32_MAX || tid > UINT32_MAX || depth > UINT32_MAX) return false;
+  c = CallLine{seq, static_cast<uint32_t>(id), static_cast<uint32_t>(tid), static_cast<uint32_t>(depth),
+               static_cast<int64_t>(t0), static_cast<int64_t>(t1)};
+  return true;
 }
 
-// Line-by-line parse of [p, p+n); returns "" or "LINE: what was wrong".
-// handle(), with a record that lacks a field it needs or holds one of the
-// wrong type (simdjson throws for those) answered as an error, not a crash
+// A parsed record to the visitor: a call record as a CallLine (its id
+// required, other fields 0 where absent), anything else as it is.
+// A record that lacks a field the visitor needs or holds one of the wrong
+// type (simdjson throws for those) is answered as an error, not a crash
 // (found by fuzz/fuzz_metadata_reader: a header without "rank").
-std::string checked_handle(Ctx& c, simdjson::dom::element doc) {
+std::string dispatch(RecordVisitor& v, simdjson::dom::element doc) {
+  simdjson::dom::object obj;
+  if (doc.get_object().get(obj)) return "not a JSON object";
+  std::string_view kind;
+  if (obj["kind"].get_string().get(kind)) return "no \"kind\"";
   try {
-    return handle(c, doc);
+    if (kind != "call") return v.record(kind, obj);
+    const int64_t id = num(obj["id"]);
+    if (id < 0 || id > UINT32_MAX) return "call record without an integer id";
+    auto field = [&obj](const char* name) {
+      const int64_t x = num(obj[name]);
+      return x < 0 ? 0 : x;
+    };
+    int64_t t0 = 0, t1 = 0;
+    if (obj["t0_ns"].get_int64().get(t0) || obj["t1_ns"].get_int64().get(t1)) t0 = t1 = 0;
+    return v.call(CallLine{static_cast<uint64_t>(field("seq")), static_cast<uint32_t>(id),
+                           static_cast<uint32_t>(field("tid")), static_cast<uint32_t>(field("depth")), t0, t1});
   } catch (const simdjson::simdjson_error& e) {
     return std::string("a record without a field it needs, or with one of the wrong type (") + e.what() + ")";
   }
 }
 
-std::string parse_lines(Ctx& c, const char* p, size_t n, uint64_t& line_no) {
+// Line-by-line parse of [p, p+n); returns "" or "LINE: what was wrong".
+std::string parse_lines(RecordVisitor& v, simdjson::dom::parser& parser, const char* p, size_t n, uint64_t& line_no) {
   size_t start = 0;
+  CallLine call;
   while (start < n) {
     const char* nl = static_cast<const char*>(std::memchr(p + start, '\n', n - start));
     const size_t len = static_cast<size_t>(nl - (p + start));
     ++line_no;
-    uint64_t id;
-    if (len > 0 && fast_call_line(p + start, len, id)) {
-      if (id < c.call_counts.size()) ++c.call_counts[id];
-      else if (id < (1u << 20)) c.call_counts.resize(id + 1024), ++c.call_counts[id];
-      else ++c.out->call_records[static_cast<uint32_t>(id)];
+    std::string what;
+    if (len > 0 && fast_call_line(p + start, len, call)) {
+      what = v.call(call);
     } else if (len > 0) {
       simdjson::dom::element doc;
-      auto err = c.parser.parse(p + start, len, false).get(doc);
-      std::string what = err ? std::string("malformed JSON (") + simdjson::error_message(err) + ")" : checked_handle(c, doc);
-      if (!what.empty()) return std::to_string(line_no) + ": " + what;
+      auto err = parser.parse(p + start, len, false).get(doc);
+      what = err ? std::string("malformed JSON (") + simdjson::error_message(err) + ")" : dispatch(v, doc);
     }
+    if (!what.empty()) return std::to_string(line_no) + ": " + what;
     start += len + 1;
   }
   return "";
@@ -205,10 +257,10 @@ std::string parse_lines(Ctx& c, const char* p, size_t n, uint64_t& line_no) {
 
 }  // namespace
 
-ReadResult read_metadata_file(const std::string& path, FileSummary& out, const std::function<void(uint64_t)>& progress) {
+ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor, StreamStats& stats,
+                                const std::function<void(uint64_t)>& progress) {
   ReadResult r;
-  out = FileSummary{};
-  out.path = path;
+  stats = StreamStats{};
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file) {
     r.error = path + ": cannot open: " + std::strerror(errno);
@@ -216,8 +268,7 @@ ReadResult read_metadata_file(const std::string& path, FileSummary& out, const s
   }
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> sha(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   EVP_DigestInit_ex(sha.get(), EVP_sha256(), nullptr);
-  Ctx ctx;
-  ctx.out = &out;
+  simdjson::dom::parser parser;
   // One buffer: a carried-over partial line, then the next chunk, then
   // padding. Sized to the file (a small file reads into a small buffer),
   // grown to kChunk when a line is longer (the file grew while being read).
@@ -234,13 +285,13 @@ ReadResult read_metadata_file(const std::string& path, FileSummary& out, const s
       return r;
     }
     EVP_DigestUpdate(sha.get(), buf.data() + carry, n);
-    out.bytes += n;
+    stats.bytes += n;
     const bool eof = n == 0;
     size_t end = carry + n;
     std::memset(buf.data() + end, 0, simdjson::SIMDJSON_PADDING);
     const char* last_nl = end ? static_cast<const char*>(memrchr(buf.data(), '\n', end)) : nullptr;
     const size_t whole = last_nl ? static_cast<size_t>(last_nl - buf.data()) + 1 : 0;
-    if (std::string what = parse_lines(ctx, buf.data(), whole, line_no); !what.empty()) {
+    if (std::string what = parse_lines(visitor, parser, buf.data(), whole, line_no); !what.empty()) {
       r.error = path + ":" + what;
       return r;
     }
@@ -249,8 +300,8 @@ ReadResult read_metadata_file(const std::string& path, FileSummary& out, const s
       if (start < end) {  // a last line without its newline
         ++line_no;
         simdjson::dom::element doc;
-        auto err = ctx.parser.parse(buf.data() + start, end - start, false).get(doc);
-        if (err || !checked_handle(ctx, doc).empty()) out.truncated_last_line = true;
+        auto err = parser.parse(buf.data() + start, end - start, false).get(doc);
+        if (err || !dispatch(visitor, doc).empty()) stats.truncated_last_line = true;
       }
       break;
     }
@@ -268,23 +319,36 @@ ReadResult read_metadata_file(const std::string& path, FileSummary& out, const s
     }
     std::memmove(buf.data(), buf.data() + start, end - start);
     carry = end - start;
-    if (progress && out.bytes - last_report >= (64u << 20)) {
-      last_report = out.bytes;
-      progress(out.bytes);
+    if (progress && stats.bytes - last_report >= (64u << 20)) {
+      last_report = stats.bytes;
+      progress(stats.bytes);
     }
   }
-  out.lines = line_no;
-  for (size_t id = 0; id < ctx.call_counts.size(); ++id)
-    if (ctx.call_counts[id]) out.call_records[static_cast<uint32_t>(id)] += ctx.call_counts[id];
+  stats.lines = line_no;
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned dlen = 0;
   EVP_DigestFinal_ex(sha.get(), digest, &dlen);
   static const char kHex[] = "0123456789abcdef";
   for (unsigned i = 0; i < dlen; ++i) {
-    out.sha256.push_back(kHex[digest[i] >> 4]);
-    out.sha256.push_back(kHex[digest[i] & 0xF]);
+    stats.sha256.push_back(kHex[digest[i] >> 4]);
+    stats.sha256.push_back(kHex[digest[i] & 0xF]);
   }
   r.ok = true;
+  return r;
+}
+
+ReadResult read_metadata_file(const std::string& path, FileSummary& out, const std::function<void(uint64_t)>& progress) {
+  out = FileSummary{};
+  out.path = path;
+  SummaryVisitor visitor(out);
+  StreamStats stats;
+  ReadResult r = stream_metadata_file(path, visitor, stats, progress);
+  out.bytes = stats.bytes;
+  if (!r.ok) return r;
+  visitor.finish();
+  out.sha256 = stats.sha256;
+  out.lines = stats.lines;
+  out.truncated_last_line = stats.truncated_last_line;
   return r;
 }
 

@@ -1,17 +1,22 @@
 // Streams one metadata JSONL file (SPEC section 4) in bounded memory: 16 MiB
-// chunks, one simdjson DOM parse per line (so every line is fully validated),
-// the file's SHA-256 computed in the same pass. Keeps only what the audit
-// needs: header fields, signatures, the last counts record, call-record
-// counts (a fallback for files killed before their first counts record),
-// snapshot/profile evidence.
+// chunks, one simdjson DOM parse per line (so every line is fully validated;
+// call records in the writer's own layout are validated without one), the
+// file's SHA-256 computed in the same pass. stream_metadata_file hands each
+// record to a visitor (`lingprobe trace`); read_metadata_file keeps only what
+// the audit needs: header fields, signatures, the last counts record,
+// call-record counts (a fallback for files killed before their first counts
+// record) and top-level time per signature, snapshot/profile evidence.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <string_view>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include <simdjson.h>
 
 namespace lingprobe::audit {
 
@@ -25,18 +30,28 @@ struct Evidence {
   double lock_wait_seconds = -1;      // profiles: of which waiting for the GPU's counter lock
 };
 
+// Top-level (depth 0) call records of one signature: their count, summed
+// duration, and the first start and last end (the file's monotonic clock).
+struct CallTimes {
+  uint64_t top_level_calls = 0;
+  int64_t top_level_ns = 0;
+  int64_t first_t0_ns = 0, last_t1_ns = 0;
+};
+
 struct FileSummary {
   std::string path;
   std::string sha256;
   bool has_header = false;
   std::string format, run_id, role;
   int64_t rank = 0, world_size = 0, pid = -1, parent_pid = -1;
+  int64_t start_unix_ns = -1, start_mono_ns = -1;  // the header's clocks (-1: absent)
   std::unordered_map<uint32_t, std::string> signature_sha;   // file-local id -> sha256
   std::unordered_map<std::string, std::string> signature_json;  // sha256 -> canonical text
   bool has_counts = false;
   bool final_counts = false;
   std::map<uint32_t, uint64_t> counts;        // from the last counts record
   std::map<uint32_t, uint64_t> call_records;  // call records per id
+  std::map<uint32_t, CallTimes> call_times;   // ids with call records
   std::map<std::string, std::map<std::string, uint64_t>> dropped;
   std::map<std::string, uint64_t> sampling, unsampled;  // the last counts record's "sampling"
   std::map<std::string, std::map<std::string, uint64_t>> stage_gpu;  // the last counts record's GPU time per stage
@@ -53,7 +68,32 @@ struct ReadResult {
   std::string error;  // "FILE:LINE: what was wrong"
 };
 
+// One call record's fields.
+struct CallLine {
+  uint64_t seq = 0;
+  uint32_t id = 0, tid = 0, depth = 0;
+  int64_t t0_ns = 0, t1_ns = 0;
+};
+
+// Receives a file's records in file order. Each returns "" to go on, or what
+// was wrong: the stream stops with that error, naming the line.
+class RecordVisitor {
+ public:
+  virtual ~RecordVisitor() = default;
+  virtual std::string call(const CallLine& call) = 0;  // a call record (its id required; other fields 0 where absent)
+  virtual std::string record(std::string_view kind, simdjson::dom::object record) = 0;  // any other record
+};
+
+struct StreamStats {
+  std::string sha256;  // of the whole file
+  uint64_t lines = 0, bytes = 0;
+  bool truncated_last_line = false;  // a last line without newline that did not parse (or the visitor refused)
+};
+
 // `progress(bytes_done)` is called every few MiB (may be empty).
+ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor, StreamStats& stats,
+                                const std::function<void(uint64_t)>& progress = {});
+
 ReadResult read_metadata_file(const std::string& path, FileSummary& out,
                               const std::function<void(uint64_t)>& progress = {});
 

@@ -1,0 +1,1 @@
+#include "audit/rank_view.h"

@@ -1,0 +1,528 @@
+#include "audit/run_diff.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "audit/coverage_audit.h"
+#include "audit/signature_text.h"
+#include "format/canonical_json.h"
+#include "format/json_parse.h"
+
+namespace lingprobe::audit {
+namespace {
+
+using format::JsonValue;
+using Kind = JsonValue::Kind;
+
+struct Row {
+  std::string sha, stage, op, text;
+  const JsonValue* signature = nullptr;
+  uint64_t calls = 0;
+  JsonValue calls_by_rank;
+  std::optional<int64_t> flops;  // per call
+  std::string profile;           // path of its counter evidence ("": none)
+  std::optional<double> kernel_us;
+  long double flops_total() const { return flops ? static_cast<long double>(*flops) * calls : 0; }
+};
+
+struct Run {
+  std::string dir, run_id;
+  int64_t world_size = 0;
+  JsonValue report;
+  std::vector<Row> rows;
+};
+
+bool is_tensor(const JsonValue& v) { return v.kind() == Kind::Object && v.find("shape") && v.find("dtype"); }
+
+std::string field_text(const JsonValue* v) { return v ? format::canonical_json(*v) : "null"; }
+
+// The positions of an op's weight and bias among its positional arguments
+// (their shapes are part of the pairing key: a layer is the same layer at any
+// input size, a different one with other weights).
+std::set<size_t> weight_positions(const std::string& op) {
+  auto starts = [&op](const char* p) { return op.rfind(p, 0) == 0; };
+  if (starts("aten.linear.") || starts("aten.conv") || starts("aten.convolution.") || starts("aten._convolution.") ||
+      starts("aten.cudnn_convolution") || starts("aten.mkldnn_convolution"))
+    return {1, 2};
+  if (starts("aten.addmm.") || starts("aten.addbmm.") || starts("aten.baddbmm.")) return {0, 2};
+  if (starts("aten.layer_norm.") || starts("aten.native_layer_norm.") || starts("aten.group_norm.") ||
+      starts("aten.native_group_norm.") || starts("aten.rms_norm.") || starts("aten._fused_rms_norm."))
+    return {2, 3};
+  if (starts("aten.batch_norm.") || starts("aten.native_batch_norm.") || starts("aten._native_batch_norm_legit"))
+    return {1, 2};
+  if (starts("aten.embedding.")) return {0};
+  return {};
+}
+
+// A value's shape-free form: tensors by dtype and rank (weights by their
+// shape), int lists by their length, everything else exactly.
+void shape_free(const JsonValue& v, bool weight, std::string& out) {
+  if (is_tensor(v)) {
+    out += "T(" + field_text(v.find("dtype")) + ",";
+    out += weight ? field_text(v.find("shape")) : std::to_string(v.find("shape")->items().size());
+    out += ")";
+  } else if (v.kind() == Kind::Array) {
+    const bool ints = !v.items().empty() && std::all_of(v.items().begin(), v.items().end(), [](const JsonValue& x) {
+      return x.kind() == Kind::Int || x.kind() == Kind::BigInt;
+    });
+    if (ints) {
+      out += "L" + std::to_string(v.items().size());
+      return;
+    }
+    out += "[";
+    for (const auto& x : v.items()) shape_free(x, weight, out), out += ",";
+    out += "]";
+  } else if (v.kind() == Kind::Object) {
+    out += "{";
+    for (const auto& [k, x] : v.members()) out += k + ":", shape_free(x, false, out), out += ",";
+    out += "}";
+  } else {
+    out += format::canonical_json(v);
+  }
+}
+
+std::string pairing_key(const Row& r) {
+  std::string key = r.stage + "|" + r.op + "|";
+  const std::set<size_t> weights = weight_positions(r.op);
+  if (const JsonValue* args = r.signature->find("args"); args && args->kind() == Kind::Array)
+    for (size_t i = 0; i < args->items().size(); ++i) shape_free(args->items()[i], weights.count(i) > 0, key), key += ",";
+  key += "|";
+  if (const JsonValue* kwargs = r.signature->find("kwargs")) shape_free(*kwargs, false, key);
+  key += "|";
+  if (const JsonValue* out = r.signature->find("output")) shape_free(*out, false, key);
+  return key;
+}
+
+// Every tensor's shape in the signature (arguments, then output), one after another.
+void shapes(const JsonValue& v, std::vector<int64_t>& out) {
+  if (is_tensor(v)) {
+    for (const auto& d : v.find("shape")->items()) out.push_back(d.kind() == Kind::Int ? d.as_int() : -1);
+    out.push_back(-2);  // a separator: [2,3],[4] is not [2],[3,4]
+  } else if (v.kind() == Kind::Array) {
+    for (const auto& x : v.items()) shapes(x, out);
+  } else if (v.kind() == Kind::Object) {
+    for (const auto& [k, x] : v.members()) shapes(x, out);
+  }
+}
+std::vector<int64_t> shapes(const Row& r) {
+  std::vector<int64_t> out;
+  for (const char* k : {"args", "kwargs", "output"})
+    if (const JsonValue* v = r.signature->find(k)) shapes(*v, out);
+  return out;
+}
+
+// The signature with every tensor's stride left out.
+JsonValue without_strides(const JsonValue& v) {
+  if (v.kind() == Kind::Array) {
+    JsonValue a = JsonValue::array();
+    for (const auto& x : v.items()) a.push_back(without_strides(x));
+    return a;
+  }
+  if (v.kind() != Kind::Object) return v;
+  const bool tensor = is_tensor(v);
+  JsonValue o = JsonValue::object();
+  for (const auto& [k, x] : v.members())
+    if (!(tensor && k == "stride")) o.set(k, without_strides(x));
+  return o;
+}
+
+// Where two signatures differ: "args[0].shape: [1,4680,5120] -> [1,2640,5120]".
+void differences(const JsonValue& a, const JsonValue& b, const std::string& path, std::vector<std::string>& out) {
+  if (out.size() >= 12 || a == b) return;
+  const bool leaf_array = [&] {
+    if (a.kind() != Kind::Array || b.kind() != Kind::Array) return false;
+    for (const auto* v : {&a, &b})
+      for (const auto& x : v->items())
+        if (x.kind() == Kind::Array || x.kind() == Kind::Object) return false;
+    return true;
+  }();
+  if (a.kind() == Kind::Object && b.kind() == Kind::Object) {
+    std::set<std::string> keys;
+    for (const auto& [k, v] : a.members()) keys.insert(k);
+    for (const auto& [k, v] : b.members()) keys.insert(k);
+    for (const auto& k : keys) {
+      const JsonValue *x = a.find(k), *y = b.find(k);
+      const std::string p = path.empty() ? k : path + "." + k;
+      if (x && y) differences(*x, *y, p, out);
+      else out.push_back(p + ": " + (x ? format::canonical_json(*x) : "absent") + " -> " + (y ? format::canonical_json(*y) : "absent"));
+    }
+  } else if (a.kind() == Kind::Array && b.kind() == Kind::Array && !leaf_array && a.items().size() == b.items().size()) {
+    for (size_t i = 0; i < a.items().size(); ++i)
+      differences(a.items()[i], b.items()[i], path + "[" + std::to_string(i) + "]", out);
+  } else {
+    out.push_back(path + ": " + format::canonical_json(a) + " -> " + format::canonical_json(b));
+  }
+}
+
+JsonValue number(long double x) {
+  if (x == std::floor(x) && std::fabs(x) < 9.2e18L) return JsonValue::integer(static_cast<int64_t>(x));
+  return JsonValue::floating(static_cast<double>(x));
+}
+
+JsonValue relative(long double a, long double b) {
+  return a != 0 ? JsonValue::floating(static_cast<double>((b - a) / a)) : JsonValue::null();
+}
+
+// Kernel-by-kernel metric changes between two profiles (their kernels.json).
+JsonValue kernel_changes(const Run& a, const Row& ra, const Run& b, const Row& rb) {
+  JsonValue ka, kb;
+  if (!format::parse_json_file(a.dir + "/" + ra.profile + "/kernels.json", ka) ||
+      !format::parse_json_file(b.dir + "/" + rb.profile + "/kernels.json", kb))
+    return JsonValue::null();
+  auto list = [](const JsonValue& doc) -> const JsonValue* {
+    return doc.kind() == Kind::Array ? &doc : doc.find("kernels");
+  };
+  const JsonValue *la = list(ka), *lb = list(kb);
+  if (!la || !lb || la->kind() != Kind::Array || lb->kind() != Kind::Array) return JsonValue::null();
+  JsonValue kernels = JsonValue::array();
+  for (size_t i = 0; i < std::min(la->items().size(), lb->items().size()); ++i) {
+    const JsonValue &x = la->items()[i], &y = lb->items()[i];
+    JsonValue metrics = JsonValue::object();
+    const JsonValue *mx = x.find("metrics"), *my = y.find("metrics");
+    if (mx && my)
+      for (const auto& [name, m] : mx->members()) {
+        const JsonValue* n = my->find(name);
+        const JsonValue *va = m.find("value"), *vb = n ? n->find("value") : nullptr;
+        auto num = [](const JsonValue* v) -> std::optional<double> {
+          if (v && v->kind() == Kind::Float) return v->as_float();
+          if (v && v->kind() == Kind::Int) return static_cast<double>(v->as_int());
+          return std::nullopt;
+        };
+        const auto da = num(va), db = num(vb);
+        if (!da || !db) continue;
+        const JsonValue* unit = m.find("unit");
+        metrics.set(name, JsonValue::object({{"a", JsonValue::floating(*da)},
+                                             {"b", JsonValue::floating(*db)},
+                                             {"change_relative", relative(*da, *db)},
+                                             {"unit", unit ? *unit : JsonValue::null()}}));
+      }
+    const JsonValue *na = x.find("name"), *nb = y.find("name");
+    kernels.push_back(JsonValue::object({{"index", JsonValue::integer(static_cast<int64_t>(i))},
+                                         {"name_a", na ? *na : JsonValue::null()},
+                                         {"name_b", nb ? *nb : JsonValue::null()},
+                                         {"metrics", std::move(metrics)}}));
+  }
+  return JsonValue::object({{"a_profile", JsonValue::string(ra.profile)},
+                            {"b_profile", JsonValue::string(rb.profile)},
+                            {"kernel_time_us_per_call_a", ra.kernel_us ? JsonValue::floating(*ra.kernel_us) : JsonValue::null()},
+                            {"kernel_time_us_per_call_b", rb.kernel_us ? JsonValue::floating(*rb.kernel_us) : JsonValue::null()},
+                            {"kernels_a", JsonValue::integer(static_cast<int64_t>(la->items().size()))},
+                            {"kernels_b", JsonValue::integer(static_cast<int64_t>(lb->items().size()))},
+                            {"kernels", std::move(kernels)}});
+}
+
+struct Entry {
+  std::string kind, stage, op;
+  std::vector<const Row*> a, b;
+  std::string pairing = "";  // "size_order": paired within a group of as many on each side, by shape order
+  uint64_t calls_a = 0, calls_b = 0;
+  long double flops_a = 0, flops_b = 0;
+  long double moved() const { return std::fabs(flops_b - flops_a); }
+};
+
+JsonValue row_json(const Row& r) {
+  return JsonValue::object({{"signature_sha256", JsonValue::string(r.sha)},
+                            {"signature", JsonValue::string(r.text)},
+                            {"calls", JsonValue::integer(static_cast<int64_t>(r.calls))},
+                            {"calls_by_rank", r.calls_by_rank},
+                            {"flops_per_call", r.flops ? JsonValue::integer(*r.flops) : JsonValue::null()},
+                            {"profile", r.profile.empty() ? JsonValue::null() : JsonValue::string(r.profile)}});
+}
+
+std::string human(long double x) {
+  const char* units[] = {"", "K", "M", "G", "T", "P", "E"};
+  int u = 0;
+  const bool negative = x < 0;
+  x = std::fabs(x);
+  while (x >= 1000 && u < 6) x /= 1000, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%s%.2f%s" : "%s%.0f%s", negative ? "-" : "", static_cast<double>(x), units[u]);
+  return buf;
+}
+
+// Calls per rank that runs them (the ranks of every row together).
+long double per_rank(const std::vector<const Row*>& rows) {
+  std::set<std::string> ranks;
+  uint64_t calls = 0;
+  for (const Row* r : rows) {
+    calls += r->calls;
+    for (const auto& [rank, n] : r->calls_by_rank.members()) ranks.insert(rank);
+  }
+  return ranks.empty() ? 0 : static_cast<long double>(calls) / ranks.size();
+}
+
+std::string calls_change_text(uint64_t a, uint64_t b) {
+  std::string s = std::to_string(a) + " → " + std::to_string(b);
+  if (a) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, " (%+.1f%%)", 100.0 * (static_cast<double>(b) - static_cast<double>(a)) / static_cast<double>(a));
+    s += buf;
+  }
+  return s;
+}
+
+bool load(const std::string& dir, Run& run, std::vector<std::string>& warnings, std::string& error) {
+  AuditOptions o;
+  o.inputs = {dir};
+  o.write = false;
+  AuditOutcome out = run_audit(o);
+  for (const auto& w : out.warnings) warnings.push_back(dir + ": " + w);
+  if (!out.ok) {
+    error = dir + ": " + out.error;
+    return false;
+  }
+  run.dir = out.run_dir;
+  run.report = std::move(out.report);
+  if (const JsonValue* r = run.report.find("run")) {
+    if (const JsonValue* id = r->find("run_id")) run.run_id = id->as_string();
+    if (const JsonValue* ws = r->find("world_size")) run.world_size = ws->as_int();
+  }
+  for (const JsonValue& row : run.report.find("rows")->items()) {
+    Row r;
+    r.signature = row.find("signature");
+    r.sha = row.find("signature_sha256")->as_string();
+    const JsonValue* st = r.signature->find("stage");
+    const JsonValue* op = r.signature->find("op");
+    r.stage = st && st->kind() == Kind::String ? st->as_string() : "unstaged";
+    r.op = op && op->kind() == Kind::String ? op->as_string() : "?";
+    r.text = short_signature(*r.signature);
+    r.calls = static_cast<uint64_t>(row.find("calls")->as_int());
+    r.calls_by_rank = *row.find("calls_by_rank");
+    if (const JsonValue* f = row.find("flops_per_call"); f && f->kind() == Kind::Int) r.flops = f->as_int();
+    if (const JsonValue* p = row.find("profile"); p && p->kind() == Kind::Object) r.profile = p->find("path")->as_string();
+    if (const JsonValue* k = row.find("kernel_time_us_per_call"); k && k->kind() == Kind::Float) r.kernel_us = k->as_float();
+    run.rows.push_back(std::move(r));
+  }
+  return true;
+}
+
+}  // namespace
+
+DiffOutcome diff_runs(const DiffOptions& options) {
+  DiffOutcome outcome;
+  Run a, b;
+  if (!load(options.run_a, a, outcome.warnings, outcome.error) || !load(options.run_b, b, outcome.warnings, outcome.error))
+    return outcome;
+  auto wanted = [&options](const Row& r) { return options.stage.empty() || r.stage == options.stage; };
+
+  // 1. The same signature in both.
+  std::map<std::string, const Row*> by_sha_b;
+  for (const Row& r : b.rows)
+    if (wanted(r)) by_sha_b.emplace(r.sha, &r);
+  std::vector<Entry> entries;
+  std::map<std::string, uint64_t> unchanged;  // by stage
+  std::set<std::string> matched;
+  std::map<std::string, std::pair<std::vector<const Row*>, std::vector<const Row*>>> pool;  // key -> unmatched A, B
+  for (const Row& r : a.rows) {
+    if (!wanted(r)) continue;
+    auto it = by_sha_b.find(r.sha);
+    if (it == by_sha_b.end()) {
+      pool[pairing_key(r)].first.push_back(&r);
+      continue;
+    }
+    matched.insert(r.sha);
+    if (it->second->calls == r.calls) {
+      ++unchanged[r.stage];
+      continue;
+    }
+    entries.push_back(Entry{"same_signature", r.stage, r.op, {&r}, {it->second}, ""});
+  }
+  for (const Row& r : b.rows)
+    if (wanted(r) && !matched.count(r.sha)) pool[pairing_key(r)].second.push_back(&r);
+  // 2. Pairs that changed only in shapes, and what is left on one side.
+  for (auto& [key, sides] : pool) {
+    auto& [in_a, in_b] = sides;
+    const Row* any = in_a.empty() ? in_b.front() : in_a.front();
+    Entry e{"", any->stage, any->op, in_a, in_b, ""};
+    if (in_b.empty()) e.kind = "only_in_a";
+    else if (in_a.empty()) e.kind = "only_in_b";
+    else if (in_a.size() == 1 && in_b.size() == 1) e.kind = "shape_changed";
+    else if (in_a.size() == 1) e.kind = "one_to_many";
+    else if (in_b.size() == 1) e.kind = "many_to_one";
+    else e.kind = "many_to_many";
+    if (e.kind == "many_to_many" && in_a.size() == in_b.size()) {
+      // As many on each side (a layer at several input sizes: a cached and an uncached frame): paired in the
+      // order of their shapes where that order is strict on both sides (a larger input against a larger one).
+      auto by_shape = [](std::vector<const Row*> rows) {
+        std::stable_sort(rows.begin(), rows.end(), [](const Row* x, const Row* y) { return shapes(*x) < shapes(*y); });
+        for (size_t i = 1; i < rows.size(); ++i)
+          if (shapes(*rows[i - 1]) == shapes(*rows[i])) return std::vector<const Row*>{};
+        return rows;
+      };
+      const auto sa = by_shape(in_a), sb = by_shape(in_b);
+      if (!sa.empty() && !sb.empty()) {
+        for (size_t i = 0; i < sa.size(); ++i) entries.push_back(Entry{"shape_changed", e.stage, e.op, {sa[i]}, {sb[i]}, "size_order"});
+        continue;
+      }
+    }
+    if (e.kind == "only_in_a" || e.kind == "only_in_b") {  // one entry per signature
+      for (const Row* r : e.kind == "only_in_a" ? in_a : in_b) {
+        Entry one{e.kind, r->stage, r->op, {}, {}, ""};
+        (e.kind == "only_in_a" ? one.a : one.b).push_back(r);
+        entries.push_back(std::move(one));
+      }
+      continue;
+    }
+    entries.push_back(std::move(e));
+  }
+  for (Entry& e : entries) {
+    for (const Row* r : e.a) e.calls_a += r->calls, e.flops_a += r->flops_total();
+    for (const Row* r : e.b) e.calls_b += r->calls, e.flops_b += r->flops_total();
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& x, const Entry& y) {
+    if (x.moved() != y.moved()) return x.moved() > y.moved();
+    const int64_t cx = std::llabs(static_cast<int64_t>(x.calls_b) - static_cast<int64_t>(x.calls_a));
+    const int64_t cy = std::llabs(static_cast<int64_t>(y.calls_b) - static_cast<int64_t>(y.calls_a));
+    if (cx != cy) return cx > cy;
+    const std::string& sx = (x.a.empty() ? x.b : x.a).front()->sha;
+    const std::string& sy = (y.a.empty() ? y.b : y.a).front()->sha;
+    return sx < sy;
+  });
+
+  // 3. The document, by stage.
+  std::map<std::string, std::vector<const Entry*>> by_stage;
+  for (const Entry& e : entries) by_stage[e.stage].push_back(&e);
+  for (const auto& [stage, n] : unchanged) by_stage[stage];
+  JsonValue stages = JsonValue::array();
+  std::ostringstream md;
+  auto side = [](const Run& r) {
+    uint64_t calls = 0;
+    for (const Row& x : r.rows) calls += x.calls;
+    return JsonValue::object({{"run_dir", JsonValue::string(r.dir)},
+                              {"run_id", JsonValue::string(r.run_id)},
+                              {"world_size", JsonValue::integer(r.world_size)},
+                              {"signatures", JsonValue::integer(static_cast<int64_t>(r.rows.size()))},
+                              {"calls", JsonValue::integer(static_cast<int64_t>(calls))}});
+  };
+  const JsonValue ja = side(a), jb = side(b);
+  md << "# lingprobe diff\n\n"
+     << "- A: `" << a.dir << "` (run `" << a.run_id << "`, world size " << a.world_size << "): "
+     << ja.find("signatures")->as_int() << " signatures, " << ja.find("calls")->as_int() << " calls\n"
+     << "- B: `" << b.dir << "` (run `" << b.run_id << "`, world size " << b.world_size << "): "
+     << jb.find("signatures")->as_int() << " signatures, " << jb.find("calls")->as_int() << " calls\n\n"
+     << "Signatures are paired when identical; else when they changed only in shapes (same stage, op, dtypes, tensor "
+        "ranks, list lengths, scalars, and weight/bias shapes). Sorted by FLOPs moved.\n\n"
+     << "| stage | unchanged | calls changed | shape changed (1:1) | paired as groups | only in A | only in B | FLOPs A | FLOPs B |\n"
+     << "|---|---|---|---|---|---|---|---|---|\n";
+  std::ostringstream detail;
+  for (const auto& [stage, group] : by_stage) {
+    std::map<std::string, uint64_t> kinds;
+    long double fa = 0, fb = 0;
+    for (const Row& r : a.rows)
+      if (r.stage == stage) fa += r.flops_total();
+    for (const Row& r : b.rows)
+      if (r.stage == stage) fb += r.flops_total();
+    JsonValue list = JsonValue::array();
+    for (const Entry* e : group) {
+      ++kinds[e->kind];
+      JsonValue ea = JsonValue::array(), eb = JsonValue::array();
+      for (const Row* r : e->a) ea.push_back(row_json(*r));
+      for (const Row* r : e->b) eb.push_back(row_json(*r));
+      JsonValue j = JsonValue::object();
+      j.set("kind", JsonValue::string(e->kind));
+      j.set("op", JsonValue::string(e->op));
+      j.set("a", std::move(ea));
+      j.set("b", std::move(eb));
+      j.set("calls_a", JsonValue::integer(static_cast<int64_t>(e->calls_a)));
+      j.set("calls_b", JsonValue::integer(static_cast<int64_t>(e->calls_b)));
+      j.set("calls_change", JsonValue::integer(static_cast<int64_t>(e->calls_b) - static_cast<int64_t>(e->calls_a)));
+      j.set("calls_change_relative", relative(e->calls_a, e->calls_b));
+      j.set("flops_a", number(e->flops_a));
+      j.set("flops_b", number(e->flops_b));
+      j.set("flops_moved", number(e->flops_b - e->flops_a));
+      if (!e->pairing.empty()) j.set("pairing", JsonValue::string(e->pairing));
+      j.set("calls_per_rank_a", number(per_rank(e->a)));
+      j.set("calls_per_rank_b", number(per_rank(e->b)));
+      JsonValue variants = JsonValue::array();
+      for (const auto* rows : {&e->a, &e->b}) {  // rows of one side that differ from each other only in strides
+        std::map<std::string, std::vector<const Row*>> same;
+        for (const Row* r : *rows) same[format::canonical_json(without_strides(*r->signature))].push_back(r);
+        for (const auto& [k, group] : same) {
+          if (group.size() < 2) continue;
+          JsonValue shas = JsonValue::array();
+          for (const Row* r : group) shas.push_back(JsonValue::string(r->sha));
+          variants.push_back(JsonValue::object({{"side", JsonValue::string(rows == &e->a ? "a" : "b")},
+                                                {"signatures", std::move(shas)}}));
+        }
+      }
+      if (!variants.items().empty()) j.set("stride_variants", std::move(variants));
+      if (!e->a.empty() && !e->b.empty() && e->kind != "same_signature") {
+        JsonValue pairs = JsonValue::array();
+        for (const Row* x : e->a)
+          for (const Row* y : e->b) {
+            if (pairs.items().size() >= 16) break;
+            std::vector<std::string> d;
+            differences(*x->signature, *y->signature, "", d);
+            JsonValue dj = JsonValue::array();
+            for (auto& s : d) dj.push_back(JsonValue::string(std::move(s)));
+            pairs.push_back(JsonValue::object({{"a", JsonValue::string(x->sha)}, {"b", JsonValue::string(y->sha)},
+                                               {"differences", std::move(dj)}}));
+          }
+        j.set("pairs", std::move(pairs));
+      }
+      JsonValue kernels = JsonValue::array();
+      for (const Row* x : e->a)
+        for (const Row* y : e->b)
+          if (!x->profile.empty() && !y->profile.empty())
+            if (JsonValue k = kernel_changes(a, *x, b, *y); !k.is_null()) kernels.push_back(std::move(k));
+      if (!kernels.items().empty()) j.set("counters", std::move(kernels));
+      list.push_back(std::move(j));
+    }
+    const uint64_t groups = kinds["one_to_many"] + kinds["many_to_one"] + kinds["many_to_many"];
+    JsonValue counts = JsonValue::object({{"unchanged", JsonValue::integer(static_cast<int64_t>(unchanged[stage]))},
+                                          {"calls_changed", JsonValue::integer(static_cast<int64_t>(kinds["same_signature"]))},
+                                          {"shape_changed", JsonValue::integer(static_cast<int64_t>(kinds["shape_changed"]))},
+                                          {"paired_groups", JsonValue::integer(static_cast<int64_t>(groups))},
+                                          {"only_in_a", JsonValue::integer(static_cast<int64_t>(kinds["only_in_a"]))},
+                                          {"only_in_b", JsonValue::integer(static_cast<int64_t>(kinds["only_in_b"]))}});
+    stages.push_back(JsonValue::object({{"stage", JsonValue::string(stage)},
+                                        {"counts", std::move(counts)},
+                                        {"flops_a", number(fa)},
+                                        {"flops_b", number(fb)},
+                                        {"entries", std::move(list)}}));
+    md << "| " << stage << " | " << unchanged[stage] << " | " << kinds["same_signature"] << " | "
+       << kinds["shape_changed"] << " | " << groups << " | " << kinds["only_in_a"] << " | " << kinds["only_in_b"]
+       << " | " << human(fa) << " | " << human(fb) << " |\n";
+    if (group.empty()) continue;
+    detail << "\n## Stage `" << stage << "`\n\n| change | FLOPs moved | calls A → B | A | B |\n|---|---|---|---|---|\n";
+    for (size_t k = 0; k < group.size() && k < options.markdown_rows; ++k) {
+      const Entry& e = *group[k];
+      auto cell = [](const std::vector<const Row*>& rows) {
+        std::map<std::string, int> same;  // rows of this side alike but for strides: their first tensor's stride shown
+        for (const Row* r : rows) ++same[format::canonical_json(without_strides(*r->signature))];
+        std::string s;
+        for (const Row* r : rows) {
+          s += (s.empty() ? "" : "<br>") + ("`" + r->text + "` " + r->sha.substr(0, 12));
+          const JsonValue* args = r->signature->find("args");
+          if (same[format::canonical_json(without_strides(*r->signature))] > 1 && args && !args->items().empty() &&
+              is_tensor(args->items()[0]))
+            s += " stride " + format::canonical_json(*args->items()[0].find("stride"));
+        }
+        return s.empty() ? std::string("—") : s;
+      };
+      char per[64];
+      std::snprintf(per, sizeof per, "; per rank %.4Lg → %.4Lg", per_rank(e.a), per_rank(e.b));
+      detail << "| " << e.kind << (e.pairing.empty() ? "" : " (by size order)") << " | " << human(e.flops_b - e.flops_a)
+             << " | " << calls_change_text(e.calls_a, e.calls_b) << (e.a.empty() || e.b.empty() ? "" : per) << " | "
+             << cell(e.a) << " | " << cell(e.b) << " |\n";
+    }
+    if (group.size() > options.markdown_rows)
+      detail << "\n" << group.size() - options.markdown_rows << " more in the JSON (`lingprobe diff --json`).\n";
+  }
+  md << detail.str();
+  outcome.report = JsonValue::object({{"format", JsonValue::string("lingprobe.diff/1")},
+                                      {"a", ja},
+                                      {"b", jb},
+                                      {"stage_filter", options.stage.empty() ? JsonValue::null() : JsonValue::string(options.stage)},
+                                      {"stages", std::move(stages)}});
+  outcome.markdown = md.str();
+  outcome.ok = true;
+  return outcome;
+}
+
+}  // namespace lingprobe::audit

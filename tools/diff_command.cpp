@@ -1,0 +1,80 @@
+#include "diff_command.h"
+
+#include <iostream>
+#include <string>
+
+#include "audit/run_diff.h"
+#include "format/canonical_json.h"
+#include "sink/run_directory.h"
+
+namespace lingprobe::tools {
+namespace {
+
+int usage() {
+  std::cerr << "usage: lingprobe diff RUN_A RUN_B [--json] [-o FILE] [--stage STAGE]\n"
+               "  Compares two runs (each audited in memory; nothing is written into them): signatures in both whose\n"
+               "  calls changed, signatures paired across runs that changed only in shapes (one to one, or as groups),\n"
+               "  and those only in A or only in B, per stage, sorted by FLOPs moved; with counters on both sides,\n"
+               "  their kernels' metrics.\n"
+               "  --json      print the JSON document instead of Markdown\n"
+               "  -o FILE     write it to FILE instead of stdout\n"
+               "  --stage S   only stage S\n";
+  return 2;
+}
+
+}  // namespace
+
+int diff_command(int argc, char** argv) {
+  audit::DiffOptions options;
+  std::vector<std::string> runs;
+  bool json = false;
+  std::string output;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 < argc) return argv[++i];
+      std::cerr << "lingprobe diff: " << a << " needs a value\n";
+      return nullptr;
+    };
+    if (a == "--json") {
+      json = true;
+    } else if (a == "-o" || a == "--output" || a == "--stage") {
+      const char* v = value();
+      if (!v) return usage();
+      (a == "--stage" ? options.stage : output) = v;
+    } else if (a == "-h" || a == "--help") {
+      usage();
+      return 0;
+    } else if (!a.empty() && a[0] == '-') {
+      std::cerr << "lingprobe diff: unknown option '" << a << "'\n";
+      return usage();
+    } else {
+      runs.push_back(a);
+    }
+  }
+  if (runs.size() != 2) {
+    std::cerr << "lingprobe diff: needs two run directories, got " << runs.size() << "\n";
+    return usage();
+  }
+  options.run_a = runs[0];
+  options.run_b = runs[1];
+  const audit::DiffOutcome o = audit::diff_runs(options);
+  for (const auto& w : o.warnings) std::cerr << "lingprobe diff: warning: " << w << "\n";
+  if (!o.ok) {
+    std::cerr << "lingprobe diff: error: " << o.error << "\n";
+    return 1;
+  }
+  const std::string text = json ? format::pretty_json(o.report) + "\n" : o.markdown;
+  if (output.empty()) {
+    std::cout << text;
+    return 0;
+  }
+  if (std::string err = sink::replace_file(output, text); !err.empty()) {
+    std::cerr << "lingprobe diff: error: " << err << "\n";
+    return 1;
+  }
+  std::cerr << "lingprobe diff: wrote " << output << "\n";
+  return 0;
+}
+
+}  // namespace lingprobe::tools

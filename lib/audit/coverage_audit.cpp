@@ -15,6 +15,7 @@
 
 #include "audit/metadata_reader.h"
 #include "audit/profile_evidence.h"
+#include "audit/rank_view.h"
 #include "audit/signature_text.h"
 #include "format/canonical_json.h"
 #include "format/flops.h"
@@ -333,6 +334,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
   uint64_t other_calls = 0;
   std::vector<std::pair<std::string, std::string>> source_rows;
   size_t used_files = 0;
+  std::vector<const FileSummary*> row_files;  // the files whose calls make the rows
   // Each rank's stall caused by counter windows (its profile records and counts).
   struct WindowStall {
     uint64_t windows = 0;
@@ -423,10 +425,15 @@ AuditOutcome run_audit(const AuditOptions& options) {
     for (const auto& [k, n] : f.nested) nested[k] += n;
     for (const auto& [k, n] : f.compile_time) compile_time[k] += n;
     source_rows.emplace_back(relative(path, run_dir), f.sha256);
+    row_files.push_back(&f);
     ++used_files;
   }
   // Signatures defined but never counted carry no calls: not rows.
   for (auto it = sigs.begin(); it != sigs.end();) it = it->second.calls ? std::next(it) : sigs.erase(it);
+
+  std::vector<RankViewSignature> rank_signatures;
+  for (const auto& [sha, s] : sigs) rank_signatures.push_back({sha, s.stage, s.op, short_signature(s), s.calls_by_rank});
+  const RankView ranks_view = rank_view(world_size, row_files, rank_signatures);
 
   // 3. Evidence belongs to its run: only files this run's own records name,
   // whose SHA-256 still matches (a profile's is its manifest.json's). Anything
@@ -638,6 +645,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
   }
   if (!stalls.empty())
     report.set("counter_windows", JsonValue::object({{"by_rank", std::move(stall_rows)}}));
+  report.set("ranks", ranks_view.json);
   report.set("rejected_evidence", std::move(rejected));
   report.set("foreign_evidence", std::move(foreign));
   if (!unrecorded_json.items().empty()) report.set("unrecorded_evidence", std::move(unrecorded_json));
@@ -679,6 +687,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
       outcome.summary += "- no snapshot: `" + short_signature(*missing[k]) + "` " + missing[k]->sha.substr(0, 12) +
                          " (" + std::to_string(missing[k]->calls) + " calls)\n";
   }
+  outcome.summary += ranks_view.markdown;
   if (!stall_table.empty())
     outcome.summary += "\n## Counter windows: each rank's stall\n\nWall seconds the ranks spent in counter windows "
                        "(kernel replay, one window at a time per GPU); the lock wait is time spent waiting for another "

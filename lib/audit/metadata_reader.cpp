@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 namespace lingprobe::audit {
@@ -22,6 +23,7 @@ class SummaryVisitor final : public RecordVisitor {
  public:
   explicit SummaryVisitor(FileSummary& out) : out_(out) {}
   std::string call(const CallLine& c) override {
+    if (c.depth == 0 && c.t1_ns >= c.t0_ns) through_wait(c);
     if (c.id >= (1u << 20)) {  // not a dense id: straight into the map
       add(out_.call_records[c.id], out_.call_times[c.id], c);
       return "";
@@ -32,6 +34,8 @@ class SummaryVisitor final : public RecordVisitor {
   }
   std::string record(std::string_view kind, simdjson::dom::object obj) override;
   void finish() {
+    for (const auto& [tid, open] : open_collective_)  // a collective last on its thread: its own duration
+      out_.call_times[open.id].through_wait_ns += open.t1_ns - open.t0_ns;
     for (size_t id = 0; id < counts_.size(); ++id) {
       if (!counts_[id]) continue;
       out_.call_records[static_cast<uint32_t>(id)] += counts_[id];
@@ -45,6 +49,18 @@ class SummaryVisitor final : public RecordVisitor {
     }
   }
 
+  // A c10d op returns once the collective is queued; its caller then waits
+  // (Work.wait()) outside any op. So a collective's time runs from its start
+  // to the next top-level call of its thread.
+  void through_wait(const CallLine& c) {
+    auto open = open_collective_.find(c.tid);
+    if (open != open_collective_.end()) {
+      out_.call_times[open->second.id].through_wait_ns += c.t0_ns - open->second.t0_ns;
+      open_collective_.erase(open);
+    }
+    if (collectives_.count(c.id)) open_collective_[c.tid] = c;
+  }
+
  private:
   static void add(uint64_t& count, CallTimes& t, const CallLine& c) {
     ++count;
@@ -56,6 +72,8 @@ class SummaryVisitor final : public RecordVisitor {
   }
 
   FileSummary& out_;
+  std::unordered_set<uint32_t> collectives_;              // ids of c10d ops
+  std::unordered_map<uint32_t, CallLine> open_collective_;  // by thread: its last top-level call, a collective
   std::vector<uint64_t> counts_;
   std::vector<CallTimes> times_;
 };
@@ -72,6 +90,12 @@ int64_t num(simdjson::dom::element e) {
   uint64_t u;
   if (!e.get_uint64().get(u)) return static_cast<int64_t>(u);
   return -1;
+}
+
+// A field that may be absent: -1 then.
+int64_t optional_num(simdjson::simdjson_result<simdjson::dom::element> e) {
+  simdjson::dom::element v;
+  return e.get(v) ? -1 : num(v);
 }
 
 // {"a":1,...} into `out` (non-integers skipped).
@@ -140,6 +164,12 @@ std::string SummaryVisitor::record(std::string_view kind, simdjson::dom::object 
     if (id < 0 || sha.size() != 64 || obj["signature_json"].get_string().get(text))
       return "signature record needs id, sha256 and signature_json";
     f.signature_sha[static_cast<uint32_t>(id)] = sha;
+    // Canonical text: the top-level op follows the kwargs object (a nested "op" key cannot occur).
+    if (text.find("},\"op\":\"c10d.") != std::string_view::npos ||
+        text.find("},\"op\":\"_c10d_functional.") != std::string_view::npos) {
+      collectives_.insert(static_cast<uint32_t>(id));
+      f.collective_ids.insert(static_cast<uint32_t>(id));
+    }
     if (!f.signature_json.count(sha)) f.signature_json.emplace(sha, std::string(text));
   } else if (kind == "header") {
     f.has_header = true;
@@ -149,8 +179,8 @@ std::string SummaryVisitor::record(std::string_view kind, simdjson::dom::object 
     f.rank = num(obj["rank"]);
     f.world_size = num(obj["world_size"]);
     f.pid = num(obj["pid"]);
-    f.start_unix_ns = num(obj["start_unix_ns"]);
-    f.start_mono_ns = num(obj["start_mono_ns"]);
+    f.start_unix_ns = optional_num(obj["start_unix_ns"]);
+    f.start_mono_ns = optional_num(obj["start_mono_ns"]);
     int64_t parent = -1;
     if (!obj["parent_pid"].get_int64().get(parent)) f.parent_pid = parent;
   } else if (kind == "snapshot" || kind == "profile") {

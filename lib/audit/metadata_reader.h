@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string_view>
 #include <string>
 #include <unordered_map>
@@ -32,10 +33,13 @@ struct Evidence {
 
 // Top-level (depth 0) call records of one signature: their count, summed
 // duration, and the first start and last end (the file's monotonic clock).
+// For a c10d op also the time from each call's start to the next top-level
+// call of its thread: the collective's wait (Work.wait() runs outside ops).
 struct CallTimes {
   uint64_t top_level_calls = 0;
   int64_t top_level_ns = 0;
   int64_t first_t0_ns = 0, last_t1_ns = 0;
+  int64_t through_wait_ns = 0;
 };
 
 struct FileSummary {
@@ -52,6 +56,7 @@ struct FileSummary {
   std::map<uint32_t, uint64_t> counts;        // from the last counts record
   std::map<uint32_t, uint64_t> call_records;  // call records per id
   std::map<uint32_t, CallTimes> call_times;   // ids with call records
+  std::set<uint32_t> collective_ids;          // ids whose op is a c10d collective
   std::map<std::string, std::map<std::string, uint64_t>> dropped;
   std::map<std::string, uint64_t> sampling, unsampled;  // the last counts record's "sampling"
   std::map<std::string, std::map<std::string, uint64_t>> stage_gpu;  // the last counts record's GPU time per stage

@@ -1,5 +1,7 @@
 #include "audit/run_diff.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -267,6 +269,11 @@ std::string calls_change_text(uint64_t a, uint64_t b) {
 }
 
 bool load(const std::string& dir, Run& run, std::vector<std::string>& warnings, std::string& error) {
+  struct stat st;
+  if (::stat((dir + "/metadata").c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    error = "'" + dir + "' is not a run directory (it has no metadata/ folder): give OUT/{run_id}, or OUT/latest";
+    return false;
+  }
   AuditOptions o;
   o.inputs = {dir};
   o.write = false;

@@ -1,0 +1,432 @@
+"""Issue 16: reading a run without scripts. `lingprobe trace` (a Perfetto /
+Chrome JSON trace), `lingprobe diff` (two runs compared) and the audit's rank
+view, on real reference runs (CPU, and meta at full shapes) and on malformed
+input. Files only: none of these commands loads torch."""
+import collections
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import metadata
+from test_reference_workload import reference_run
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+STRAGGLER_JOB = ROOT / "tests" / "integration" / "straggler_job.py"
+
+
+def strict_json(text):
+    """JSON as the trace-event readers take it: NaN and Infinity are not JSON."""
+    def refuse(name):
+        raise ValueError(f"bare {name} in the trace")
+    return json.loads(text, parse_constant=refuse)
+
+
+def trace(cli, run_dir, *args, expect_rc=0):
+    out = pathlib.Path(run_dir) / "reports" / f"trace{abs(hash(args))}.json"
+    p = subprocess.run([cli, "trace", str(run_dir), "-o", str(out), *args], capture_output=True, text=True, timeout=300)
+    assert p.returncode == expect_rc, p.stderr
+    return (strict_json(out.read_text()) if expect_rc == 0 else None), p.stderr
+
+
+def check_trace_format(doc):
+    """Every rule of the trace-event format the trace relies on; returns the call slices by (pid, tid)."""
+    assert set(doc) >= {"traceEvents", "displayTimeUnit"}
+    events = doc["traceEvents"]
+    process_names, thread_names = {}, set()
+    slices = collections.defaultdict(list)
+    for i, e in enumerate(events):
+        assert e["ph"] in ("X", "M", "i"), e
+        assert isinstance(e["pid"], int) and e["pid"] > 0
+        if e["ph"] == "M":
+            assert e["name"] in ("process_name", "process_sort_index", "thread_name"), e
+            if e["name"] == "process_name":
+                process_names[e["pid"]] = e["args"]["name"]
+            if e["name"] == "thread_name":
+                assert isinstance(e["tid"], int) and 0 < e["tid"] < 2**31
+                thread_names.add((e["pid"], e["tid"]))
+            continue
+        assert isinstance(e["tid"], int) and 0 < e["tid"] < 2**31
+        assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0, e  # microseconds
+        assert isinstance(e["name"], str) and isinstance(e["cat"], str) and isinstance(e["args"], dict)
+        if e["ph"] == "X":
+            assert isinstance(e["dur"], (int, float)) and e["dur"] >= 0, e
+            slices[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"], i, e))
+        else:
+            assert e["s"] == "t"
+    used = {(e["pid"], e["tid"]) for e in events if e["ph"] != "M"}
+    assert {pid for pid, _ in used} <= set(process_names), "a process without its process_name"
+    assert used <= thread_names, "a thread without its thread_name"
+    # Complete slices on one thread nest: each lies inside the one open around it, or after it.
+    for key, group in slices.items():
+        stack = []
+        for start, end, _, e in sorted(group, key=lambda s: (s[0], -s[1], s[2])):
+            while stack and stack[-1][1] <= start:
+                stack.pop()
+            if stack:
+                assert end <= stack[-1][1], f"{key}: {e['name']} [{start}, {end}] overlaps {stack[-1][3]['name']} " \
+                                            f"[{stack[-1][0]}, {stack[-1][1]}] without nesting"
+            stack.append((start, end, _, e))
+    return slices
+
+
+@pytest.fixture(scope="module")
+def nested_run(build_dir, tmp_path_factory):
+    """The reduced-width CPU reference run, 4 ranks, every op and every nested call recorded, with snapshots."""
+    out = tmp_path_factory.mktemp("reading") / "nested"
+    reference_run(build_dir, out, "--device", "cpu", "--scale", "small", "--select", "all", port=29611,
+                  LINGPROBE_NESTED="1")
+    return out
+
+
+def test_trace_of_a_four_rank_run_keeps_every_format_rule(cli, nested_run):
+    doc, err = trace(cli, nested_run)
+    slices = check_trace_format(doc)
+    files = metadata.files(nested_run)
+    headers = [metadata.read(f)[0] for f in files]
+    names = sorted(e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name")
+    assert names == sorted(f"rank {h['rank']} (pid {h['pid']})" for h in headers)
+    # Every call record became one slice, at its own time on the shared clock, in microseconds.
+    base = min(h["start_unix_ns"] for h in headers)
+    by_seq = {}
+    for (pid, tid), group in slices.items():
+        for start, end, _, e in group:
+            by_seq[(pid, e["args"]["seq"])] = e
+    n_calls = n_nested = n_snapshots = 0
+    for f, h in zip(files, headers):
+        sigs = {}
+        for r in metadata.stream(f):
+            if r["kind"] == "signature":
+                sigs[r["id"]] = json.loads(r["signature_json"], parse_constant=lambda c: c)
+            elif r["kind"] == "snapshot":
+                n_snapshots += 1
+            elif r["kind"] == "call":
+                n_calls += 1
+                n_nested += r["depth"] > 0
+                e = by_seq[(h["pid"], r["seq"])]
+                ns = r["t0_ns"] - h["start_mono_ns"] + h["start_unix_ns"] - base
+                assert e["ts"] == pytest.approx(ns / 1000, abs=5e-4) and e["tid"] == r["tid"]
+                assert e["dur"] == pytest.approx((r["t1_ns"] - r["t0_ns"]) / 1000, abs=5e-4)
+                assert e["name"] == sigs[r["id"]]["op"] and e["cat"] == sigs[r["id"]]["stage"]
+                assert e["args"]["depth"] == r["depth"] and len(e["args"]["sha256"]) == 64
+    assert sum(len(g) for g in slices.values()) == n_calls and n_nested > 1000
+    assert doc["otherData"]["slices"] == n_calls
+    # Nested records are written end-first; in the trace each follows the call it ran inside.
+    for group in slices.values():
+        order = sorted(group, key=lambda s: s[2])
+        open_at = []
+        for start, end, _, e in order:
+            depth = e["args"]["depth"]
+            if depth:
+                parents = [p for p in open_at if p[3]["args"]["depth"] == depth - 1 and p[0] <= start and end <= p[1]]
+                assert parents, f"{e['name']} (depth {depth}, seq {e['args']['seq']}) comes before its parent"
+            open_at.append((start, end, _, e))
+            if len(open_at) > 64:
+                open_at = [p for p in open_at if p[1] >= start]
+    # Snapshots are marked where their call ran; the ranks' clocks line up (they start together).
+    snaps = [e for e in doc["traceEvents"] if e["ph"] == "i"]
+    assert len(snaps) == n_snapshots > 0
+    for s in snaps:
+        call = by_seq[(s["pid"], s["args"]["seq"])]
+        assert s["ts"] == call["ts"] and s["tid"] == call["tid"] and call["args"]["snapshot"] == s["args"]["path"]
+        assert (nested_run / s["args"]["path"]).exists()
+    first_dit = {}
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X" and e["cat"] == "dit":
+            first_dit[e["pid"]] = min(first_dit.get(e["pid"], e["ts"]), e["ts"])
+    assert len(first_dit) == 4 and max(first_dit.values()) - min(first_dit.values()) < 2e6
+    assert "4 process(es)" in err and "ui.perfetto.dev" in err
+
+
+def test_trace_filters_by_rank_time_and_count(cli, nested_run):
+    full, _ = trace(cli, nested_run)
+    xs = [e for e in full["traceEvents"] if e["ph"] == "X"]
+    t0, t1 = min(e["ts"] for e in xs), max(e["ts"] + e["dur"] for e in xs)
+    one, _ = trace(cli, nested_run, "--ranks", "1")
+    check_trace_format(one)
+    assert [e["args"]["name"] for e in one["traceEvents"] if e["name"] == "process_name"][0].startswith("rank 1 ")
+    assert len({e["pid"] for e in one["traceEvents"]}) == 1
+    lo, hi = (t0 + (t1 - t0) * 0.4) / 1e6, (t0 + (t1 - t0) * 0.5) / 1e6
+    window, err = trace(cli, nested_run, "--from", f"{lo}s", "--to", f"{hi * 1000}ms")
+    check_trace_format(window)
+    kept = [e for e in window["traceEvents"] if e["ph"] == "X"]
+    assert 0 < len(kept) < len(xs)
+    assert all(e["ts"] <= hi * 1e6 + 1e-3 and e["ts"] + e["dur"] >= lo * 1e6 - 1e-3 for e in kept)
+    assert window["otherData"]["outside_from_to"] == len(xs) - len(kept)
+    capped, err = trace(cli, nested_run, "--max-events", "500")
+    check_trace_format(capped)
+    assert sum(e["ph"] == "X" for e in capped["traceEvents"]) == 500
+    assert capped["otherData"]["left_out_by_max_events"] == len(xs) - 500 and "--max-events" in err
+
+
+def write_run(run_dir, records, *, name="metadata_rank0_pid100.jsonl", raw=None):
+    (run_dir / "metadata").mkdir(parents=True, exist_ok=True)
+    text = raw if raw is not None else "".join(json.dumps(r, separators=(",", ":"), allow_nan=True) + "\n" for r in records)
+    (run_dir / "metadata" / name).write_text(text)
+
+
+def header(rank=0, world=1, pid=100, run_id="synthetic", **extra):
+    h = {"kind": "header", "format": "lingprobe.metadata/1", "run_id": run_id, "role": "rank" if world > 1 else "single",
+         "rank": rank, "world_size": world, "pid": pid, "start_unix_ns": 1_700_000_000_000_000_000 + rank * 1000,
+         "start_mono_ns": 5_000_000_000}
+    h.update(extra)
+    return h
+
+
+def test_trace_writes_non_finite_scalars_as_strings(cli, tmp_path):
+    sig = {"args": [{"dtype": "torch.float32", "shape": [4], "stride": [1]}, float("-inf")], "kwargs": {},
+           "op": "aten.masked_fill.Scalar", "output": {"dtype": "torch.float32", "shape": [4], "stride": [1]},
+           "stage": "dit"}
+    sig_nan = dict(sig, args=[sig["args"][0], float("nan")])
+    canon = [json.dumps(s, sort_keys=True, separators=(",", ":")) for s in (sig, sig_nan)]
+    records = [header(), {"kind": "signature", "id": 0, "sha256": "a" * 64, "signature_json": canon[0]},
+               {"kind": "signature", "id": 1, "sha256": "b" * 64, "signature_json": canon[1]},
+               {"depth": 0, "id": 0, "kind": "call", "seq": 0, "t0_ns": 5_000_001_000, "t1_ns": 5_000_002_500, "tid": 100},
+               {"depth": 0, "id": 1, "kind": "call", "seq": 1, "t0_ns": 5_000_003_000, "t1_ns": 5_000_004_000, "tid": 100},
+               {"kind": "counts", "final": True, "calls": {"0": 1, "1": 1}, "dropped": {}}]
+    write_run(tmp_path, records)
+    assert "-Infinity" in canon[0] and "NaN" in canon[1]
+    doc, _ = trace(cli, tmp_path)
+    check_trace_format(doc)
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert [e["args"]["scalars"] for e in xs] == [["-Infinity"], ["NaN"]]
+    assert [(e["ts"], e["dur"]) for e in xs] == [(1.0, 1.5), (3.0, 1.0)]  # microseconds from the process start
+
+
+def test_trace_refuses_malformed_input_clearly(cli, tmp_path):
+    p = subprocess.run([cli, "trace", str(tmp_path / "nothing")], capture_output=True, text=True)
+    assert p.returncode == 1 and "not a run directory" in p.stderr and "nothing was written" in p.stderr
+    bad = tmp_path / "bad"
+    write_run(bad, None, raw=json.dumps(header()) + "\n{\"kind\":\"call\",\"id\":\n" +
+              json.dumps({"kind": "counts", "final": True, "calls": {}, "dropped": {}}) + "\n")
+    p = subprocess.run([cli, "trace", str(bad)], capture_output=True, text=True)
+    assert p.returncode == 1 and "metadata_rank0_pid100.jsonl:2: malformed JSON" in p.stderr
+    assert not (bad / "reports" / "trace.json").exists() and not list((bad / "reports").glob("*.tmp*"))
+    clockless = tmp_path / "clockless"
+    h = header()
+    del h["start_mono_ns"]
+    write_run(clockless, [h])
+    p = subprocess.run([cli, "trace", str(clockless)], capture_output=True, text=True)
+    assert p.returncode == 1 and "start_unix_ns/start_mono_ns" in p.stderr
+    for args, what in ((["--ranks", "x"], "--ranks"), (["--from", "5parsecs"], "--from"), (["--max-events", "0"], "--max-events"),
+                       (["--from", "2", "--to", "1"], "--to comes before --from")):
+        p = subprocess.run([cli, "trace", str(clockless), *args], capture_output=True, text=True)
+        assert p.returncode == 2 and what in p.stderr, p.stderr
+    truncated = tmp_path / "truncated"  # killed mid-line: the last line is skipped with a warning
+    write_run(truncated, None, raw=json.dumps(header()) + "\n" + '{"depth":0,"id":0,"kind":"ca')
+    doc, err = trace(cli, truncated)
+    assert "truncated last line" in err and "no call record" in err
+    check_trace_format(doc)
+
+
+# ---- diff ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def seed_situation(build_dir, tmp_path_factory):
+    """The seeds' two runs: 480x832 on one rank, 704x1280 on four (meta, full widths, 2 blocks, 2 chunks)."""
+    base = tmp_path_factory.mktemp("diff")
+    a, b = base / "480x832-1rank", base / "704x1280-4ranks"
+    reference_run(build_dir, a, "--device", "meta", "--scale", "full", "--size", "480*832", "--world-size", "1",
+                  "--chunks", "2", "--blocks", "2", port=29621)
+    reference_run(build_dir, b, "--device", "meta", "--scale", "full", "--chunks", "2", "--blocks", "2", port=29622)
+    return a, b
+
+
+def diff(cli, a, b, *args, expect_rc=0):
+    p = subprocess.run([cli, "diff", str(a), str(b), *args], capture_output=True, text=True, timeout=300)
+    assert p.returncode == expect_rc, p.stderr
+    return p
+
+
+# Every entry of the diff, as (stage, kind, A's rows, B's rows), by short signature. The DiT linears change from
+# 4,680 tokens (480x832, one rank: the whole sequence) to 2,640 (704x1280, a quarter of 10,560 per rank), except
+# those that run on every rank's whole sequence (the patch embedding, the camera path, the head's modulation),
+# which go to 10,560. The VAE convolutions keep their channels and kernels; each rank decodes a quarter of the
+# width. Their cached (6-frame) and first-chunk (3-frame) variants pair with the same variant, by size order.
+EXPECTED_PAIRS = [
+    ("dit", "one_to_many", ["aten.linear.default([1,4680,5120], [5120,5120], [5120])"],
+     ["aten.linear.default([1,2640,5120], [5120,5120], [5120])", "aten.linear.default([1,10560,5120], [5120,5120], [5120])",
+      "aten.linear.default([1,2640,5120], [5120,5120], [5120])"]),
+    ("dit", "shape_changed", ["aten.linear.default([1,4680,5120], [15360,5120], [15360])"], ["aten.linear.default([1,2640,5120], [15360,5120], [15360])"]),
+    ("dit", "shape_changed", ["aten.linear.default([1,4680,5120], [13824,5120], [13824])"], ["aten.linear.default([1,2640,5120], [13824,5120], [13824])"]),
+    ("dit", "shape_changed", ["aten.linear.default([1,4680,13824], [5120,13824], [5120])"], ["aten.linear.default([1,2640,13824], [5120,13824], [5120])"]),
+    ("dit", "shape_changed", ["aten.linear.default([1,4680,1536], [5120,1536], [5120])"], ["aten.linear.default([1,10560,1536], [5120,1536], [5120])"]),
+    ("dit", "shape_changed", ["aten.linear.default([4680,144], [5120,144], [5120])"], ["aten.linear.default([10560,144], [5120,144], [5120])"]),
+    ("dit", "shape_changed", ["aten.linear.default([1,4680,5120], [64,5120], [64])"], ["aten.linear.default([1,10560,5120], [64,5120], [64])"]),
+    ("dit", "same_signature", ["aten.linear.default([1,3,5120], [30720,5120], [30720])"], ["aten.linear.default([1,3,5120], [30720,5120], [30720])"]),
+    ("dit", "same_signature", ["aten.linear.default([3,5120], [5120,5120], [5120])"], ["aten.linear.default([3,5120], [5120,5120], [5120])"]),
+    ("dit", "same_signature", ["aten.linear.default([3,256], [5120,256], [5120])"], ["aten.linear.default([3,256], [5120,256], [5120])"]),
+    ("output", "shape_changed", ['aten.to.dtype([1,3,9,480,832], "torch.uint8")'], ['aten.to.dtype([1,3,9,704,1280], "torch.uint8")']),
+] + [("vae", "shape_changed", [f"aten.conv3d.default({a}, {w}, {b})"], [f"aten.conv3d.default({a2}, {w}, {b})"]) for a, a2, w, b in [
+    ("[1,96,6,482,834]", "[1,96,6,706,322]", "[96,96,3,3,3]", "[96]"),
+    ("[1,192,6,242,418]", "[1,192,6,354,162]", "[192,192,3,3,3]", "[192]"),
+    ("[1,384,4,122,210]", "[1,384,4,178,82]", "[384,384,3,3,3]", "[384]"),
+    ("[1,384,3,62,106]", "[1,384,3,90,42]", "[384,384,3,3,3]", "[384]"),
+    ("[1,96,3,482,834]", "[1,96,3,706,322]", "[96,96,3,3,3]", "[96]"),
+    ("[1,192,3,242,418]", "[1,192,3,354,162]", "[192,192,3,3,3]", "[192]"),
+    ("[1,384,3,122,210]", "[1,384,3,178,82]", "[384,384,3,3,3]", "[384]"),
+    ("[1,192,4,122,210]", "[1,192,4,178,82]", "[384,192,3,3,3]", "[384]"),
+    ("[1,384,4,120,208]", "[1,384,4,176,80]", "[768,384,3,1,1]", "[768]"),
+    ("[1,192,3,122,210]", "[1,192,3,178,82]", "[384,192,3,3,3]", "[384]"),
+    ("[1,96,6,482,834]", "[1,96,6,706,322]", "[3,96,3,3,3]", "[3]"),
+    ("[1,384,3,60,104]", "[1,384,3,88,40]", "[768,384,3,1,1]", "[768]"),
+    ("[1,192,2,120,208]", "[1,192,2,176,80]", "[384,192,1,1,1]", "[384]"),
+    ("[1,16,3,62,106]", "[1,16,3,90,42]", "[384,16,3,3,3]", "[384]"),
+    ("[1,96,3,482,834]", "[1,96,3,706,322]", "[3,96,3,3,3]", "[3]"),
+    ("[1,192,1,120,208]", "[1,192,1,176,80]", "[384,192,1,1,1]", "[384]"),
+    ("[1,16,3,60,104]", "[1,16,3,88,160]", "[16,16,1,1,1]", "[16]"),
+]]
+
+
+def test_diff_pairs_the_seeds_480x832_one_rank_run_with_the_704x1280_four_rank_one(cli, seed_situation):
+    a, b = seed_situation
+    doc = json.loads(diff(cli, a, b, "--json").stdout)
+    assert doc["format"] == "lingprobe.diff/1" and (doc["a"]["world_size"], doc["b"]["world_size"]) == (1, 4)
+    entries = [(s["stage"], e) for s in doc["stages"] for e in s["entries"]]
+    got = sorted((st, e["kind"], [r["signature"] for r in e["a"]], [r["signature"] for r in e["b"]]) for st, e in entries)
+    assert got == sorted(EXPECTED_PAIRS)
+    assert all(s["counts"]["only_in_a"] == 0 and s["counts"]["only_in_b"] == 0 for s in doc["stages"])
+    # The seeds' mistake: the 480x832 DiT linear against the two 704x1280 rows that differ only in stride.
+    dit = next(e for st, e in entries if e["kind"] == "one_to_many")
+    (row_a,) = dit["a"]
+    assert row_a["signature"] == "aten.linear.default([1,4680,5120], [5120,5120], [5120])"
+    quarter = [r for r in dit["b"] if r["signature"].startswith("aten.linear.default([1,2640,5120]")]
+    strides = set()
+    for r in quarter:
+        pair = next(p for p in dit["pairs"] if p["b"] == r["signature_sha256"])
+        assert pair["a"] == row_a["signature_sha256"]
+        stride = [d for d in pair["differences"] if d.startswith("args[0].stride")]
+        assert len(stride) == 1, pair
+        strides.add(stride[0].split(" -> ")[1])
+    assert strides == {"[13516800,5120,1]", "[54067200,5120,1]"}
+    assert dit["stride_variants"] == [{"side": "b", "signatures": sorted(r["signature_sha256"] for r in quarter)}]
+    assert dit["calls_per_rank_a"] == dit["calls_per_rank_b"] and dit["calls_b"] == 4 * dit["calls_a"]
+    # Sorted by FLOPs moved, largest first, within each stage.
+    for s in doc["stages"]:
+        moved = [abs(e["flops_moved"]) for e in s["entries"]]
+        assert moved == sorted(moved, reverse=True)
+    md = diff(cli, a, b).stdout
+    assert "| one_to_many |" in md and "stride [54067200,5120,1]" in md and "stride [13516800,5120,1]" in md
+    assert "per rank 160 → 160" in md
+
+
+def test_diff_of_a_run_with_itself_is_empty_and_stage_filter_applies(cli, seed_situation):
+    a, _ = seed_situation
+    doc = json.loads(diff(cli, a, a, "--json").stdout)
+    assert all(not s["entries"] for s in doc["stages"])
+    assert sum(s["counts"]["unchanged"] for s in doc["stages"]) == doc["a"]["signatures"]
+    only_vae = json.loads(diff(cli, a, seed_situation[1], "--json", "--stage", "vae").stdout)
+    assert [s["stage"] for s in only_vae["stages"]] == ["vae"]
+
+
+def profile_run(run_dir, gpu_time_us, dram_bytes, calls, extra_sig=None):
+    """A one-process run whose signature has counter evidence (a profile directory named by its record)."""
+    import hashlib
+    sig = {"args": [{"dtype": "torch.bfloat16", "shape": [8, 64], "stride": [64, 1]},
+                    {"dtype": "torch.bfloat16", "shape": [64, 64], "stride": [64, 1]}], "kwargs": {},
+           "op": "aten.linear.default", "output": {"dtype": "torch.bfloat16", "shape": [8, 64], "stride": [64, 1]},
+           "stage": "dit"}
+    text = json.dumps(sig, sort_keys=True, separators=(",", ":"))
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    prof = run_dir / "profiles" / f"dit_rank0_{sha[:16]}"
+    prof.mkdir(parents=True)
+    (prof / "kernels.json").write_text(json.dumps({"kernels": [{"name": "gemm", "metrics": {
+        "gpu__time_duration.sum": {"value": gpu_time_us, "unit": "us"},
+        "dram__bytes.sum": {"value": dram_bytes, "unit": "byte"}}}]}))
+    (prof / "manifest.json").write_text("{}")
+    manifest = hashlib.sha256(b"{}").hexdigest()
+    records = [header(run_id=run_dir.name), {"kind": "signature", "id": 0, "sha256": sha, "signature_json": text},
+               {"kind": "profile", "id": 0, "seq": 0, "path": f"profiles/{prof.name}", "sha256": manifest,
+                "status": "passed", "window_s": 0.5, "lock_wait_s": 0.1},
+               {"depth": 0, "id": 0, "kind": "call", "seq": 0, "t0_ns": 6_000_000_000, "t1_ns": 6_000_001_000, "tid": 100},
+               {"kind": "counts", "final": True, "calls": {"0": calls}, "dropped": {}}]
+    write_run(run_dir, records)
+
+
+def test_diff_compares_the_kernels_metrics_where_both_runs_have_counters(cli, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    profile_run(a, 10.0, 4000, 5)
+    profile_run(b, 15.0, 4000, 7)
+    doc = json.loads(diff(cli, a, b, "--json").stdout)
+    (entry,) = doc["stages"][0]["entries"]
+    assert entry["kind"] == "same_signature" and (entry["calls_a"], entry["calls_b"]) == (5, 7)
+    assert entry["calls_change"] == 2 and entry["calls_change_relative"] == pytest.approx(0.4)
+    (c,) = entry["counters"]
+    assert (c["kernel_time_us_per_call_a"], c["kernel_time_us_per_call_b"]) == (10.0, 15.0)
+    metrics = c["kernels"][0]["metrics"]
+    assert metrics["gpu__time_duration.sum"]["change_relative"] == pytest.approx(0.5)
+    assert metrics["dram__bytes.sum"]["change_relative"] == 0
+    # The trace marks the counter window and its lock wait beside the call's thread.
+    doc, _ = trace(cli, b)
+    check_trace_format(doc)
+    windows = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "lingprobe"]
+    assert [w["name"] for w in windows] == ["counter window (passed)", "waiting for the counter lock"]
+    call = next(e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "dit")
+    assert windows[0]["ts"] == pytest.approx(call["ts"] - 1e5) and windows[0]["dur"] == pytest.approx(5e5)
+    assert windows[1]["dur"] == pytest.approx(1e5) and windows[0]["tid"] != call["tid"]
+    assert call["args"]["profile"] == windows[0]["args"]["path"]
+
+
+def test_diff_refuses_malformed_input_clearly(cli, tmp_path, seed_situation):
+    p = subprocess.run([cli, "diff", str(seed_situation[0])], capture_output=True, text=True)
+    assert p.returncode == 2 and "needs two run directories" in p.stderr
+    p = subprocess.run([cli, "diff", str(seed_situation[0]), str(tmp_path / "missing")], capture_output=True, text=True)
+    assert p.returncode == 1 and "missing" in p.stderr and "not a run directory" in p.stderr
+    bad = tmp_path / "bad"
+    write_run(bad, None, raw=json.dumps(header()) + "\n" + '{"kind":"counts","calls":{"0":1}}\n')
+    p = subprocess.run([cli, "diff", str(bad), str(seed_situation[0])], capture_output=True, text=True)
+    assert p.returncode == 1 and "never defines" in p.stderr
+
+
+# ---- rank view ---------------------------------------------------------------
+
+def test_rank_view_of_the_four_rank_reference_run(nested_run, cli):
+    report = json.loads((nested_run / "reports" / "coverage_audit.json").read_text())
+    ranks = report["ranks"]
+    assert ranks["expected"] == [0, 1, 2, 3] and ranks["with_files"] == [0, 1, 2, 3] and ranks["missing"] == []
+    stages = {s["stage"]: s for s in ranks["stages"]}
+    assert stages["output"]["ranks"] == [0] and stages["output"]["rank_local"] is True
+    for name in ("dit", "vae"):
+        assert stages[name]["ranks"] == [0, 1, 2, 3] and stages[name]["rank_local"] is False
+        assert [t["rank"] for t in stages[name]["timing"]] == [0, 1, 2, 3]
+        assert all(t["in_recorded_calls_seconds"] > 0 and t["span_seconds"] >= t["in_recorded_calls_seconds"] * 0.5
+                   for t in stages[name]["timing"])
+    assert "c10d" in ranks["collectives"] and "measured" in ranks["collectives"]
+    assert any(t["collective_calls"] > 0 and t["in_collectives_seconds"] > 0 for t in stages["dit"]["timing"])
+    summary = (nested_run / "reports" / "summary.md").read_text()
+    assert "## Ranks" in summary and "rank-local" in summary and "| dit | 3 |" in summary
+    # A rank's file gone: the view says which rank is missing.
+    partial = nested_run.parent / "partial"
+    shutil.copytree(nested_run / "metadata", partial / "metadata")
+    next((partial / "metadata").glob("metadata_rank3_*.jsonl")).unlink()
+    p = subprocess.run([cli, "audit", "-q", str(partial)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    view = json.loads((partial / "reports" / "coverage_audit.json").read_text())["ranks"]
+    assert view["missing"] == [3] and "**missing: 3**" in (partial / "reports" / "summary.md").read_text()
+
+
+def test_rank_view_finds_the_straggler_when_calls_are_equal(cli, tmp_path):
+    out = tmp_path / "out"
+    env = dict(os.environ, OMP_NUM_THREADS="1", LINGPROBE_RUN_ID="straggler")
+    p = subprocess.run([cli, "run", "-o", str(out), "--", sys.executable, "-m", "torch.distributed.run",
+                        "--nproc_per_node=2", "--master_port=29631", "--redirects=2", "--tee=2", str(STRAGGLER_JOB)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = out / "straggler"
+    p = subprocess.run([cli, "audit", "-q", str(run)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((run / "reports" / "coverage_audit.json").read_text())
+    (stage,) = [s for s in report["ranks"]["stages"] if s["stage"] == "unstaged"]
+    mm = [r for r in report["rows"] if r["signature"]["op"] == "aten.mm.default"]
+    assert mm and all(r["calls_by_rank"] == {"0": 6, "1": 6} for r in mm)  # equal by construction
+    timing = {t["rank"]: t for t in stage["timing"]}
+    assert timing[0]["in_collectives_seconds"] > timing[1]["in_collectives_seconds"] + 0.3  # 6 x 80 ms
+    assert stage["straggler"]["rank"] == 1 and stage["straggler"]["by"] == "least time waiting in collectives"
+    relu = [d for d in stage["differing"] if d["signature"].startswith("aten.relu.default")]
+    assert len(relu) == 1 and relu[0]["missing_on_ranks"] == [0] and relu[0]["calls_by_rank"] == {"0": 0, "1": 1}
+    summary = (run / "reports" / "summary.md").read_text()
+    assert "rank 1 waits least in collectives" in summary

@@ -154,6 +154,8 @@ std::string SummaryVisitor::record(std::string_view kind, simdjson::dom::object 
     read_counts(obj["nested"], f.nested);
     f.compile_time.clear();
     read_counts(obj["compile_time"], f.compile_time);
+    f.collectives.clear();
+    read_nested_counts(obj["collectives"], f.collectives);
     bool fin = false;
     f.final_counts = !obj["final"].get_bool().get(fin) && fin;
     f.has_counts = true;

@@ -63,6 +63,7 @@ struct FileSummary {
   std::map<std::string, uint64_t> stage_gpu_lost;
   std::map<std::string, uint64_t> nested;  // the last counts record's nested calls: "seen", "suppressed_below"
   std::map<std::string, uint64_t> compile_time;  // ... its compile-time calls on fake tensors, by kind
+  std::map<std::string, std::map<std::string, uint64_t>> collectives;  // ... its c10d calls per stage: "calls", "us"
   std::vector<Evidence> snapshots, profiles;
   uint64_t lines = 0, bytes = 0;
   bool truncated_last_line = false;

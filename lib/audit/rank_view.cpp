@@ -17,7 +17,7 @@ struct StageTime {
   int64_t first_ns = 0, last_ns = 0;  // on the shared (unix) clock
   int64_t in_calls_ns = 0, in_collectives_ns = 0;
   uint64_t collective_calls = 0;
-  double span_s() const { return any ? static_cast<double>(last_ns - first_ns) / 1e9 : 0; }
+  double span_s() const { return any ? static_cast<double>(last_ns - first_ns) / 1e9 : 0; }  // any: from call records
 };
 
 JsonValue ranks_json(const std::set<int64_t>& ranks) {
@@ -97,8 +97,27 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
     std::snprintf(buf, sizeof buf, "%.3f", st->second.at(rank));
     return buf;
   };
+  // The recorder's own collective times (counts records: every c10d op, whatever the selection) win over
+  // those from call records.
+  bool counted = false;
+  for (const FileSummary* f : rank_files) counted = counted || !f->collectives.empty();
+  if (counted) {
+    for (auto& [stage, by_rank] : times)
+      for (auto& [rank, t] : by_rank) t.in_collectives_ns = 0, t.collective_calls = 0;
+    for (const FileSummary* f : rank_files)
+      for (const auto& [stage, fields] : f->collectives) {
+        StageTime& t = times[stage][f->rank];
+        auto get = [&fields](const char* k) { auto it = fields.find(k); return it == fields.end() ? uint64_t{0} : it->second; };
+        t.in_collectives_ns += static_cast<int64_t>(get("us")) * 1000;
+        t.collective_calls += get("calls");
+        any_collective = true;
+      }
+  }
   const char* collectives_note =
-      any_collective ? "measured from the call records of c10d ops, each from its start to the next top-level call of "
+      counted ? "timed by the recorder for every top-level c10d call whatever the op selection, each from its start "
+                "to the next top-level call of its thread (the caller's Work.wait() runs outside any op; with NCCL "
+                "the CPU does not wait there, and a rank's wait shows where it next synchronizes with the GPU)"
+      : any_collective ? "measured from the call records of c10d ops, each from its start to the next top-level call of "
                        "its thread (the caller's Work.wait() runs outside any op; with NCCL the CPU does not wait "
                        "there, and a rank's wait shows where it next synchronizes with the GPU)"
       : any_records  ? "not measured: no c10d op was recorded; record them (LINGPROBE_OPS with c10d::*, or every op) to "
@@ -106,6 +125,11 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
                      : "not measured: the run has no call records (LINGPROBE_CALL_RECORDS=0); time needs call records, "
                        "and time in collectives needs c10d ops among the recorded ops";
 
+  for (const auto& [stage, by_rank] : times)  // a stage with collectives but no rows (the op selection left them out)
+    if (!by_stage.count(stage)) {
+      by_stage[stage];
+      for (const auto& [rank, t] : by_rank) stage_ranks[stage].insert(rank);
+    }
   JsonValue stages = JsonValue::array();
   std::ostringstream md;
   md << "\n## Ranks\n\nExpected " << expected.size() << " rank(s) (world size " << world_size << "); files from "
@@ -158,15 +182,16 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
       const StageTime& t = it->second;
       const double in_calls = static_cast<double>(t.in_calls_ns) / 1e9, wait = static_cast<double>(t.in_collectives_ns) / 1e9;
       timing.push_back(JsonValue::object({{"rank", JsonValue::integer(r)},
-                                          {"span_seconds", JsonValue::floating(t.span_s())},
-                                          {"in_recorded_calls_seconds", JsonValue::floating(in_calls)},  // collectives apart
+                                          {"span_seconds", t.any ? JsonValue::floating(t.span_s()) : JsonValue::null()},
+                                          {"in_recorded_calls_seconds", t.any ? JsonValue::floating(in_calls) : JsonValue::null()},  // collectives apart
                                           {"in_collectives_seconds", any_collective ? JsonValue::floating(wait) : JsonValue::null()},
                                           {"collective_calls", JsonValue::integer(static_cast<int64_t>(t.collective_calls))},
                                           {"gpu_busy_seconds", gpu_s[stage].count(r) ? JsonValue::floating(gpu_s[stage][r]) : JsonValue::null()}}));
-      char wait_text[32] = "-", line[200];
+      char wait_text[32] = "-", span_text[32] = "-", calls_text[32] = "-", line[240];
       if (any_collective) std::snprintf(wait_text, sizeof wait_text, "%.3f", wait);
-      std::snprintf(line, sizeof line, "| %s | %lld | %.3f | %.3f | %s | %s |\n", stage.c_str(), static_cast<long long>(r),
-                    t.span_s(), in_calls, wait_text, gpu_text(r, stage).c_str());
+      if (t.any) std::snprintf(span_text, sizeof span_text, "%.3f", t.span_s()), std::snprintf(calls_text, sizeof calls_text, "%.3f", in_calls);
+      std::snprintf(line, sizeof line, "| %s | %lld | %s | %s | %s | %s |\n", stage.c_str(), static_cast<long long>(r),
+                    span_text, calls_text, wait_text, gpu_text(r, stage).c_str());
       timing_md << line;
       waits.push_back(wait), busy.push_back(in_calls), spans.push_back(t.span_s());
       if (least_wait_rank < 0 || wait < least_wait) least_wait = wait, least_wait_rank = r;
@@ -216,7 +241,7 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
     if (!n_differing) md << "\n";
     if (!straggler_md.empty()) md << "  straggler" << straggler_md.substr(1);
   }
-  if (any_records)
+  if (any_records || any_collective)
     md << "\nWall time per rank and stage, from the call records: the stage's span (first call's start to last "
           "call's end), the time inside its recorded top-level calls (collectives apart), the time in c10d "
           "collectives (their wait included), and the GPU time its CUDA streams were busy where it was measured "

@@ -55,7 +55,9 @@ struct OpInfo {
   std::atomic<uint32_t> learn_calls{0};
   std::atomic<uint64_t> learn_nested{0};
   std::atomic<int8_t> suppress;  // -1 learning (auto), 0 no (never, nested, too few nested calls), 1 yes (always)
-  OpInfo(c10::FunctionSchema s, int8_t suppress_at_start) : schema(std::move(s)), suppress(suppress_at_start) {
+  const bool collective;         // a c10d op: timed whatever the selection (collective_times)
+  OpInfo(c10::FunctionSchema s, int8_t suppress_at_start, bool is_collective)
+      : schema(std::move(s)), suppress(suppress_at_start), collective(is_collective) {
     name = schema.name();
     with_overload = name + "." + schema.overload_name();
     if (schema.overload_name().empty()) with_overload = name;
@@ -98,6 +100,15 @@ inline bool same_words(const uint64_t* a, const uint64_t* b, size_t n) {
 
 inline void bump(Counter& c, uint64_t n = 1) { c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
 
+// A thread's top-level c10d calls per stage and their time, each from its
+// start to the start of the thread's next top-level call: the caller's
+// Work.wait() runs outside any op, so the op alone is only the enqueue.
+// Allocated at the thread's first collective.
+struct CollectiveTimes {
+  Counter calls[kMaxStages] = {};
+  Counter ns[kMaxStages] = {};
+};
+
 struct ThreadState {
   uint64_t epoch = 0;
   uint32_t depth = 0;
@@ -125,6 +136,10 @@ struct ThreadState {
   uint32_t timed_changes = ~0u;  // the stage stack's `changes` the stage clock is done with (began, or gave up)
   uint32_t timed_seen = ~0u;     // ... and the one timed_tries counts for
   uint32_t timed_tries = 0;      // ops without a CUDA tensor since that change
+  std::atomic<CollectiveTimes*> collectives{nullptr};
+  int64_t collective_t0 = 0;     // the open collective's start (0: none open)
+  StageId collective_stage = 0;  // ... and its stage
+  ~ThreadState() { delete collectives.load(std::memory_order_relaxed); }
 };
 
 struct Global {
@@ -160,10 +175,18 @@ struct Global {
   uint64_t retired_seen = 0;
   struct SideTotals {  // counters beside the per-signature counts, summed over threads
     uint64_t nested_seen = 0, nested_suppressed = 0, traced[kCompileTracingKinds] = {};
+    std::map<StageId, std::pair<uint64_t, uint64_t>> collectives;  // stage -> calls, ns
     void add(const ThreadState& ts) {
       nested_seen += ts.nested_seen.load(std::memory_order_relaxed);
       nested_suppressed += ts.nested_suppressed.load(std::memory_order_relaxed);
       for (int k = 0; k < kCompileTracingKinds; ++k) traced[k] += ts.traced[k].load(std::memory_order_relaxed);
+      if (const CollectiveTimes* c = ts.collectives.load(std::memory_order_acquire))
+        for (size_t stage = 0; stage < kMaxStages; ++stage)
+          if (const uint64_t n = c->calls[stage].load(std::memory_order_relaxed)) {
+            auto& [calls, ns] = collectives[static_cast<StageId>(stage)];
+            calls += n;
+            ns += c->ns[stage].load(std::memory_order_relaxed);
+          }
     }
   } retired_side;  // of the threads that have exited
 };
@@ -266,7 +289,7 @@ OpInfo* find_op_slow(ThreadState* ts, const at::RecordFunction& fn, ThreadState:
         const int8_t suppress = o.nested || collective || o.suppress_nested == NestedSuppression::Never ? 0
                                 : o.suppress_nested == NestedSuppression::Always ? 1
                                                                                  : -1;
-        op = new OpInfo(std::move(*schema), suppress);
+        op = new OpInfo(std::move(*schema), suppress, collective);
         G.ops.emplace(name, op);
       }
     }
@@ -437,6 +460,21 @@ void learn_nested_calls(Global& G, OpInfo* op, uint32_t nested) {
   }
 }
 
+// At a thread's top-level call: the open collective ends here; a collective starts.
+void time_collective(ThreadState& ts, const OpInfo& op) {
+  const int64_t now = now_ns();
+  if (ts.collective_t0) {
+    bump(ts.collectives.load(std::memory_order_relaxed)->ns[ts.collective_stage], static_cast<uint64_t>(now - ts.collective_t0));
+    ts.collective_t0 = 0;
+  }
+  if (!op.collective) return;
+  CollectiveTimes* c = ts.collectives.load(std::memory_order_relaxed);
+  if (!c) ts.collectives.store(c = new CollectiveTimes, std::memory_order_release);
+  ts.collective_stage = top_stage(*ts.stages);
+  bump(c->calls[ts.collective_stage]);
+  ts.collective_t0 = now;
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   Global& G = *g_installed;
   if (!G.active.load(std::memory_order_relaxed)) return nullptr;
@@ -449,6 +487,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       ts->epoch = epoch;
       ts->depth = 0;
       ts->key.truncate(0);
+      ts->collective_t0 = 0;  // nor is a collective left open then timed across the pause
     }
     if (ts->depth > 0 && !G.options.nested) {  // inside a top-level call: only pair start and end
       ++ts->frames[0].nested;  // into the thread's nested_seen at the top-level call's end
@@ -469,6 +508,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       G.drop_depth.fetch_add(1, std::memory_order_relaxed);
       return nullptr;
     }
+    if (depth == 0 && (C10_UNLIKELY(ts->collective_t0 != 0) || C10_UNLIKELY(op->collective))) time_collective(*ts, *op);
     Frame& f = ts->frames[depth];
     f.fn = &fn;
     f.op = op;
@@ -758,6 +798,8 @@ format::CountsSnapshot recorder_counts() {
   const Global::SideTotals side = side_totals(G);
   for (int k = 1; k < kCompileTracingKinds; ++k)
     if (side.traced[k]) snap.compile_time[compile_tracing_name(static_cast<CompileTracing>(k))] = side.traced[k];
+  for (const auto& [stage, times] : side.collectives)
+    snap.collectives[stage_name(stage)] = {{"calls", times.first}, {"us", times.second / 1000}};
   if (!G.options.nested) {
     snap.nested["seen"] = side.nested_seen;
     snap.nested["suppressed_below"] = side.nested_suppressed;

@@ -41,6 +41,9 @@ struct CountsSnapshot {
   // NESTED), by how they were recognised: "fake_tensor_mode", "fake_tensor_inputs", "fake_tensor_outputs".
   // Outside the rows; written when any.
   std::map<std::string, uint64_t> compile_time;
+  // Top-level c10d calls per stage name, whatever the op selection: "calls" and "us", each call timed from its
+  // start to the start of its thread's next top-level call (the wait for the collective included). Written when any.
+  std::map<std::string, std::map<std::string, uint64_t>> collectives;
 };
 
 }  // namespace lingprobe::format

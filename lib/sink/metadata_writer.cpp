@@ -290,6 +290,10 @@ void MetadataWriter::cycle(bool final) {
     text += '"' + std::to_string(id) + "\":" + std::to_string(n);
   }
   text += '}';
+  if (!snap.collectives.empty()) {
+    text += ",\"collectives\":";
+    append_nested_counts(snap.collectives, text);
+  }
   if (!snap.compile_time.empty()) {
     text += ",\"compile_time\":";
     append_counts(snap.compile_time, text);

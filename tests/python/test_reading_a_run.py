@@ -409,24 +409,33 @@ def test_rank_view_of_the_four_rank_reference_run(nested_run, cli):
     assert view["missing"] == [3] and "**missing: 3**" in (partial / "reports" / "summary.md").read_text()
 
 
-def test_rank_view_finds_the_straggler_when_calls_are_equal(cli, tmp_path):
+@pytest.mark.parametrize("ops,extra", [("", []), ("aten::mm", []), ("aten::mm", ["--set", "CALL_RECORDS=0"])],
+                         ids=["every-op", "mm-only", "mm-only-no-call-records"])
+def test_rank_view_finds_the_straggler_when_calls_are_equal(cli, tmp_path, ops, extra):
+    """Collectives are timed whatever the op selection, with or without call records (the counts record)."""
     out = tmp_path / "out"
     env = dict(os.environ, OMP_NUM_THREADS="1", LINGPROBE_RUN_ID="straggler")
-    p = subprocess.run([cli, "run", "-o", str(out), "--", sys.executable, "-m", "torch.distributed.run",
-                        "--nproc_per_node=2", "--master_port=29631", "--redirects=2", "--tee=2", str(STRAGGLER_JOB)],
-                       env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([cli, "run", "-o", str(out), "--ops", ops, *extra, "--", sys.executable, "-m",
+                        "torch.distributed.run", "--nproc_per_node=2", "--master_port=29631", "--redirects=2",
+                        "--tee=2", str(STRAGGLER_JOB)], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     run = out / "straggler"
     p = subprocess.run([cli, "audit", "-q", str(run)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     report = json.loads((run / "reports" / "coverage_audit.json").read_text())
+    assert report["ranks"]["collectives"].startswith("timed by the recorder for every top-level c10d call")
+    for f in metadata.files(run):
+        last = [r for r in metadata.read(f) if r["kind"] == "counts"][-1]
+        assert last["collectives"]["unstaged"]["calls"] >= 6, last  # 6 all_reduce (+ the barrier)
     (stage,) = [s for s in report["ranks"]["stages"] if s["stage"] == "unstaged"]
     mm = [r for r in report["rows"] if r["signature"]["op"] == "aten.mm.default"]
     assert mm and all(r["calls_by_rank"] == {"0": 6, "1": 6} for r in mm)  # equal by construction
     timing = {t["rank"]: t for t in stage["timing"]}
     assert timing[0]["in_collectives_seconds"] > timing[1]["in_collectives_seconds"] + 0.3  # 6 x 80 ms
     assert stage["straggler"]["rank"] == 1 and stage["straggler"]["by"] == "least time waiting in collectives"
-    relu = [d for d in stage["differing"] if d["signature"].startswith("aten.relu.default")]
-    assert len(relu) == 1 and relu[0]["missing_on_ranks"] == [0] and relu[0]["calls_by_rank"] == {"0": 0, "1": 1}
+    assert (timing[0]["span_seconds"] is None) == ("CALL_RECORDS=0" in extra)
+    if not ops:
+        relu = [d for d in stage["differing"] if d["signature"].startswith("aten.relu.default")]
+        assert len(relu) == 1 and relu[0]["missing_on_ranks"] == [0] and relu[0]["calls_by_rank"] == {"0": 0, "1": 1}
     summary = (run / "reports" / "summary.md").read_text()
     assert "rank 1 waits least in collectives" in summary

@@ -188,7 +188,7 @@ TEST_CASE("a counts record names only signature ids whose records precede it in 
   ::rmdir(dir);
 }
 
-TEST_CASE("compile-time calls go into the counts record in key order, only when there are any", "[sink]") {
+TEST_CASE("compile-time calls and collective times go into the counts record in key order, only when there are any", "[sink]") {
   char dir[] = "/tmp/lingprobe-writer-XXXXXX";
   REQUIRE(mkdtemp(dir));
   for (const bool traced : {false, true}) {
@@ -198,6 +198,7 @@ TEST_CASE("compile-time calls go into the counts record in key order, only when 
         format::CountsSnapshot s;
         s.calls.emplace_back(0, 2);
         if (traced) s.compile_time = {{"fake_tensor_mode", 7}, {"fake_tensor_inputs", 1}};
+        if (traced) s.collectives = {{"dit", {{"us", 1500}, {"calls", 3}}}};
         return s;
       });
       w.add_signature(0, "ab", "{\"op\":\"aten.add.Tensor\"}");
@@ -209,14 +210,15 @@ TEST_CASE("compile-time calls go into the counts record in key order, only when 
       if (line.find("\"kind\":\"counts\"") != std::string::npos) counts = line;
     INFO(counts);
     if (traced) {
-      CHECK(counts.rfind("{\"calls\":{\"0\":2},\"compile_time\":{\"fake_tensor_inputs\":1,\"fake_tensor_mode\":7},"
-                         "\"dropped\":{}",
+      CHECK(counts.rfind("{\"calls\":{\"0\":2},\"collectives\":{\"dit\":{\"calls\":3,\"us\":1500}},"
+                         "\"compile_time\":{\"fake_tensor_inputs\":1,\"fake_tensor_mode\":7},\"dropped\":{}",
                          0) == 0);
       auto r = format::parse_json(counts);
       REQUIRE(r.ok);
       CHECK(r.value.find("compile_time")->find("fake_tensor_mode")->as_int() == 7);
     } else {
       CHECK(counts.find("compile_time") == std::string::npos);
+      CHECK(counts.find("collectives") == std::string::npos);
     }
     std::remove(path.c_str());
   }

@@ -207,9 +207,8 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
                                        {"its_wait_seconds", JsonValue::floating(least_wait)},
                                        {"longest_wait_seconds", JsonValue::floating(most_wait)}});
         char line[240];
-        std::snprintf(line, sizeof line, "- stage `%s`: rank %lld waits least in collectives (%.3f s; another rank "
-                      "up to %.3f s): the others wait for it.\n", stage.c_str(), static_cast<long long>(least_wait_rank),
-                      least_wait, most_wait);
+        std::snprintf(line, sizeof line, "rank %lld waits least in collectives (%.3f s; another rank up to %.3f s): "
+                      "the others wait for it.\n", static_cast<long long>(least_wait_rank), least_wait, most_wait);
         straggler_md = line;
       } else if (!any_collective && typical_busy > 0 && most_busy > 1.1 * typical_busy && most_busy - typical_busy > 1e-3) {
         straggler = JsonValue::object({{"rank", JsonValue::integer(most_busy_rank)},
@@ -217,8 +216,8 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
                                        {"its_seconds", JsonValue::floating(most_busy)},
                                        {"median_seconds", JsonValue::floating(typical_busy)}});
         char line[240];
-        std::snprintf(line, sizeof line, "- stage `%s`: rank %lld spends %.3f s in its recorded calls against a "
-                      "median %.3f s.\n", stage.c_str(), static_cast<long long>(most_busy_rank), most_busy, typical_busy);
+        std::snprintf(line, sizeof line, "rank %lld spends %.3f s in its recorded calls against a median %.3f s.\n",
+                      static_cast<long long>(most_busy_rank), most_busy, typical_busy);
         straggler_md = line;
       }
     }
@@ -239,7 +238,7 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
     for (std::string line; std::getline(rows, line);) md << "  " << line << "\n";
     if (n_differing > 10) md << "\n  " << n_differing - 10 << " more under `ranks` in coverage_audit.json.\n";
     if (!n_differing) md << "\n";
-    if (!straggler_md.empty()) md << "  straggler" << straggler_md.substr(1);
+    if (!straggler_md.empty()) md << (n_differing ? "\n" : "") << "  Straggler: " << straggler_md;
   }
   if (any_records || any_collective)
     md << "\nWall time per rank and stage, from the call records: the stage's span (first call's start to last "

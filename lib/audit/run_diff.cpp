@@ -512,8 +512,12 @@ DiffOutcome diff_runs(const DiffOptions& options) {
         }
         return s.empty() ? std::string("—") : s;
       };
-      char per[64];
-      std::snprintf(per, sizeof per, "; per rank %.4Lg → %.4Lg", per_rank(e.a), per_rank(e.b));
+      auto count = [](long double x) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, x == std::floor(x) ? "%.0Lf" : "%.1Lf", x);
+        return std::string(buf);
+      };
+      const std::string per = "; per rank " + count(per_rank(e.a)) + " → " + count(per_rank(e.b));
       detail << "| " << e.kind << (e.pairing.empty() ? "" : " (by size order)") << " | " << human(e.flops_b - e.flops_a)
              << " | " << calls_change_text(e.calls_a, e.calls_b) << (e.a.empty() || e.b.empty() ? "" : per) << " | "
              << cell(e.a) << " | " << cell(e.b) << " |\n";

@@ -574,6 +574,7 @@ void SamplingSession::add_counts(format::CountsSnapshot& counts) {
   counts.sampling["keys_sampled"] = s.sampled;
   counts.sampling["samples"] = s.samples;
   counts.sampling["snapshots_written"] = parts_->writer.written();
+  counts.sampling["profiles_written"] = parts_->writer.profiles_written();
   counts.sampling["snapshot_bytes"] = parts_->writer.bytes_written();
   if (parts_->cuda.windows() || parts_->cuda.stall_us()) {
     counts.sampling["profile_windows"] = parts_->cuda.windows();

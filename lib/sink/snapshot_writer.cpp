@@ -299,7 +299,7 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
     if (!already_mine && claims_) claims_->unclaim_signature(sha);
   };
   uint64_t bytes = 0;
-  bool kept = false;
+  bool kept = false, snapshot_kept = false, profile_kept = false;
   if (job.snapshot) {
     job.document.set("signature", format::PickleValue::string(text));
     job.document.set("signature_sha256", format::PickleValue::string(sha));
@@ -319,7 +319,7 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
                     static_cast<unsigned long long>(job.seq), file_sha.c_str());
       metadata_->add_record(line);
       metadata_->wake();  // named on disk soon after the rename: a kill leaves little unrecorded
-      kept = true;
+      kept = snapshot_kept = true;
     }
   }
   if (job.profiled) {
@@ -338,7 +338,7 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
                     job.profile.window_seconds);
       metadata_->add_record(line);
       metadata_->wake();  // named on disk soon after the rename: a kill leaves little unrecorded
-      kept = true;
+      kept = profile_kept = true;
     }
   }
   if (!kept) {
@@ -349,15 +349,21 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     mine_.insert(sha);
-    ++written_;
-    bytes_ += bytes;
+    written_ += snapshot_kept;  // a profile-only job (snapshots off) is no snapshot
+    profiles_written_ += profile_kept;
+    bytes_ += snapshot_kept ? bytes : 0;
   }
-  job.done(Result::Kept, job.snapshot ? snapshot_rel : "profiles/" + stem, sha);
+  job.done(Result::Kept, snapshot_kept ? snapshot_rel : "profiles/" + stem, sha);
 }
 
 uint64_t SnapshotWriter::written() const {
   std::lock_guard<std::mutex> lock(mu_);
   return written_;
+}
+
+uint64_t SnapshotWriter::profiles_written() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return profiles_written_;
 }
 
 uint64_t SnapshotWriter::bytes_written() const {

@@ -39,8 +39,9 @@ class SnapshotWriter {
   void finalize();
   void set_who(const std::string& who);
 
-  uint64_t written() const;
-  uint64_t bytes_written() const;
+  uint64_t written() const;           // snapshot files
+  uint64_t profiles_written() const;  // profile directories
+  uint64_t bytes_written() const;     // of the snapshot files' tensors
 
  private:
   void run();
@@ -59,7 +60,7 @@ class SnapshotWriter {
   std::thread thread_;
   std::unordered_map<uint32_t, std::pair<std::string, std::string>> signatures_;  // id -> (sha, text)
   std::set<std::string> mine_;  // signatures this process holds the claim of
-  uint64_t written_ = 0, bytes_ = 0;
+  uint64_t written_ = 0, profiles_written_ = 0, bytes_ = 0;
   int64_t disk_full_until_ = 0;  // CLOCK_MONOTONIC seconds; the writer thread's alone
 };
 

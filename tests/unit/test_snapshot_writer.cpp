@@ -1,0 +1,55 @@
+// The evidence writer's counts: a profile-only job (snapshots off, counters
+// on) writes a profile directory and no snapshot, and is counted as such.
+// Before the fix it counted as a snapshot: the 4-rank --select all report's
+// summary said "431 snapshot(s), 0B" with snapshots off.
+#include <catch2/catch.hpp>
+
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <string>
+
+#include "format/snapshot_file.h"
+#include "sink/metadata_writer.h"
+#include "sink/snapshot_writer.h"
+
+using namespace lingprobe;
+
+namespace {
+bool exists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+}  // namespace
+
+TEST_CASE("a profile-only job counts as a profile, not as a snapshot", "[sink][snapshot]") {
+  char dir[] = "/tmp/lingprobe-evidence-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  const std::string run = dir;
+  REQUIRE(std::system(("mkdir -p " + run + "/metadata " + run + "/snapshots " + run + "/profiles").c_str()) == 0);
+  sink::MetadataWriter metadata({run + "/metadata/m.jsonl", "{\"kind\":\"header\"}", 10000, {}, run},
+                                [] { return format::CountsSnapshot{}; });
+  sink::SnapshotWriter writer(run, "rank0", &metadata, nullptr);
+  const std::string sha(64, 'a');
+  writer.add_signature(0, sha, "{\"op\":\"aten.mm.default\"}");
+  std::string kept;
+  format::SnapshotJob job;
+  job.signature_id = 0;
+  job.stage = "dit";
+  job.snapshot = false;
+  job.profiled = true;
+  job.profile.status = "passed";
+  job.done = [&kept](format::SnapshotJob::Result r, const std::string& path, const std::string&) {
+    if (r == format::SnapshotJob::Result::Kept) kept = path;
+  };
+  writer.submit(std::move(job));
+  writer.finalize();
+  metadata.finalize();
+  CHECK(kept == "profiles/dit_rank0_" + sha.substr(0, 16));
+  CHECK(exists(run + "/" + kept + "/manifest.json"));
+  CHECK(writer.written() == 0);
+  CHECK(writer.profiles_written() == 1);
+  CHECK(writer.bytes_written() == 0);
+  REQUIRE(std::system(("rm -rf " + run).c_str()) == 0);
+}

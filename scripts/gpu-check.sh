@@ -4,7 +4,7 @@
 # runs the test suite (GPU and CPU tiers) and the GPU workloads, and writes
 # results under $OUT.
 #   scripts/gpu-check.sh build|test|pytest FILE.py...|reference N|bench N|cpubench N|validate RUN N|replayprofile RUN
-#                        |decodebench N|suppresscheck N ...
+#                        |decodebench N|suppresscheck N|diff RUN_A RUN_B ...
 #   (steps in order; default: build test)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -58,31 +58,37 @@ step_pytest() {
 }
 
 # Full-shape stand-in on CUDA, REFERENCE_WORLD ranks (default 4) sharing the one GPU over gloo; $1 chunks.
-# REFERENCE_MODES picks among: none (no lingprobe), seed (seed selection), all.
+# REFERENCE_MODES picks among: none (no lingprobe), seed (seed selection), all. REFERENCE_SIZE: the video's H*W
+# (default 704*1280); REFERENCE_TAG names the run gpu-runs/MODE-TAG (two sizes side by side, for `diff`).
+# Each run is also traced (lingprobe trace: $OUT/trace-MODE[-TAG].json.gz).
 step_reference() {
-  local chunks=${1:-20} modes=${REFERENCE_MODES:-none seed all} world=${REFERENCE_WORLD:-4} mode
+  local chunks=${1:-20} modes=${REFERENCE_MODES:-none seed all} world=${REFERENCE_WORLD:-4} mode size=()
+  [ -n "${REFERENCE_SIZE:-}" ] && size=(--size "$REFERENCE_SIZE")
   for mode in $modes; do
-    local out=$root/gpu-runs/$mode t0=$SECONDS
+    local name=$mode${REFERENCE_TAG:+-$REFERENCE_TAG}
+    local out=$root/gpu-runs/$name t0=$SECONDS
     local flags=(--select seed)
     [ "$mode" = all ] && flags=(--select all)
     [ "$mode" = all-nosnap ] && flags=(--select all --no-snapshots)
     [ "$mode" = none ] && flags+=(--no-lingprobe)
     [ "$mode" = seed-nosnap ] && flags+=(--no-snapshots)
     [ "$mode" = seed-profile ] && flags+=(--profile)
+    [ "$mode" = seed-profile-nosnap ] && flags+=(--profile --no-snapshots)
     [ "$mode" = all-profile ] && flags=(--select all --profile)
     [ "$mode" = all-profile-nosnap ] && flags=(--select all --profile --no-snapshots)  # every signature profiled
     LINGPROBE_CLI=$build/lingprobe LINGPROBE_PYTHON=$py MASTER_PORT=$((29600 + RANDOM % 100)) \
       "$root/scripts/reference-run.sh" --device cuda --scale full --chunks "$chunks" --world-size "$world" --out "$out" \
-      "${flags[@]}" >"$OUT/reference-$mode.log" 2>&1
-    echo "reference $mode (world $world): rc=$? $((SECONDS - t0)) s $(grep -h 'reference-run:' "$OUT/reference-$mode.log" | tail -1)"
-    [ -f "$out/reports/capability_report.json" ] && cp "$out/reports/capability_report.json" "$OUT/capability-$mode.json"
-    cat "$out"/timing.rank*.json > "$OUT/timing-$mode.jsonl" 2>/dev/null
-    [ -d "$out/reports" ] && cp "$out/reports/coverage_audit.json" "$OUT/audit-$mode.json" && cp "$out/reports/summary.md" "$OUT/summary-$mode.md"
+      "${size[@]}" "${flags[@]}" >"$OUT/reference-$name.log" 2>&1
+    echo "reference $name (world $world): rc=$? $((SECONDS - t0)) s $(grep -h 'reference-run:' "$OUT/reference-$name.log" | tail -1)"
+    [ -f "$out/reports/capability_report.json" ] && cp "$out/reports/capability_report.json" "$OUT/capability-$name.json"
+    cat "$out"/timing.rank*.json > "$OUT/timing-$name.jsonl" 2>/dev/null
+    [ -d "$out/reports" ] && cp "$out/reports/coverage_audit.json" "$OUT/audit-$name.json" && cp "$out/reports/summary.md" "$OUT/summary-$name.md"
+    [ -d "$out/metadata" ] && "$build/lingprobe" trace "$out" -o "$OUT/trace-$name.json" 2>&1 | head -1 && gzip -f "$OUT/trace-$name.json"
     if [ -d "$out/replays" ]; then
       du -sb "$out/snapshots" | tee -a "$OUT/reference-$mode.log"
     fi
     # the run without its snapshots (GBs): metadata, profiles, replays, reports, for `lingprobe report` here and there
-    tar czf "$OUT/run-$mode.tgz" --exclude=snapshots --exclude=claims --exclude="*.pt" -C "$root/gpu-runs" "$mode" 2>/dev/null
+    tar czf "$OUT/run-$name.tgz" --exclude=snapshots --exclude=claims --exclude="*.pt" -C "$root/gpu-runs" "$name" 2>/dev/null
   done
 }
 
@@ -166,6 +172,13 @@ step_suppresscheck() {
   return "${PIPESTATUS[0]}"
 }
 
+# Two runs under gpu-runs/ compared (lingprobe diff): $OUT/diff-A-B.md and .json.
+step_diff() {
+  "$build/lingprobe" diff "$root/gpu-runs/$1" "$root/gpu-runs/$2" -o "$OUT/diff-$1-$2.md" &&
+    "$build/lingprobe" diff --json "$root/gpu-runs/$1" "$root/gpu-runs/$2" -o "$OUT/diff-$1-$2.json" &&
+    head -14 "$OUT/diff-$1-$2.md"
+}
+
 # The CPU overhead benchmark on this machine's torch (wall clock only: no valgrind here).
 step_cpubench() {
   $py "$root/bench/cpu_bench.py" --no-callgrind --reps "${1:-3}" --build "$build" --json "$OUT/cpu-bench.json" \
@@ -192,6 +205,7 @@ while [ ${#steps[@]} -gt 0 ]; do
             step_pytest "${files[@]}" || rc=1 ;;
     validate) m=${steps[0]}; n=${steps[1]}; steps=("${steps[@]:2}"); step_validate "$m" "$n" || rc=1 ;;
     replayprofile) m=${steps[0]}; steps=("${steps[@]:1}"); step_replayprofile "$m" || rc=1 ;;
+    diff) a=${steps[0]}; b=${steps[1]}; steps=("${steps[@]:2}"); step_diff "$a" "$b" || rc=1 ;;
     decodebench) number_arg 3; step_decodebench "$arg" || rc=1 ;;
     suppresscheck) number_arg 1; step_suppresscheck "$arg" || rc=1 ;;
     reference) number_arg 20; step_reference "$arg" || rc=1 ;;

@@ -108,7 +108,7 @@ const Command kCommands[] = {
      lingprobe::tools::report_command},
     {"trace", "a run's calls as a Perfetto/Chrome trace: lingprobe trace RUN_DIR [-o FILE] [--ranks LIST] [--from T] [--to T] [--max-events N]",
      lingprobe::tools::trace_command},
-    {"diff", "compare two runs' signatures and calls: lingprobe diff RUN_A RUN_B [--json FILE] [--stage S]",
+    {"diff", "compare two runs' signatures and calls: lingprobe diff RUN_A RUN_B [--json] [-o FILE] [--stage S]",
      lingprobe::tools::diff_command},
 #endif
     {"replay", "rerun snapshots in isolation and check them: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--profile]",

@@ -1,6 +1,7 @@
 #include "trace_command.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -28,7 +29,7 @@ double parse_time(const std::string& text) {
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || errno || v < 0) return -1;
+  if (end == text.c_str() || errno || !std::isfinite(v) || v < 0) return -1;
   const std::string unit(end);
   if (unit.empty() || unit == "s") return v;
   if (unit == "ms") return v / 1e3;

@@ -158,14 +158,6 @@ std::string pct(const JsonValue& fraction) {
   return buf;
 }
 
-std::string human(long double x) {
-  const char* units[] = {"", "K", "M", "G", "T", "P", "E"};
-  int u = 0;
-  while (std::fabs(x) >= 1000 && u < 6) x /= 1000, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u ? "%.2f%s" : "%.0f%s", static_cast<double>(x), units[u]);
-  return buf;
-}
 
 std::string short_signature(const Signature& s) { return audit::short_signature(s.value); }
 
@@ -200,7 +192,7 @@ std::string make_summary(const std::map<std::string, std::vector<const Signature
     md << "Top by calls:\n\n| calls | FLOPs/call | snapshot | counters | signature |\n|---|---|---|---|---|\n";
     for (size_t k = 0; k < by_calls.size() && k < 5; ++k) {
       auto* s = by_calls[k];
-      md << "| " << s->calls << " | " << (s->flops ? human(*s->flops) : "unknown") << " | "
+      md << "| " << s->calls << " | " << (s->flops ? human_count(*s->flops) : "unknown") << " | "
          << (s->snapshots.empty() ? "no" : "yes") << " | " << (s->profiles.empty() ? "no" : "yes") << " | `"
          << short_signature(*s) << "` " << s->sha.substr(0, 12) << " |\n";
     }
@@ -208,7 +200,7 @@ std::string make_summary(const std::map<std::string, std::vector<const Signature
       md << "\nTop by FLOPs (calls x FLOPs/call):\n\n| total FLOPs | calls | signature |\n|---|---|---|\n";
       for (size_t k = 0; k < by_flops.size() && k < 5; ++k) {
         auto* s = by_flops[k];
-        md << "| " << human(static_cast<long double>(*s->flops) * s->calls) << " | " << s->calls << " | `"
+        md << "| " << human_count(static_cast<long double>(*s->flops) * s->calls) << " | " << s->calls << " | `"
            << short_signature(*s) << "` " << s->sha.substr(0, 12) << " |\n";
       }
     }
@@ -678,7 +670,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
     if (auto it = dropped.find("snapshots"); it != dropped.end())
       for (const auto& [k, n] : it->second) drops += (drops.empty() ? "" : ", ") + k + " " + std::to_string(n);
     outcome.summary += "\n## Snapshots\n\n" + std::to_string(sampling["snapshots_written"]) + " snapshot(s), " +
-                       human(static_cast<long double>(sampling["snapshot_bytes"])) + "B, of " +
+                       human_count(static_cast<long double>(sampling["snapshot_bytes"])) + "B, of " +
                        std::to_string(sampling["keys"]) + " input key(s) seen by the ranks (each counted per rank). " +
                        std::to_string(missing.size()) + " of " + std::to_string(all.size()) +
                        " signatures have no snapshot" + (why.empty() ? "" : "; keys not sampled: " + why) +

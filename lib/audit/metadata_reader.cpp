@@ -5,6 +5,8 @@
 #include <openssl/evp.h>
 #include <simdjson.h>
 
+#include "audit/signature_text.h"
+
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
@@ -23,7 +25,7 @@ class SummaryVisitor final : public RecordVisitor {
  public:
   explicit SummaryVisitor(FileSummary& out) : out_(out) {}
   std::string call(const CallLine& c) override {
-    if (c.depth == 0 && c.t1_ns >= c.t0_ns) through_wait(c);
+    if (c.depth == 0 && c.t1_ns >= c.t0_ns && c.t1_ns > 0) through_wait(c);
     if (c.id >= (1u << 20)) {  // not a dense id: straight into the map
       add(out_.call_records[c.id], out_.call_times[c.id], c);
       return "";
@@ -55,7 +57,7 @@ class SummaryVisitor final : public RecordVisitor {
   void through_wait(const CallLine& c) {
     auto open = open_collective_.find(c.tid);
     if (open != open_collective_.end()) {
-      out_.call_times[open->second.id].through_wait_ns += c.t0_ns - open->second.t0_ns;
+      if (c.t0_ns >= open->second.t0_ns) out_.call_times[open->second.id].through_wait_ns += c.t0_ns - open->second.t0_ns;
       open_collective_.erase(open);
     }
     if (collectives_.count(c.id)) open_collective_[c.tid] = c;
@@ -64,7 +66,7 @@ class SummaryVisitor final : public RecordVisitor {
  private:
   static void add(uint64_t& count, CallTimes& t, const CallLine& c) {
     ++count;
-    if (c.depth != 0 || c.t1_ns < c.t0_ns) return;
+    if (c.depth != 0 || c.t1_ns < c.t0_ns || (c.t0_ns == 0 && c.t1_ns == 0)) return;  // no times: not timed
     t.first_t0_ns = t.top_level_calls ? std::min(t.first_t0_ns, c.t0_ns) : c.t0_ns;
     t.last_t1_ns = t.top_level_calls ? std::max(t.last_t1_ns, c.t1_ns) : c.t1_ns;
     ++t.top_level_calls;
@@ -167,11 +169,9 @@ std::string SummaryVisitor::record(std::string_view kind, simdjson::dom::object 
       return "signature record needs id, sha256 and signature_json";
     f.signature_sha[static_cast<uint32_t>(id)] = sha;
     // Canonical text: the top-level op follows the kwargs object (a nested "op" key cannot occur).
-    if (text.find("},\"op\":\"c10d.") != std::string_view::npos ||
-        text.find("},\"op\":\"_c10d_functional.") != std::string_view::npos) {
+    constexpr std::string_view kOp = "},\"op\":\"";
+    if (const size_t at = text.find(kOp); at != std::string_view::npos && is_collective_op(text.substr(at + kOp.size())))
       collectives_.insert(static_cast<uint32_t>(id));
-      f.collective_ids.insert(static_cast<uint32_t>(id));
-    }
     if (!f.signature_json.count(sha)) f.signature_json.emplace(sha, std::string(text));
   } else if (kind == "header") {
     f.has_header = true;
@@ -238,6 +238,14 @@ bool fast_call_line(const char* p, size_t n, CallLine& c) {
   return true;
 }
 
+// Times outside [0, 2^62) are no clock's: the record is kept without times
+// (0, 0), so sums of durations cannot overflow.
+CallLine with_sane_times(CallLine c) {
+  constexpr int64_t kLimit = int64_t{1} << 62;
+  if (c.t0_ns < 0 || c.t1_ns < 0 || c.t0_ns >= kLimit || c.t1_ns >= kLimit) c.t0_ns = c.t1_ns = 0;
+  return c;
+}
+
 // A parsed record to the visitor: a call record as a CallLine (its id
 // required, other fields 0 where absent), anything else as it is.
 // A record that lacks a field the visitor needs or holds one of the wrong
@@ -252,14 +260,15 @@ std::string dispatch(RecordVisitor& v, simdjson::dom::element doc) {
     if (kind != "call") return v.record(kind, obj);
     const int64_t id = num(obj["id"]);
     if (id < 0 || id > UINT32_MAX) return "call record without an integer id";
-    auto field = [&obj](const char* name) {
-      const int64_t x = num(obj[name]);
-      return x < 0 ? 0 : x;
+    auto field = [&obj](const char* name, int64_t max) {
+      const int64_t x = optional_num(obj[name]);
+      return x < 0 || x > max ? 0 : x;
     };
     int64_t t0 = 0, t1 = 0;
     if (obj["t0_ns"].get_int64().get(t0) || obj["t1_ns"].get_int64().get(t1)) t0 = t1 = 0;
-    return v.call(CallLine{static_cast<uint64_t>(field("seq")), static_cast<uint32_t>(id),
-                           static_cast<uint32_t>(field("tid")), static_cast<uint32_t>(field("depth")), t0, t1});
+    return v.call(with_sane_times(CallLine{static_cast<uint64_t>(field("seq", INT64_MAX)), static_cast<uint32_t>(id),
+                                           static_cast<uint32_t>(field("tid", UINT32_MAX)),
+                                           static_cast<uint32_t>(field("depth", UINT32_MAX)), t0, t1}));
   } catch (const simdjson::simdjson_error& e) {
     return std::string("a record without a field it needs, or with one of the wrong type (") + e.what() + ")";
   }
@@ -275,7 +284,7 @@ std::string parse_lines(RecordVisitor& v, simdjson::dom::parser& parser, const c
     ++line_no;
     std::string what;
     if (len > 0 && fast_call_line(p + start, len, call)) {
-      what = v.call(call);
+      what = v.call(with_sane_times(call));
     } else if (len > 0) {
       simdjson::dom::element doc;
       auto err = parser.parse(p + start, len, false).get(doc);

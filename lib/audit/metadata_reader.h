@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <set>
 #include <string_view>
 #include <string>
 #include <unordered_map>
@@ -56,7 +55,6 @@ struct FileSummary {
   std::map<uint32_t, uint64_t> counts;        // from the last counts record
   std::map<uint32_t, uint64_t> call_records;  // call records per id
   std::map<uint32_t, CallTimes> call_times;   // ids with call records
-  std::set<uint32_t> collective_ids;          // ids whose op is a c10d collective
   std::map<std::string, std::map<std::string, uint64_t>> dropped;
   std::map<std::string, uint64_t> sampling, unsampled;  // the last counts record's "sampling"
   std::map<std::string, std::map<std::string, uint64_t>> stage_gpu;  // the last counts record's GPU time per stage

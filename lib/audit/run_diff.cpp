@@ -1,6 +1,5 @@
 #include "audit/run_diff.h"
 
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +13,7 @@
 #include "audit/signature_text.h"
 #include "format/canonical_json.h"
 #include "format/json_parse.h"
+#include "sink/run_directory.h"
 
 namespace lingprobe::audit {
 namespace {
@@ -45,18 +45,21 @@ std::string field_text(const JsonValue* v) { return v ? format::canonical_json(*
 
 // The positions of an op's weight and bias among its positional arguments
 // (their shapes are part of the pairing key: a layer is the same layer at any
-// input size, a different one with other weights).
+// input size, a different one with other weights). Ops whose operands may be
+// activations or weights alike (mm, bmm, matmul, baddbmm) have none.
 std::set<size_t> weight_positions(const std::string& op) {
   auto starts = [&op](const char* p) { return op.rfind(p, 0) == 0; };
-  if (starts("aten.linear.") || starts("aten.conv") || starts("aten.convolution.") || starts("aten._convolution.") ||
-      starts("aten.cudnn_convolution") || starts("aten.mkldnn_convolution"))
-    return {1, 2};
-  if (starts("aten.addmm.") || starts("aten.addbmm.") || starts("aten.baddbmm.")) return {0, 2};
+  for (const char* conv : {"aten.linear.", "aten.conv1d.", "aten.conv2d.", "aten.conv3d.", "aten.conv_transpose1d.",
+                           "aten.conv_transpose2d.", "aten.conv_transpose3d.", "aten.convolution.", "aten._convolution.",
+                           "aten.cudnn_convolution.", "aten.mkldnn_convolution."})
+    if (starts(conv)) return {1, 2};  // (input, weight, bias, ...)
+  if (starts("aten.addmm.")) return {0, 2};  // (bias, input, weight)
   if (starts("aten.layer_norm.") || starts("aten.native_layer_norm.") || starts("aten.group_norm.") ||
-      starts("aten.native_group_norm.") || starts("aten.rms_norm.") || starts("aten._fused_rms_norm."))
-    return {2, 3};
-  if (starts("aten.batch_norm.") || starts("aten.native_batch_norm.") || starts("aten._native_batch_norm_legit"))
-    return {1, 2};
+      starts("aten.rms_norm.") || starts("aten._fused_rms_norm."))
+    return {2, 3};  // (input, normalized_shape or groups, weight, bias)
+  if (starts("aten.native_group_norm.") || starts("aten.batch_norm.") || starts("aten.native_batch_norm.") ||
+      starts("aten._native_batch_norm_legit"))
+    return {1, 2};  // (input, weight, bias, ...)
   if (starts("aten.embedding.")) return {0};
   return {};
 }
@@ -236,16 +239,6 @@ JsonValue row_json(const Row& r) {
                             {"profile", r.profile.empty() ? JsonValue::null() : JsonValue::string(r.profile)}});
 }
 
-std::string human(long double x) {
-  const char* units[] = {"", "K", "M", "G", "T", "P", "E"};
-  int u = 0;
-  const bool negative = x < 0;
-  x = std::fabs(x);
-  while (x >= 1000 && u < 6) x /= 1000, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u ? "%s%.2f%s" : "%s%.0f%s", negative ? "-" : "", static_cast<double>(x), units[u]);
-  return buf;
-}
 
 // Calls per rank that runs them (the ranks of every row together).
 long double per_rank(const std::vector<const Row*>& rows) {
@@ -269,9 +262,8 @@ std::string calls_change_text(uint64_t a, uint64_t b) {
 }
 
 bool load(const std::string& dir, Run& run, std::vector<std::string>& warnings, std::string& error) {
-  struct stat st;
-  if (::stat((dir + "/metadata").c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    error = "'" + dir + "' is not a run directory (it has no metadata/ folder): give OUT/{run_id}, or OUT/latest";
+  if (std::string why = sink::run_directory_error(dir); !why.empty()) {
+    error = why;
     return false;
   }
   AuditOptions o;
@@ -494,7 +486,7 @@ DiffOutcome diff_runs(const DiffOptions& options) {
                                         {"entries", std::move(list)}}));
     md << "| " << stage << " | " << unchanged[stage] << " | " << kinds["same_signature"] << " | "
        << kinds["shape_changed"] << " | " << groups << " | " << kinds["only_in_a"] << " | " << kinds["only_in_b"]
-       << " | " << human(fa) << " | " << human(fb) << " |\n";
+       << " | " << human_count(fa) << " | " << human_count(fb) << " |\n";
     if (group.empty()) continue;
     detail << "\n## Stage `" << stage << "`\n\n| change | FLOPs moved | calls A → B | A | B |\n|---|---|---|---|---|\n";
     for (size_t k = 0; k < group.size() && k < options.markdown_rows; ++k) {
@@ -506,9 +498,10 @@ DiffOutcome diff_runs(const DiffOptions& options) {
         for (const Row* r : rows) {
           s += (s.empty() ? "" : "<br>") + ("`" + r->text + "` " + r->sha.substr(0, 12));
           const JsonValue* args = r->signature->find("args");
-          if (same[format::canonical_json(without_strides(*r->signature))] > 1 && args && !args->items().empty() &&
-              is_tensor(args->items()[0]))
-            s += " stride " + format::canonical_json(*args->items()[0].find("stride"));
+          const JsonValue* stride = args && !args->items().empty() && is_tensor(args->items()[0])
+                                        ? args->items()[0].find("stride") : nullptr;
+          if (same[format::canonical_json(without_strides(*r->signature))] > 1 && stride)
+            s += " stride " + format::canonical_json(*stride);
         }
         return s.empty() ? std::string("—") : s;
       };
@@ -518,7 +511,7 @@ DiffOutcome diff_runs(const DiffOptions& options) {
         return std::string(buf);
       };
       const std::string per = "; per rank " + count(per_rank(e.a)) + " → " + count(per_rank(e.b));
-      detail << "| " << e.kind << (e.pairing.empty() ? "" : " (by size order)") << " | " << human(e.flops_b - e.flops_a)
+      detail << "| " << e.kind << (e.pairing.empty() ? "" : " (by size order)") << " | " << human_count(e.flops_b - e.flops_a)
              << " | " << calls_change_text(e.calls_a, e.calls_b) << (e.a.empty() || e.b.empty() ? "" : per) << " | "
              << cell(e.a) << " | " << cell(e.b) << " |\n";
     }

@@ -1,5 +1,8 @@
 #include "audit/signature_text.h"
 
+#include <cmath>
+#include <cstdio>
+
 #include "format/canonical_json.h"
 
 namespace lingprobe::audit {
@@ -19,6 +22,21 @@ std::string short_signature(const JsonValue& signature) {
       out += shape ? format::canonical_json(*shape) : format::canonical_json(a);
     }
   return out + ")";
+}
+
+std::string human_count(long double x) {
+  const char* units[] = {"", "K", "M", "G", "T", "P", "E"};
+  int u = 0;
+  const bool negative = x < 0;
+  x = std::fabs(x);
+  while (x >= 1000 && u < 6) x /= 1000, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%s%.2f%s" : "%s%.0f%s", negative ? "-" : "", static_cast<double>(x), units[u]);
+  return buf;
+}
+
+bool is_collective_op(std::string_view op) {
+  return op.rfind("c10d.", 0) == 0 || op.rfind("_c10d_functional.", 0) == 0;
 }
 
 }  // namespace lingprobe::audit

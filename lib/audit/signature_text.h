@@ -1,9 +1,11 @@
-// A signature as one short line for people: `op(shape, shape, scalar)`, the
-// tensors by their shapes, anything else as its canonical JSON. Shared by the
-// audit's summary, the trace's slices and the diff.
+// Text for people, shared by the audit's summary, the trace's slices and the
+// diff: a signature as one short line, `op(shape, shape, scalar)` (tensors by
+// their shapes, anything else as its canonical JSON); a count with its SI
+// prefix; and which ops are collectives.
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "format/json_value.h"
 
@@ -11,5 +13,13 @@ namespace lingprobe::audit {
 
 // `signature`: a parsed signature (SPEC section 3).
 std::string short_signature(const format::JsonValue& signature);
+
+// 1234567 -> "1.23M" (K, M, G, T, P, E; the sign kept); below 1000 a whole number.
+std::string human_count(long double x);
+
+// A c10d collective (dotted op name, "c10d.allreduce_.default", or its
+// functional form "_c10d_functional.all_reduce.default"). The recorder times
+// these whatever the op selection.
+bool is_collective_op(std::string_view dotted_op);
 
 }  // namespace lingprobe::audit

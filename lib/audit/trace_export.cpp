@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <unordered_map>
 
 #include "audit/metadata_reader.h"
@@ -137,7 +138,12 @@ class TraceVisitor final : public RecordVisitor {
       ++outcome_.without_times;
       return "";
     }
-    const int64_t t0 = c.t0_ns + offset_ns_, t1 = std::max(c.t1_ns, c.t0_ns) + offset_ns_;
+    int64_t t0, t1;
+    if (__builtin_add_overflow(c.t0_ns, offset_ns_, &t0) ||
+        __builtin_add_overflow(std::max(c.t1_ns, c.t0_ns), offset_ns_, &t1)) {  // times no clock gives
+      ++outcome_.without_times;
+      return "";
+    }
     if (t1 < from_ns_ || t0 > to_ns_) {
       ++outcome_.outside_filters;
       return "";
@@ -204,7 +210,7 @@ class TraceVisitor final : public RecordVisitor {
   }
 
   void thread_track(uint32_t tid) {
-    if (!threads_.emplace(tid, false).second) return;
+    if (!threads_.insert(tid).second) return;
     ++outcome_.threads;
     const std::string name = (static_cast<int64_t>(tid) == f_.pid ? "main thread " : "thread ") + std::to_string(tid);
     out_.event("\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid_) + ",\"tid\":" +
@@ -227,13 +233,17 @@ class TraceVisitor final : public RecordVisitor {
   void window(const CallLine& c, int64_t t0, const Evidence& e) {
     ++outcome_.windows;
     const uint64_t track = kWindowTrack + c.tid;
-    if (threads_.emplace(track, false).second)
+    if (threads_.insert(track).second)
       out_.event("\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid_) + ",\"tid\":" +
                  std::to_string(track) + ",\"args\":{\"name\":" +
                  json_string("counter windows of thread " + std::to_string(c.tid)) + "}");
     const int64_t wait = e.lock_wait_seconds > 0 ? static_cast<int64_t>(std::llround(e.lock_wait_seconds * 1e9)) : 0;
     const int64_t length = e.window_seconds > 0 ? static_cast<int64_t>(std::llround(e.window_seconds * 1e9)) : 0;
-    const int64_t start = t0 - wait;
+    // The drawn start is the call's start less the lock wait, which the setup before the call makes late: a
+    // window never starts before the previous one on its track ends (slices on one track must nest).
+    int64_t& previous_end = window_end_[track];
+    const int64_t start = std::max(t0 - wait, previous_end);
+    previous_end = start + std::max(length, wait);
     const std::string where = "\"pid\":" + std::to_string(pid_) + ",\"tid\":" + std::to_string(track) + ",\"ts\":";
     std::string s = "\"ph\":\"X\",\"name\":" + json_string("counter window (" + (e.status.empty() ? "unknown" : e.status) + ")") +
                     ",\"cat\":\"lingprobe\"," + where;
@@ -263,7 +273,8 @@ class TraceVisitor final : public RecordVisitor {
   std::unordered_map<uint32_t, SliceText> texts_;
   std::unordered_map<uint64_t, const Evidence*> snapshots_, profiles_;
   std::map<uint32_t, std::vector<Pending>> pending_;
-  std::map<uint64_t, bool> threads_;
+  std::set<uint64_t> threads_;
+  std::map<uint64_t, int64_t> window_end_;  // by window track: the last window's end
 };
 
 std::string process_name(const FileSummary& f) {
@@ -280,10 +291,8 @@ TraceOutcome write_trace(const TraceOptions& options) {
   TraceOutcome outcome;
   std::string run_dir = options.run_dir;
   while (run_dir.size() > 1 && run_dir.back() == '/') run_dir.pop_back();
-  struct stat st;
-  if (run_dir.empty() || ::stat((run_dir + "/metadata").c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    outcome.error = "'" + run_dir + "' is not a run directory (it has no metadata/ folder): give OUT/{run_id}, or "
-                    "OUT/latest for the newest launch";
+  if (std::string why = sink::run_directory_error(run_dir); !why.empty()) {
+    outcome.error = why;
     return outcome;
   }
   const std::vector<std::string> files = sink::metadata_files(run_dir);
@@ -294,6 +303,7 @@ TraceOutcome write_trace(const TraceOptions& options) {
   // Pass 1: headers, signatures and evidence of every file to draw.
   std::vector<FileSummary> chosen;
   std::string run_id;
+  int64_t base = INT64_MAX;
   for (const auto& path : files) {
     FileSummary f;
     ReadResult r = read_metadata_file(path, f);
@@ -315,12 +325,15 @@ TraceOutcome write_trace(const TraceOptions& options) {
       return outcome;
     }
     run_id = f.run_id;
-    if (f.role == "launcher" || (!options.ranks.empty() && !options.ranks.count(f.rank))) continue;
-    if (f.start_unix_ns < 0 || f.start_mono_ns < 0) {
-      outcome.error = path + ": its header lacks start_unix_ns/start_mono_ns, so its clock cannot be aligned with the "
-                      "other processes'";
+    if (f.role == "launcher") continue;
+    constexpr int64_t kClockLimit = int64_t{1} << 62;
+    if (f.start_unix_ns < 0 || f.start_mono_ns < 0 || f.start_unix_ns >= kClockLimit || f.start_mono_ns >= kClockLimit) {
+      outcome.error = path + ": its header lacks start_unix_ns/start_mono_ns (or holds no clock's value), so its clock "
+                      "cannot be aligned with the other processes'";
       return outcome;
     }
+    base = std::min(base, f.start_unix_ns);  // the run's first process start, whichever ranks are drawn
+    if (!options.ranks.empty() && !options.ranks.count(f.rank)) continue;
     if (f.truncated_last_line) outcome.warnings.push_back(path + ": truncated last line skipped (killed while writing?)");
     chosen.push_back(std::move(f));
   }
@@ -333,8 +346,6 @@ TraceOutcome write_trace(const TraceOptions& options) {
   std::stable_sort(chosen.begin(), chosen.end(), [](const FileSummary& a, const FileSummary& b) {
     return a.rank != b.rank ? a.rank < b.rank : a.pid < b.pid;
   });
-  int64_t base = INT64_MAX;
-  for (const auto& f : chosen) base = std::min(base, f.start_unix_ns);
 
   outcome.output_path = options.output.empty() ? run_dir + "/reports/trace.json" : options.output;
   const std::string dir = outcome.output_path.substr(0, outcome.output_path.rfind('/') == std::string::npos

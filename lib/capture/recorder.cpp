@@ -55,9 +55,11 @@ struct OpInfo {
   std::atomic<uint32_t> learn_calls{0};
   std::atomic<uint64_t> learn_nested{0};
   std::atomic<int8_t> suppress;  // -1 learning (auto), 0 no (never, nested, too few nested calls), 1 yes (always)
-  const bool collective;         // a c10d op: timed whatever the selection (collective_times)
-  OpInfo(c10::FunctionSchema s, int8_t suppress_at_start, bool is_collective)
-      : schema(std::move(s)), suppress(suppress_at_start), collective(is_collective) {
+  // A c10d op, timed whatever the selection (CollectiveTimes): 1 a collective, 2 a wait for one
+  // (_c10d_functional::wait_tensor: its time counts, the call does not), 0 neither.
+  const uint8_t collective;
+  OpInfo(c10::FunctionSchema s, int8_t suppress_at_start, uint8_t collective_kind)
+      : schema(std::move(s)), suppress(suppress_at_start), collective(collective_kind) {
     name = schema.name();
     with_overload = name + "." + schema.overload_name();
     if (schema.overload_name().empty()) with_overload = name;
@@ -112,6 +114,7 @@ struct CollectiveTimes {
 struct ThreadState {
   uint64_t epoch = 0;
   uint32_t depth = 0;
+  int64_t collective_t0 = 0;     // the open collective's start (0: none open); beside depth, read at every call
   uint32_t tid = 0;
   const StageStack* stages = nullptr;  // this thread's stage stack
   Frame frames[kMaxDepth];
@@ -137,8 +140,7 @@ struct ThreadState {
   uint32_t timed_seen = ~0u;     // ... and the one timed_tries counts for
   uint32_t timed_tries = 0;      // ops without a CUDA tensor since that change
   std::atomic<CollectiveTimes*> collectives{nullptr};
-  int64_t collective_t0 = 0;     // the open collective's start (0: none open)
-  StageId collective_stage = 0;  // ... and its stage
+  StageId collective_stage = 0;  // the open collective's stage
   ~ThreadState() { delete collectives.load(std::memory_order_relaxed); }
 };
 
@@ -289,7 +291,8 @@ OpInfo* find_op_slow(ThreadState* ts, const at::RecordFunction& fn, ThreadState:
         const int8_t suppress = o.nested || collective || o.suppress_nested == NestedSuppression::Never ? 0
                                 : o.suppress_nested == NestedSuppression::Always ? 1
                                                                                  : -1;
-        op = new OpInfo(std::move(*schema), suppress, collective);
+        op = new OpInfo(std::move(*schema), suppress,
+                        !collective ? 0 : op_name == "_c10d_functional::wait_tensor" ? 2 : 1);
         G.ops.emplace(name, op);
       }
     }
@@ -471,7 +474,7 @@ void time_collective(ThreadState& ts, const OpInfo& op) {
   CollectiveTimes* c = ts.collectives.load(std::memory_order_relaxed);
   if (!c) ts.collectives.store(c = new CollectiveTimes, std::memory_order_release);
   ts.collective_stage = top_stage(*ts.stages);
-  bump(c->calls[ts.collective_stage]);
+  if (op.collective == 1) bump(c->calls[ts.collective_stage]);
   ts.collective_t0 = now;
 }
 
@@ -508,7 +511,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       G.drop_depth.fetch_add(1, std::memory_order_relaxed);
       return nullptr;
     }
-    if (depth == 0 && (C10_UNLIKELY(ts->collective_t0 != 0) || C10_UNLIKELY(op->collective))) time_collective(*ts, *op);
+    if (depth == 0 && C10_UNLIKELY((ts->collective_t0 != 0) | (op->collective != 0))) time_collective(*ts, *op);
     Frame& f = ts->frames[depth];
     f.fn = &fn;
     f.op = op;

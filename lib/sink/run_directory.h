@@ -32,6 +32,9 @@ std::string make_directories(const std::string& dir);
 // with errno (ELOOP: a level is a symlink) on failure; the caller closes it.
 int open_directory_beneath(const std::string& run_dir, const std::string& rel_dir, bool create);
 
+// "" when `dir` is a run directory (it has a metadata/ folder), else what to give instead.
+std::string run_directory_error(const std::string& dir);
+
 // RUN_DIR/metadata/*.jsonl, sorted (empty when there is none).
 std::vector<std::string> metadata_files(const std::string& run_dir);
 

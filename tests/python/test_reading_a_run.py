@@ -148,6 +148,9 @@ def test_trace_filters_by_rank_time_and_count(cli, nested_run):
     t0, t1 = min(e["ts"] for e in xs), max(e["ts"] + e["dur"] for e in xs)
     one, _ = trace(cli, nested_run, "--ranks", "1")
     check_trace_format(one)
+    # The shared clock starts at the run's first process start whichever ranks are drawn.
+    (pid,) = {e["pid"] for e in one["traceEvents"]}
+    assert [e["ts"] for e in one["traceEvents"] if e["ph"] == "X"] == [e["ts"] for e in xs if e["pid"] == pid]
     assert [e["args"]["name"] for e in one["traceEvents"] if e["name"] == "process_name"][0].startswith("rank 1 ")
     assert len({e["pid"] for e in one["traceEvents"]}) == 1
     lo, hi = (t0 + (t1 - t0) * 0.4) / 1e6, (t0 + (t1 - t0) * 0.5) / 1e6
@@ -205,7 +208,7 @@ def test_trace_refuses_malformed_input_clearly(cli, tmp_path):
               json.dumps({"kind": "counts", "final": True, "calls": {}, "dropped": {}}) + "\n")
     p = subprocess.run([cli, "trace", str(bad)], capture_output=True, text=True)
     assert p.returncode == 1 and "metadata_rank0_pid100.jsonl:2: malformed JSON" in p.stderr
-    assert not (bad / "reports" / "trace.json").exists() and not list((bad / "reports").glob("*.tmp*"))
+    assert not (bad / "reports" / "trace.json").exists()
     clockless = tmp_path / "clockless"
     h = header()
     del h["start_mono_ns"]
@@ -395,7 +398,7 @@ def test_rank_view_of_the_four_rank_reference_run(nested_run, cli):
         assert [t["rank"] for t in stages[name]["timing"]] == [0, 1, 2, 3]
         assert all(t["in_recorded_calls_seconds"] > 0 and t["span_seconds"] >= t["in_recorded_calls_seconds"] * 0.5
                    for t in stages[name]["timing"])
-    assert "c10d" in ranks["collectives"] and "measured" in ranks["collectives"]
+    assert ranks["collectives"].startswith("timed by the recorder for every top-level c10d call")
     assert any(t["collective_calls"] > 0 and t["in_collectives_seconds"] > 0 for t in stages["dit"]["timing"])
     summary = (nested_run / "reports" / "summary.md").read_text()
     assert "## Ranks" in summary and "rank-local" in summary and "| dit | 3 |" in summary
@@ -409,12 +412,9 @@ def test_rank_view_of_the_four_rank_reference_run(nested_run, cli):
     assert view["missing"] == [3] and "**missing: 3**" in (partial / "reports" / "summary.md").read_text()
 
 
-@pytest.mark.parametrize("ops,extra", [("", []), ("aten::mm", []), ("aten::mm", ["--set", "CALL_RECORDS=0"])],
-                         ids=["every-op", "mm-only", "mm-only-no-call-records"])
-def test_rank_view_finds_the_straggler_when_calls_are_equal(cli, tmp_path, ops, extra):
-    """Collectives are timed whatever the op selection, with or without call records (the counts record)."""
+def straggler_run(cli, tmp_path, ops, extra, sleep_s):
     out = tmp_path / "out"
-    env = dict(os.environ, OMP_NUM_THREADS="1", LINGPROBE_RUN_ID="straggler")
+    env = dict(os.environ, OMP_NUM_THREADS="1", LINGPROBE_RUN_ID="straggler", STRAGGLER_SLEEP_S=str(sleep_s))
     p = subprocess.run([cli, "run", "-o", str(out), "--ops", ops, *extra, "--", sys.executable, "-m",
                         "torch.distributed.run", "--nproc_per_node=2", "--master_port=29631", "--redirects=2",
                         "--tee=2", str(STRAGGLER_JOB)], env=env, capture_output=True, text=True, timeout=300)
@@ -422,7 +422,14 @@ def test_rank_view_finds_the_straggler_when_calls_are_equal(cli, tmp_path, ops, 
     run = out / "straggler"
     p = subprocess.run([cli, "audit", "-q", str(run)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    report = json.loads((run / "reports" / "coverage_audit.json").read_text())
+    return run, json.loads((run / "reports" / "coverage_audit.json").read_text())
+
+
+@pytest.mark.parametrize("ops,extra", [("", []), ("aten::mm", []), ("aten::mm", ["--set", "CALL_RECORDS=0"])],
+                         ids=["every-op", "mm-only", "mm-only-no-call-records"])
+def test_rank_view_finds_the_straggler_when_calls_are_equal(cli, tmp_path, ops, extra):
+    """Collectives are timed whatever the op selection, with or without call records (the counts record)."""
+    run, report = straggler_run(cli, tmp_path, ops, extra, 0.08)
     assert report["ranks"]["collectives"].startswith("timed by the recorder for every top-level c10d call")
     for f in metadata.files(run):
         last = [r for r in metadata.read(f) if r["kind"] == "counts"][-1]
@@ -439,3 +446,11 @@ def test_rank_view_finds_the_straggler_when_calls_are_equal(cli, tmp_path, ops, 
         assert len(relu) == 1 and relu[0]["missing_on_ranks"] == [0] and relu[0]["calls_by_rank"] == {"0": 0, "1": 1}
     summary = (run / "reports" / "summary.md").read_text()
     assert "rank 1 waits least in collectives" in summary
+
+
+def test_rank_view_names_no_straggler_when_the_ranks_are_balanced(cli, tmp_path):
+    run, report = straggler_run(cli, tmp_path, "", [], 0)
+    (stage,) = [s for s in report["ranks"]["stages"] if s["stage"] == "unstaged"]
+    assert stage["straggler"] is None, stage["timing"]
+    assert all(t["in_collectives_seconds"] is not None for t in stage["timing"])
+    assert "Straggler" not in (run / "reports" / "summary.md").read_text()

@@ -43,14 +43,11 @@ class SummaryVisitor final : public RecordVisitor {
       out_.call_records[static_cast<uint32_t>(id)] += counts_[id];
       CallTimes& t = out_.call_times[static_cast<uint32_t>(id)];
       const CallTimes& d = times_[id];
-      if (!d.top_level_calls) continue;
-      t.first_t0_ns = t.top_level_calls ? std::min(t.first_t0_ns, d.first_t0_ns) : d.first_t0_ns;
-      t.last_t1_ns = t.top_level_calls ? std::max(t.last_t1_ns, d.last_t1_ns) : d.last_t1_ns;
-      t.top_level_calls += d.top_level_calls;
-      t.top_level_ns += d.top_level_ns;
+      if (d.top_level_calls) t.add(d.top_level_calls, d.top_level_ns, d.first_t0_ns, d.last_t1_ns);
     }
   }
 
+ private:
   // A c10d op returns once the collective is queued; its caller then waits
   // (Work.wait()) outside any op. So a collective's time runs from its start
   // to the next top-level call of its thread.
@@ -63,14 +60,10 @@ class SummaryVisitor final : public RecordVisitor {
     if (collectives_.count(c.id)) open_collective_[c.tid] = c;
   }
 
- private:
   static void add(uint64_t& count, CallTimes& t, const CallLine& c) {
     ++count;
     if (c.depth != 0 || c.t1_ns < c.t0_ns || (c.t0_ns == 0 && c.t1_ns == 0)) return;  // no times: not timed
-    t.first_t0_ns = t.top_level_calls ? std::min(t.first_t0_ns, c.t0_ns) : c.t0_ns;
-    t.last_t1_ns = t.top_level_calls ? std::max(t.last_t1_ns, c.t1_ns) : c.t1_ns;
-    ++t.top_level_calls;
-    t.top_level_ns += c.t1_ns - c.t0_ns;
+    t.add(1, c.t1_ns - c.t0_ns, c.t0_ns, c.t1_ns);
   }
 
   FileSummary& out_;

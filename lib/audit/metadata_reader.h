@@ -8,6 +8,7 @@
 // record) and top-level time per signature, snapshot/profile evidence.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -16,7 +17,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include <simdjson.h>
+namespace simdjson::dom {
+class object;  // simdjson.h stays out of this header's includers (a torch-linked tool among them)
+}
 
 namespace lingprobe::audit {
 
@@ -39,6 +42,13 @@ struct CallTimes {
   int64_t top_level_ns = 0;
   int64_t first_t0_ns = 0, last_t1_ns = 0;
   int64_t through_wait_ns = 0;
+  // `calls` more top-level calls, `ns` long in all, spanning [first, last].
+  void add(uint64_t calls, int64_t ns, int64_t first, int64_t last) {
+    first_t0_ns = top_level_calls ? std::min(first_t0_ns, first) : first;
+    last_t1_ns = top_level_calls ? std::max(last_t1_ns, last) : last;
+    top_level_calls += calls;
+    top_level_ns += ns;
+  }
 };
 
 struct FileSummary {

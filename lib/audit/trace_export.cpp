@@ -13,6 +13,8 @@
 #include <set>
 #include <unordered_map>
 
+#include <simdjson.h>
+
 #include "audit/metadata_reader.h"
 #include "audit/signature_text.h"
 #include "format/canonical_json.h"

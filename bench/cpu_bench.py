@@ -36,6 +36,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -119,6 +120,37 @@ def callgrind_totals(directory):
     return totals
 
 
+def valgrind_cannot_run_torch(python=sys.executable, code="import torch", timeout=600):
+    """None when the PATH's valgrind runs `code` (`import torch`) under `python`; else why not, in one line. Valgrind only
+    decodes the instructions the processor's CPUID advertises: on a host whose CPUID hides RDTSCP (seen on an AMD
+    EPYC virtual machine), valgrind 3.19 raises SIGILL in libhwy's TimerResolution(), which Debian's libtorch
+    loads through OpenCV, before torch is imported (issue 25)."""
+    valgrind = shutil.which("valgrind")
+    if not valgrind:
+        return "valgrind is not installed (scripts/install-deps.sh installs it)"
+    try:
+        p = subprocess.run([valgrind, "--tool=none", python, "-c", code], capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"valgrind did not finish `{code}` within {timeout} s"
+    if p.returncode == 0:
+        return None
+    version = re.search(r"Using (Valgrind-[\w.]+)", p.stderr)
+    version = version.group(1) if version else "valgrind"
+    what = f"exit {p.returncode}" if p.returncode > 0 else signal.Signals(-p.returncode).name
+    unhandled = re.search(r"unhandled instruction bytes: ((?:0x[0-9A-Fa-f]+ ?){1,3})", p.stderr)
+    where = re.search(r"Unrecognised instruction at address \S+\n==\d+==\s+at \S+: (.+)", p.stderr)
+    detail = ""
+    if unhandled:
+        detail = f": it does not decode the instruction {unhandled.group(1).strip()}"
+        detail += f" in {where.group(1).strip()}" if where else ""
+        detail += " (valgrind decodes only what this processor's CPUID advertises)"
+    else:
+        tail = [line for line in p.stderr.splitlines() if line.strip() and not line.startswith("==")]
+        detail = f": {tail[-1].strip()}" if tail else ""
+    return f"{version} cannot run `{code}` on this host ({what}){detail}"
+
+
 def callgrind_run(group, workloads, configs, env, separate, keep):
     directory = tempfile.mkdtemp(prefix=f"lpbench-cg-{group}-")
     prefix = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no",
@@ -191,9 +223,15 @@ def main():
     env = child_env(build)
     reps = args.reps or (3 if args.quick else 5)
     do_wall, do_cg = not args.no_wall, not (args.quick or args.no_callgrind)
-    if do_cg and not (shutil.which("valgrind") and (build / "bench" / "libcallgrind_control.so").exists()):
-        raise SystemExit("instruction counts need valgrind and build/bench/libcallgrind_control.so "
-                         "(scripts/install-deps.sh, scripts/build.sh); or pass --no-callgrind")
+    if do_cg and not (build / "bench" / "libcallgrind_control.so").exists():
+        raise SystemExit("instruction counts need build/bench/libcallgrind_control.so (built with valgrind's "
+                         "headers: scripts/install-deps.sh, scripts/build.sh); or pass --no-callgrind")
+    cannot = valgrind_cannot_run_torch() if do_cg else None
+    if cannot and not do_wall:
+        raise SystemExit(f"instruction counts: {cannot}; measure wall clock instead (leave out --no-wall)")
+    if cannot:
+        print(f"instruction counts left out: {cannot}", file=sys.stderr)
+        do_cg = False
     groups = groups_for(configs)
     pairs = 10 if args.quick else 20
     started = time.time()

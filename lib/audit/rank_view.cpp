@@ -1,6 +1,7 @@
 #include "audit/rank_view.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <set>
 #include <sstream>
@@ -83,6 +84,13 @@ void add_file_times(const FileSummary& f, const std::map<std::string, const Rank
 }
 
 }  // namespace
+
+bool waits_name_a_straggler(double least_wait_s, double most_wait_s, double median_collective_calls,
+                            double median_span_s) {
+  const double gap = most_wait_s - least_wait_s;
+  const double jitter = 3 * kStragglerJitterPerCollectiveS * std::sqrt(2 * std::max(median_collective_calls, 0.0));
+  return gap > 0.2 * most_wait_s && gap > 0.05 * median_span_s && gap > kStragglerNoiseFloorS + jitter;
+}
 
 RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& rank_files,
                    const std::vector<RankViewSignature>& signatures) {
@@ -212,17 +220,17 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
     if (waits.size() >= 2 && !stage_unfinished.empty()) {
       straggler_md = "not judged: rank(s) " + ranks_text(stage_unfinished) + " did not finish.\n";
     } else if (waits.size() >= 2) {
-      // A straggler when the waits differ by a fifth of the longest, by 1 ms per collective call, and (where call
-      // records give the span) by 5% of the stage's span; without collectives, 10% above the median time in calls.
-      const double gap = most_wait - least_wait, typical_busy = median(busy);
-      if (stage_collectives && gap > 0.2 * most_wait && gap > 1e-3 * median(calls) && gap > 0.05 * median(spans)) {
+      // With collectives, waits_name_a_straggler; without, 10% above the median time in calls.
+      const double typical_busy = median(busy);
+      if (stage_collectives && waits_name_a_straggler(least_wait, most_wait, median(calls), median(spans))) {
         straggler = JsonValue::object({{"rank", JsonValue::integer(least_wait_rank)},
                                        {"by", JsonValue::string("least time waiting in collectives")},
                                        {"its_wait_seconds", JsonValue::floating(least_wait)},
                                        {"longest_wait_seconds", JsonValue::floating(most_wait)}});
         straggler_md = "rank " + std::to_string(least_wait_rank) + " waits least in collectives (" + seconds(least_wait) +
                        " s; another rank up to " + seconds(most_wait) + " s): the others wait for it.\n";
-      } else if (!stage_collectives && !spans.empty() && most_busy > 1.1 * typical_busy && most_busy - typical_busy > 1e-3) {
+      } else if (!stage_collectives && !spans.empty() && most_busy > 1.1 * typical_busy &&
+                 most_busy - typical_busy > kStragglerNoiseFloorS) {
         straggler = JsonValue::object({{"rank", JsonValue::integer(most_busy_rank)},
                                        {"by", JsonValue::string("longest time in recorded calls")},
                                        {"its_seconds", JsonValue::floating(most_busy)},

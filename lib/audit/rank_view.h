@@ -30,6 +30,18 @@ struct RankView {
   std::string markdown;    // summary.md's "Ranks" section
 };
 
+// Whether a stage's waits in collectives name a straggler (the rank that waits least: the others wait for it).
+// The gap between the longest and the shortest wait must stand clear of what a shared machine's scheduler moves
+// around: over a fifth of the longest wait, over 5% of the stage's span (`median_span_s`, 0 when no call records
+// gave it), and over kStragglerNoiseFloorS plus three standard deviations of the difference of two sums of
+// per-collective jitter (kStragglerJitterPerCollectiveS each, so sqrt(2 x collectives) of it). Measured on 2
+// shared cores: a balanced 2-rank gloo job's gap reached 6.4 ms over 6 all_reduces (docs/READING.md).
+// Without collectives, a rank whose time in calls is 10% and kStragglerNoiseFloorS over the median.
+inline constexpr double kStragglerNoiseFloorS = 0.1;
+inline constexpr double kStragglerJitterPerCollectiveS = 0.005;
+bool waits_name_a_straggler(double least_wait_s, double most_wait_s, double median_collective_calls,
+                            double median_span_s);
+
 // `rank_files`: the files whose calls make the rows (ranks, or the single process).
 RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& rank_files,
                    const std::vector<RankViewSignature>& signatures);

@@ -2,6 +2,7 @@
 import json
 import os
 import pathlib
+import socket
 
 import pytest
 
@@ -26,3 +27,11 @@ def cli(build_dir):
 def seed_audit():
     with open(SEEDS_DIR / "coverage_audit.seed.json") as f:
         return json.load(f)
+
+
+def free_port():
+    """A TCP port free on the loopback now, for a job's rendezvous: a fixed port fails every later test that uses it
+    while an orphaned process of an earlier one (a timed-out job's agent) still listens there."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from conftest import free_port
+
 import metadata
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -26,7 +28,7 @@ def run_dir(cli, build_dir, tmp_path_factory):
         [cli, "run", "-o", str(out), "--ops", "aten::linear,aten::conv3d,aten::to",
          "--stage-map", "dit=DitBlock;vae=__main__.VaeDecoder;output=job_outputs:save_video",
          "--nvtx-map", "dit=^transformer;vae=^vae;output=^output", "--",
-         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4", "--master_port=29533",
+         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4", f"--master_port={free_port()}",
          # torch 1.13 on Python 3.11 maps the default "0" of these to None (IntFlag
          # iteration skips 0); 2 (stderr) parses on both versions.
          "--redirects=2", "--tee=2",

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from conftest import free_port
+
 import metadata
 from test_reference_workload import reference_run
 
@@ -78,7 +80,7 @@ def check_trace_format(doc):
 def nested_run(build_dir, tmp_path_factory):
     """The reduced-width CPU reference run, 4 ranks, every op and every nested call recorded, with snapshots."""
     out = tmp_path_factory.mktemp("reading") / "nested"
-    reference_run(build_dir, out, "--device", "cpu", "--scale", "small", "--select", "all", port=29611,
+    reference_run(build_dir, out, "--device", "cpu", "--scale", "small", "--select", "all", port=free_port(),
                   LINGPROBE_NESTED="1")
     return out
 
@@ -234,8 +236,8 @@ def seed_situation(build_dir, tmp_path_factory):
     base = tmp_path_factory.mktemp("diff")
     a, b = base / "480x832-1rank", base / "704x1280-4ranks"
     reference_run(build_dir, a, "--device", "meta", "--scale", "full", "--size", "480*832", "--world-size", "1",
-                  "--chunks", "2", "--blocks", "2", port=29621)
-    reference_run(build_dir, b, "--device", "meta", "--scale", "full", "--chunks", "2", "--blocks", "2", port=29622)
+                  "--chunks", "2", "--blocks", "2", port=free_port())
+    reference_run(build_dir, b, "--device", "meta", "--scale", "full", "--chunks", "2", "--blocks", "2", port=free_port())
     return a, b
 
 
@@ -416,7 +418,7 @@ def straggler_run(cli, tmp_path, ops, extra, sleep_s):
     out = tmp_path / "out"
     env = dict(os.environ, OMP_NUM_THREADS="1", LINGPROBE_RUN_ID="straggler", STRAGGLER_SLEEP_S=str(sleep_s))
     p = subprocess.run([cli, "run", "-o", str(out), "--ops", ops, *extra, "--", sys.executable, "-m",
-                        "torch.distributed.run", "--nproc_per_node=2", "--master_port=29631", "--redirects=2",
+                        "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}", "--redirects=2",
                         "--tee=2", str(STRAGGLER_JOB)], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     run = out / "straggler"
@@ -451,6 +453,8 @@ def test_rank_view_finds_the_straggler_when_calls_are_equal(cli, tmp_path, ops, 
 def test_rank_view_names_no_straggler_when_the_ranks_are_balanced(cli, tmp_path):
     run, report = straggler_run(cli, tmp_path, "", [], 0)
     (stage,) = [s for s in report["ranks"]["stages"] if s["stage"] == "work"]
+    waits = [t["in_collectives_seconds"] for t in stage["timing"]]
+    print(f"\nbalanced waits in collectives: {waits}, gap {max(waits) - min(waits):.4f} s")
     assert stage["straggler"] is None, stage["timing"]
     assert all(t["in_collectives_seconds"] is not None for t in stage["timing"])
     summary = (run / "reports" / "summary.md").read_text()

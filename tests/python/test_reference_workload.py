@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from conftest import free_port
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -25,7 +27,7 @@ def reference_run(build_dir, out, *args, port, **extra_env):
 
 
 def test_full_shape_meta_run_reproduces_the_seed_audit(build_dir, tmp_path, seed_audit):
-    report = reference_run(build_dir, tmp_path, "--device", "meta", "--scale", "full", "--select", "seed", port=29571)
+    report = reference_run(build_dir, tmp_path, "--device", "meta", "--scale", "full", "--select", "seed", port=free_port())
     keys = ("signature_sha256", "calls", "calls_by_rank")
     got = [{k: r[k] for k in keys} for r in report["rows"]]
     want = [{k: r[k] for k in keys} for r in seed_audit["rows"]]
@@ -46,7 +48,7 @@ def test_nested_suppression_leaves_every_top_level_signature_unchanged(build_dir
     for i, mode in enumerate(("never", "auto")):
         out = tmp_path / mode
         reference_run(build_dir, out, "--device", "meta", "--scale", "full", "--select", "all", "--chunks", "4",
-                      port=29591 + i, LINGPROBE_SUPPRESS_NESTED=mode)
+                      port=free_port(), LINGPROBE_SUPPRESS_NESTED=mode)
         runs.append(str(out))
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare-runs.py"), *runs], capture_output=True, text=True)
     assert p.returncode == 0 and "identical" in p.stdout, p.stdout + p.stderr
@@ -61,7 +63,7 @@ def small_runs(build_dir, tmp_path_factory):
     for i, mark in enumerate(("stage-map", "nvtx", "api")):
         out = tmp_path_factory.mktemp(f"small-{mark}")
         runs[mark] = reference_run(build_dir, out, "--device", "cpu", "--scale", "small", "--select", "seed",
-                                   "--mark", mark, port=29581 + i)
+                                   "--mark", mark, port=free_port())
     return runs
 
 

@@ -17,6 +17,8 @@ import zipfile
 
 import pytest
 
+from conftest import free_port
+
 import metadata
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -256,7 +258,7 @@ def test_four_ranks_store_exactly_one_snapshot_per_signature(build_dir, tmp_path
         dist.barrier()
     """))
     e = env(tmp_path, build_dir, LINGPROBE_OPS="aten::linear,aten::to")
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4", "--master_port=29547",
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4", f"--master_port={free_port()}",
                         "--redirects=2", "--tee=2", str(job)], env=e, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     (run_dir,) = metadata.run_dirs(tmp_path / "out")

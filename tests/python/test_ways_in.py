@@ -12,6 +12,8 @@ import textwrap
 
 import pytest
 
+from conftest import free_port
+
 import metadata
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -140,7 +142,7 @@ def test_torchrun_job_with_plain_ld_preload(build_dir, tmp_path):
         dist.barrier()
     """))
     out = tmp_path / "o"
-    p = run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4", "--master_port=29541",
+    p = run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4", f"--master_port={free_port()}",
              "--redirects=2", "--tee=2", str(job)],
             preload(build_dir / "liblingprobe_preload.so", out, LINGPROBE_OPS="aten::linear"), timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -165,7 +167,7 @@ def test_four_mp_spawn_processes_are_ranks_0_to_3(build_dir, tmp_path):
             mp.spawn(worker, args=(4, int(sys.argv[1])), nprocs=4)
     """))
     out = tmp_path / "o"
-    p = run([sys.executable, str(job), "29543"],
+    p = run([sys.executable, str(job), str(free_port())],
             preload(build_dir / "liblingprobe_preload.so", out, LINGPROBE_OPS="aten::linear"), timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     hs = headers(out)

@@ -140,7 +140,9 @@ def test_trace_of_a_four_rank_run_keeps_every_format_rule(cli, nested_run):
     for e in doc["traceEvents"]:
         if e["ph"] == "X" and e["cat"] == "dit":
             first_dit[e["pid"]] = min(first_dit.get(e["pid"], e["ts"]), e["ts"])
-    assert len(first_dit) == 4 and max(first_dit.values()) - min(first_dit.values()) < 2e6
+    # On one clock: ranks placed on another origin (unix against monotonic time) would stand decades apart; 4 ranks
+    # sharing 2 cores start their first DiT call seconds apart at most.
+    assert len(first_dit) == 4 and max(first_dit.values()) - min(first_dit.values()) < 10e6
     assert "4 process(es)" in err and "ui.perfetto.dev" in err
 
 

@@ -425,11 +425,13 @@ RACE_JOB = textwrap.dedent("""
         global running
         lingprobe.finalize()
         running = False
-        time.sleep(0.1)
+        for t in threads:  # (a fixed sleep here was a race on loaded cores)
+            t.join(timeout=60)
 
     atexit.register(at_exit)
-    for _ in range(4):
-        threading.Thread(target=ops, daemon=True).start()
+    threads = [threading.Thread(target=ops, daemon=True) for _ in range(4)]
+    for t in threads:
+        t.start()
     for i in range(200):  # start/stop racing with the calls
         (lingprobe.stop if i % 2 else lingprobe.start)()
         if i % 20 == 0:

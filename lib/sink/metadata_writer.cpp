@@ -87,7 +87,9 @@ void MetadataWriter::start() {
 void MetadataWriter::wake() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (flush_requests_ == flushes_done_) ++flush_requests_;  // one pending drain is enough
+    // One drain beyond the one in progress is enough; a wake during a drain must count (the producer's ring
+    // crossed half again while the writer was draining it: swallowed, the writer slept its whole interval).
+    if (flush_requests_ == serving_) ++flush_requests_;
   }
   cv_.notify_one();
 }
@@ -107,12 +109,12 @@ void MetadataWriter::run() {
     cv_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms),
                  [&] { return stop_ || flush_requests_ > flushes_done_; });
     if (stop_) break;
-    const uint64_t serving = flush_requests_;
+    serving_ = flush_requests_;
     lock.unlock();
     if (on_cycle_) on_cycle_();
     cycle(false);
     lock.lock();
-    flushes_done_ = serving;
+    flushes_done_ = serving_;
     flushed_cv_.notify_all();
   }
 }

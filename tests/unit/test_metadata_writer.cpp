@@ -8,6 +8,7 @@
 
 #include <csignal>
 
+#include <atomic>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
@@ -222,4 +223,26 @@ TEST_CASE("compile-time calls and collective times go into the counts record in 
     }
     std::remove(path.c_str());
   }
+}
+
+TEST_CASE("a wake that arrives while the writer drains gets a drain of its own", "[sink]") {
+  // A fast producer fills its buffer to half again while the writer is still draining the previous half: that
+  // wake was swallowed (one pending request counted the one in progress), the writer slept its whole flush
+  // interval and the ring overflowed (2 of 3 call records dropped at 1.4 us per call, issue 25).
+  char dir[] = "/tmp/lingprobe-writer-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  const std::string path = std::string(dir) + "/m.jsonl";
+  std::atomic<int> cycles{0};
+  sink::MetadataWriter* writer = nullptr;
+  sink::MetadataWriter w({path, "{\"kind\":\"header\"}", 60000}, [] { return format::CountsSnapshot{}; },
+                         [&] {
+                           if (cycles.fetch_add(1) == 0) writer->wake();  // the producer's crossing, mid-drain
+                         });
+  writer = &w;
+  w.start();
+  w.wake();
+  for (int i = 0; i < 500 && cycles.load() < 2; ++i) usleep(10000);
+  CHECK(cycles.load() >= 2);  // within 5 s, not after the 60 s interval
+  w.finalize();
+  std::remove(path.c_str());
 }

@@ -24,6 +24,7 @@
 #include "capture/recorder.h"
 #include "format/canonical_json.h"
 #include "format/json_value.h"
+#include "gpu/cuda_driver.h"
 #include "sink/metadata_writer.h"
 
 namespace lingprobe::api {
@@ -236,6 +237,11 @@ void export_for_children(const Session& s) {
 
 void at_exit_finalize() { session_finalize(); }
 
+// Finalize resolves GPU work (the stage clock's last intervals, device copies of snapshots), which fails once the
+// CUDA driver has torn itself down at exit: registered again when lingprobe first loads the driver, after the
+// driver's own exit handler, it runs before it (a second finalize returns at once).
+void finalize_before_cuda_teardown() { std::atexit(at_exit_finalize); }
+
 void fork_prepare() { capture::ForkGate::prepare_fork(); }
 void fork_parent() { capture::ForkGate::after_fork(); }
 
@@ -290,6 +296,7 @@ lingprobe_status session_init(const Config& config, std::string& error) {
   s.state.store(LINGPROBE_STATE_RUNNING);
   if (loaded_by_ld_preload(&error)) return LINGPROBE_ERROR_UNAVAILABLE;  // said once at load
   std::atexit(at_exit_finalize);
+  gpu::CudaDriver::on_first_load(&finalize_before_cuda_teardown);
   pthread_atfork(fork_prepare, fork_parent, fork_child);
 
   std::string err;

@@ -57,7 +57,11 @@ namespace {
 std::atomic<CudaDriver*> g_loaded{nullptr};
 }  // namespace
 
+std::atomic<void (*)()> g_first_load_hook{nullptr};
+
 CudaDriver* CudaDriver::loaded() { return g_loaded.load(); }
+
+void CudaDriver::on_first_load(void (*hook)()) { g_first_load_hook.store(hook); }
 
 CudaDriver* CudaDriver::get(std::string* error) {
   if (CudaDriver* d = g_loaded.load()) return d;
@@ -70,6 +74,7 @@ CudaDriver* CudaDriver::get(std::string* error) {
     if (d->load(load_error)) {
       driver = d;
       g_loaded.store(d);
+      if (void (*hook)() = g_first_load_hook.load()) hook();
     } else {
       delete d;
     }

@@ -24,6 +24,11 @@ class CudaDriver {
   static CudaDriver* get(std::string* error = nullptr);
   // The driver if something loaded it already, else nullptr (never loads).
   static CudaDriver* loaded();
+  // `hook` runs once, on the thread of the first get() that loads the driver, right after cuInit. The driver
+  // tears itself down at exit in a handler it registers with atexit when it initialises (seen on the H200:
+  // CUDA_ERROR_DEINITIALIZED on every call after it); atexit handlers run in reverse order of registration, so a
+  // handler registered from `hook` runs while the driver still answers. Set it before the first get().
+  static void on_first_load(void (*hook)());
 
   enum class Capture { None, Active, Unknown };
   Capture stream_capture(void* stream);

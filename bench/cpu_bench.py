@@ -30,6 +30,7 @@ layer_norm, linear, attention by matmul/softmax, MLP, residual adds) and
 'module' (an nn.Module whose forward does no ATen work: the stage map's
 global module hooks, per module call)."""
 import argparse
+import functools
 import glob
 import json
 import os
@@ -42,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHILD = str(ROOT / "bench" / "cpu_bench_child.py")
@@ -120,35 +122,47 @@ def callgrind_totals(directory):
     return totals
 
 
-def valgrind_cannot_run_torch(python=sys.executable, code="import torch", timeout=600):
-    """None when the PATH's valgrind runs `code` (`import torch`) under `python`; else why not, in one line. Valgrind only
-    decodes the instructions the processor's CPUID advertises: on a host whose CPUID hides RDTSCP (seen on an AMD
-    EPYC virtual machine), valgrind 3.19 raises SIGILL in libhwy's TimerResolution(), which Debian's libtorch
-    loads through OpenCV, before torch is imported (issue 25)."""
-    valgrind = shutil.which("valgrind")
+class ValgrindCannotRun(typing.NamedTuple):
+    """Why valgrind cannot run a program here. `host_limit`: an instruction this processor's valgrind does not
+    decode (SIGILL on valgrind's own report): a fact of the host, where instruction counts are skipped; anything
+    else (a timeout, a crash, torch failing to import) is a failure to report."""
+    reason: str
+    host_limit: bool
+
+
+@functools.lru_cache(maxsize=None)
+def valgrind_cannot_run_torch(python=sys.executable, code="import torch", timeout=600, path=None):
+    """None when the PATH's valgrind runs `code` (`import torch`) under `python`; else a ValgrindCannotRun whose
+    reason is one line. Valgrind only decodes the instructions the processor's CPUID advertises: on a host whose
+    CPUID hides RDTSCP (seen on an AMD EPYC virtual machine), valgrind 3.19 raises SIGILL in libhwy's
+    TimerResolution(), which Debian's libtorch loads through OpenCV, before torch is imported (issue 25).
+    Cached per arguments (`path`: the PATH it was asked under, so that a changed PATH asks again)."""
+    valgrind = shutil.which("valgrind", path=path)
     if not valgrind:
-        return "valgrind is not installed (scripts/install-deps.sh installs it)"
+        return ValgrindCannotRun("valgrind is not installed (scripts/install-deps.sh installs it)", True)
     try:
         p = subprocess.run([valgrind, "--tool=none", python, "-c", code], capture_output=True, text=True,
                            timeout=timeout)
     except subprocess.TimeoutExpired:
-        return f"valgrind did not finish `{code}` within {timeout} s"
+        return ValgrindCannotRun(f"valgrind did not finish `{code}` within {timeout} s", False)
     if p.returncode == 0:
         return None
     version = re.search(r"Using (Valgrind-[\w.]+)", p.stderr)
     version = version.group(1) if version else "valgrind"
-    what = f"exit {p.returncode}" if p.returncode > 0 else signal.Signals(-p.returncode).name
-    unhandled = re.search(r"unhandled instruction bytes: ((?:0x[0-9A-Fa-f]+ ?){1,3})", p.stderr)
+    try:
+        what = f"exit {p.returncode}" if p.returncode > 0 else signal.Signals(-p.returncode).name
+    except ValueError:
+        what = f"signal {-p.returncode}"
+    unhandled = re.search(r"unhandled instruction bytes: (0x[0-9A-Fa-f]+(?: 0x[0-9A-Fa-f]+){0,2})", p.stderr)
     where = re.search(r"Unrecognised instruction at address \S+\n==\d+==\s+at \S+: (.+)", p.stderr)
-    detail = ""
-    if unhandled:
-        detail = f": it does not decode the instruction {unhandled.group(1).strip()}"
+    if unhandled and p.returncode == -signal.SIGILL:
+        detail = f": it does not decode the instruction starting {unhandled.group(1)}"
         detail += f" in {where.group(1).strip()}" if where else ""
         detail += " (valgrind decodes only what this processor's CPUID advertises)"
-    else:
-        tail = [line for line in p.stderr.splitlines() if line.strip() and not line.startswith("==")]
-        detail = f": {tail[-1].strip()}" if tail else ""
-    return f"{version} cannot run `{code}` on this host ({what}){detail}"
+        return ValgrindCannotRun(f"{version} cannot run `{code}` on this host ({what}){detail}", True)
+    tail = [line for line in p.stderr.splitlines() if line.strip() and not line.startswith("==")]
+    detail = f": {tail[-1].strip()}" if tail else ""
+    return ValgrindCannotRun(f"{version} failed on `{code}` ({what}){detail}", False)
 
 
 def callgrind_run(group, workloads, configs, env, separate, keep):
@@ -226,11 +240,12 @@ def main():
     if do_cg and not (build / "bench" / "libcallgrind_control.so").exists():
         raise SystemExit("instruction counts need build/bench/libcallgrind_control.so (built with valgrind's "
                          "headers: scripts/install-deps.sh, scripts/build.sh); or pass --no-callgrind")
-    cannot = valgrind_cannot_run_torch() if do_cg else None
-    if cannot and not do_wall:
-        raise SystemExit(f"instruction counts: {cannot}; measure wall clock instead (leave out --no-wall)")
+    cannot = valgrind_cannot_run_torch(path=os.environ.get("PATH")) if do_cg else None
+    if cannot and not (cannot.host_limit and do_wall):
+        raise SystemExit(f"instruction counts: {cannot.reason}" +
+                         ("; measure wall clock instead (leave out --no-wall)" if cannot.host_limit else ""))
     if cannot:
-        print(f"instruction counts left out: {cannot}", file=sys.stderr)
+        print(f"instruction counts left out: {cannot.reason}", file=sys.stderr)
         do_cg = False
     groups = groups_for(configs)
     pairs = 10 if args.quick else 20

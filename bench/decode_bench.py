@@ -260,9 +260,10 @@ def callgrind_child(args):
 def callgrind_main(args):
     # the same dump reading, heap settings and valgrind probe as bench/cpu_bench.py
     from cpu_bench import HEAP_TUNABLES, callgrind_totals, valgrind_cannot_run_torch
-    cannot = valgrind_cannot_run_torch()
+    cannot = valgrind_cannot_run_torch(path=os.environ.get("PATH"))
     if cannot:
-        raise SystemExit(f"instruction counts: {cannot}; the wall-clock figures need no valgrind (leave out --callgrind)")
+        raise SystemExit(f"instruction counts: {cannot.reason}; the wall-clock figures need no valgrind "
+                         "(leave out --callgrind)")
     configs = args.process_configs.split(",") if args.process_configs else CALLGRIND_DEFAULT
     rows = {}
     for config in configs:

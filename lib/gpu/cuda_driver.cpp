@@ -55,9 +55,8 @@ struct CudaDriver::Api {
 
 namespace {
 std::atomic<CudaDriver*> g_loaded{nullptr};
-}  // namespace
-
 std::atomic<void (*)()> g_first_load_hook{nullptr};
+}  // namespace
 
 CudaDriver* CudaDriver::loaded() { return g_loaded.load(); }
 

@@ -87,9 +87,10 @@ void MetadataWriter::start() {
 void MetadataWriter::wake() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // One drain beyond the one in progress is enough; a wake during a drain must count (the producer's ring
-    // crossed half again while the writer was draining it: swallowed, the writer slept its whole interval).
-    if (flush_requests_ == serving_) ++flush_requests_;
+    // Every wake counts, one during a drain too (the producer's ring crossed half again while the writer drained
+    // it: a wake that counted only when no request was pending was swallowed, and the writer slept its whole
+    // interval). A drain serves every request made before it starts, so wakes never add drains.
+    ++flush_requests_;
   }
   cv_.notify_one();
 }
@@ -109,12 +110,12 @@ void MetadataWriter::run() {
     cv_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms),
                  [&] { return stop_ || flush_requests_ > flushes_done_; });
     if (stop_) break;
-    serving_ = flush_requests_;
+    const uint64_t serving = flush_requests_;
     lock.unlock();
     if (on_cycle_) on_cycle_();
     cycle(false);
     lock.lock();
-    flushes_done_ = serving_;
+    flushes_done_ = serving;
     flushed_cv_.notify_all();
   }
 }

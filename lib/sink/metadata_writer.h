@@ -93,7 +93,6 @@ class MetadataWriter {
   std::condition_variable cv_;
   std::condition_variable flushed_cv_;
   uint64_t flush_requests_ = 0;
-  uint64_t serving_ = 0;  // the request the cycle in progress (or the last one) serves
   uint64_t flushes_done_ = 0;
   bool stop_ = false;
   bool started_ = false;

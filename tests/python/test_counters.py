@@ -302,8 +302,11 @@ def test_other_threads_kernels_during_a_window(build_dir, tmp_path, unguarded):
 
 
 COLLECTIVE_JOB = """
-    import os, torch, torch.distributed as dist
-    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % (29700 + os.getpid() % 200), rank=0, world_size=1)
+    import socket, torch, torch.distributed as dist
+    with socket.socket() as s:  # a port free now (a fixed one fails while an earlier job's process holds it)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % port, rank=0, world_size=1)
     t = torch.ones(1 << 20, device="cuda")
     dist.all_reduce(t)                               # sampled, refused before Start: a collective
     torch.cuda.synchronize()

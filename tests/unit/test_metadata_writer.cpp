@@ -245,4 +245,5 @@ TEST_CASE("a wake that arrives while the writer drains gets a drain of its own",
   CHECK(cycles.load() >= 2);  // within 5 s, not after the 60 s interval
   w.finalize();
   std::remove(path.c_str());
+  ::rmdir(dir);
 }

@@ -265,6 +265,18 @@ std::string SnapshotWriter::write_profile(const format::SnapshotJob& job, const 
   return "";
 }
 
+// Evidence pauses; the first time in the process it says so on stderr (the metadata file, being small, may
+// still fit: its writer's own message cannot be relied on to tell the user).
+void SnapshotWriter::pause_for_full_disk() {
+  disk_full_until_ = monotonic_seconds() + kDiskFullPauseSeconds;
+  if (!said_disk_full_) {
+    said_disk_full_ = true;
+    std::fprintf(stderr, "[lingprobe] the disk is full under '%s': snapshots and profiles pause for %lld s at a time "
+                 "and are counted as dropped (disk_full); call records and counts go on\n", run_dir_.c_str(),
+                 static_cast<long long>(kDiskFullPauseSeconds));
+  }
+}
+
 void SnapshotWriter::write_one(format::SnapshotJob& job) {
   using Result = format::SnapshotJob::Result;
   std::string sha, text, who;
@@ -305,7 +317,7 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
     job.document.set("signature_sha256", format::PickleValue::string(sha));
     std::string file_sha;
     if (std::string why = write_snapshot(job, stem, file_sha, bytes); !why.empty()) {
-      if (why == "disk_full") disk_full_until_ = monotonic_seconds() + kDiskFullPauseSeconds;
+      if (why == "disk_full") pause_for_full_disk();
       if (!job.profiled) {
         unclaim();
         job.done(Result::Dropped, why, sha);
@@ -325,7 +337,7 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
   if (job.profiled) {
     std::string manifest_sha;
     const std::string why = write_profile(job, stem, sha, text, kept ? snapshot_rel : "", manifest_sha);
-    if (why == "disk_full") disk_full_until_ = monotonic_seconds() + kDiskFullPauseSeconds;
+    if (why == "disk_full") pause_for_full_disk();
     if (why.empty()) {
       std::string status;
       format::write_json_string(job.profile.status, status);

@@ -46,6 +46,7 @@ class SnapshotWriter {
  private:
   void run();
   void write_one(format::SnapshotJob& job);
+  void pause_for_full_disk();
   std::string write_snapshot(format::SnapshotJob& job, const std::string& stem, std::string& file_sha, uint64_t& bytes);
   std::string write_profile(const format::SnapshotJob& job, const std::string& stem, const std::string& sha,
                             const std::string& text, const std::string& snapshot_rel, std::string& manifest_sha);
@@ -62,6 +63,7 @@ class SnapshotWriter {
   std::set<std::string> mine_;  // signatures this process holds the claim of
   uint64_t written_ = 0, profiles_written_ = 0, bytes_ = 0;
   int64_t disk_full_until_ = 0;  // CLOCK_MONOTONIC seconds; the writer thread's alone
+  bool said_disk_full_ = false;  // the writer thread's alone
 };
 
 // After a write refused for space, snapshots and profiles are dropped

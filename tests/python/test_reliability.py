@@ -112,9 +112,9 @@ def check_run_left_whole(cli, run_dir):
                 assert z.testzip() is None, snap
     p = subprocess.run([cli, "audit", "--quiet", str(run_dir)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
-    for line in p.stderr.splitlines():
+    for line in p.stderr.splitlines():  # a rank killed between creating its file and its first write leaves it empty
         if "warn" in line.lower():
-            assert "no final counts record" in line or "truncated last line" in line, line
+            assert any(w in line for w in ("no final counts record", "truncated last line", "empty file")), line
     return len(files), n_records, named, last_t1
 
 

@@ -58,10 +58,10 @@ def test_quick_mode_prints_ratios_on_its_last_line(build_dir):
     assert float(ratios["lingprobe"]) < 5, last
 
 
-def fake_valgrind_on_path(tmp_path, monkeypatch):
+def fake_valgrind_on_path(tmp_path, monkeypatch, script=FAKE_VALGRIND):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "valgrind").write_text(FAKE_VALGRIND)
+    (bin_dir / "valgrind").write_text(script)
     (bin_dir / "valgrind").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
 
@@ -88,10 +88,7 @@ def test_valgrind_probe_fails_on_anything_but_a_limit_of_the_host(build_dir, tmp
     """A valgrind that crashes for another reason is a failure to report, never a skip that hides it."""
     if not (build_dir / "bench" / "libcallgrind_control.so").exists():
         pytest.skip("built without valgrind's headers")
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "valgrind").write_text("#!/bin/sh\necho 'valgrind: the impossible happened' >&2\nexit 1\n")
-    (tmp_path / "bin" / "valgrind").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    fake_valgrind_on_path(tmp_path, monkeypatch, "#!/bin/sh\necho 'valgrind: the impossible happened' >&2\nexit 1\n")
     cannot = valgrind_cannot_run_torch(path=os.environ["PATH"])
     assert not cannot.host_limit and cannot.reason == "valgrind failed on `import torch` (exit 1): valgrind: the " \
                                                       "impossible happened", cannot

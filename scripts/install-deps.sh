@@ -7,6 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config ccache
   libtorch-dev python3-torch          # LibTorch 1.13 (CPU) and the torch of /usr/bin/python3
+  python3-torchvision                 # third-party models built in the process under test (tests/python)
   libspdlog-dev libfmt-dev            # logging
   libsimdjson-dev                     # streaming JSON reader (the audit)
   catch2 libssl-dev                   # Catch2 v2 unit tests, libcrypto SHA-256

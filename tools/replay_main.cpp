@@ -2,6 +2,7 @@
 // `lingprobe` CLI itself never links libtorch and forwards here).
 //   lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--profile] [--quiet]
 #include <dirent.h>
+#include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,14 +28,16 @@
 namespace {
 
 int usage() {
-  std::cerr << "usage: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--profile] [--quiet]\n"
+  std::cerr << "usage: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--library LIB.so]... [--profile] [--quiet]\n"
                "  SNAPSHOT  a snapshot file (.pt); its replay goes to RUN_DIR/replays/{stem}/\n"
                "  RUN_DIR   replays every snapshot this run's metadata names (each checked against its sha256)\n"
                "  -o DIR    write replays/{stem}/ under DIR instead of the run directory\n"
                "  --device  replay on this device (cpu, cuda, cuda:1) instead of the recorded one\n"
+               "  --library load this shared library first (an extension whose ops the run called: torchvision's\n"
+               "            _C.so, a custom op's library); without it such snapshots are skipped, with their op named\n"
                "  --profile then replay each again under lingprobe's inline counters (as the run measured it, into\n"
                "            replay_profiles/{run}/) and set that profile beside the run's: replays/{stem}/replay_profile.json\n"
-               "Exit status 0 when every deterministic op replays exactly, 1 otherwise, 2 for bad usage.\n";
+               "Exit status 0 when every deterministic op replays exactly (skipped ones aside), 1 otherwise, 2 for bad usage.\n";
   return 2;
 }
 
@@ -194,6 +197,13 @@ int run(int argc, char** argv) {
     const std::string a = argv[i];
     if ((a == "-o" || a == "--output") && i + 1 < argc) out_dir = argv[++i];
     else if (a == "--device" && i + 1 < argc) device = argv[++i];
+    else if (a == "--library" && i + 1 < argc) {
+      const char* lib = argv[++i];
+      if (!::dlopen(lib, RTLD_NOW | RTLD_GLOBAL)) {
+        std::cerr << "lingprobe replay: --library " << lib << ": " << ::dlerror() << "\n";
+        return 2;
+      }
+    }
     else if (a == "--quiet" || a == "-q") quiet = true;
     else if (a == "--profile") profile = true;
     else if (a == "-h" || a == "--help") return usage(), 0;
@@ -234,7 +244,7 @@ int run(int argc, char** argv) {
   }
   const std::string replays = (out_dir.empty() ? run_dir : out_dir) + "/replays";
 
-  int exact = 0, inexact = 0, nondet = 0, failed = 0;
+  int exact = 0, inexact = 0, nondet = 0, failed = 0, skipped = 0;
   for (auto& t : targets) {
     if (!t.sha256.empty()) {
       std::string sha;
@@ -250,6 +260,11 @@ int run(int argc, char** argv) {
     o.out_dir = replays + "/" + stem(t.path);
     o.snapshot_rel = t.rel;
     lingprobe::replay::ReplayResult r = lingprobe::replay::replay_snapshot(t.path, o);
+    if (!r.skipped.empty()) {
+      std::cout << "skipped " << t.rel << ": " << r.skipped << "\n";
+      ++skipped;
+      continue;
+    }
     if (!r.ok) {
       std::cout << "FAILED  " << t.rel << ": " << r.error << "\n";
       ++failed;
@@ -268,7 +283,9 @@ int run(int argc, char** argv) {
     }
   }
   std::cout << "replayed " << targets.size() << " snapshot(s): " << exact << " exact, " << inexact << " inexact, "
-            << nondet << " nondeterministic (exact null), " << failed << " failed; results in " << replays << "/\n";
+            << nondet << " nondeterministic (exact null), " << failed << " failed"
+            << (skipped ? ", " + std::to_string(skipped) + " skipped (their op's library not loaded)" : std::string())
+            << "; results in " << replays << "/\n";
   if (profile) failed += profile_replays(targets, run_dir, out_dir.empty() ? run_dir : out_dir, device);
   return inexact || failed ? 1 : 0;
 }

@@ -168,6 +168,13 @@ const std::vector<ConfigEntry>& config_table() {
       {"SAMPLE_BUDGET_PROCESS", "bytes", "4G", "Tensor bytes one process may snapshot (disk, and host memory in flight)."},
       {"SAMPLE_BUDGET_RUN", "bytes", "16G", "Tensor bytes the whole launch may snapshot (RUN_DIR/claims/bytes)."},
       {"SAMPLE_BUDGET_DEVICE", "bytes", "2G", "Device memory held by copies waiting for the writer (per process)."},
+      {"PROFILE_BUDGET_S", "float", "300",
+       "Wall seconds one process may stall in counter windows (PROFILE); once spent, sampled calls keep their "
+       "snapshots and are refused counters (budget_profile). Set-up calls (model construction and loading, "
+       "docs/SNAPSHOTS.md) may use an eighth of it, as of SAMPLE_BUDGET_PROCESS."},
+      {"SAMPLE_DEVICES", "auto|any", "auto",
+       "auto: on a machine with an NVIDIA GPU, only calls that run on it are sampled (a meta or CPU call of a key "
+       "leaves it to a later GPU call); elsewhere any call. any: the first due call, whatever its device."},
   };
   return table;
 }
@@ -236,7 +243,13 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
   } else if (name == "SAMPLE_BUDGET_PROCESS") err = parse_bytes(v, c.sample_budget_process);
   else if (name == "SAMPLE_BUDGET_RUN") err = parse_bytes(v, c.sample_budget_run);
   else if (name == "SAMPLE_BUDGET_DEVICE") err = parse_bytes(v, c.sample_budget_device);
-  else if (name == "LOG_LEVEL") {
+  else if (name == "PROFILE_BUDGET_S") err = parse_seconds(v, c.profile_budget_s);
+  else if (name == "SAMPLE_DEVICES") {
+    const std::string u = upper(v);
+    if (u == "AUTO") c.sample_devices = SampleDevices::Auto;
+    else if (u == "ANY") c.sample_devices = SampleDevices::Any;
+    else err = "expected auto or any, got '" + v + "'";
+  } else if (name == "LOG_LEVEL") {
     static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
     std::string lower = v;
     for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -329,7 +342,9 @@ format::JsonValue config_json(const Config& c) {
     o.set("sample_budget_process", JsonValue::integer(c.sample_budget_process));
     o.set("sample_budget_run", JsonValue::integer(c.sample_budget_run));
     o.set("sample_budget_device", JsonValue::integer(c.sample_budget_device));
+    o.set("sample_devices", JsonValue::string(c.sample_devices == SampleDevices::Auto ? "auto" : "any"));
   }
+  if (c.profile) o.set("profile_budget_s", JsonValue::floating(c.profile_budget_s));
   return o;
 }
 

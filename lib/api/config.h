@@ -17,6 +17,10 @@ enum class SampleCoordination { Claims, Hash, None };
 enum class Role { Auto, Rank, Single, Launcher, Child };
 enum class SuppressNested { Auto, Always, Never };
 
+// Which calls may be sampled: auto (GPU calls only on a machine with an
+// NVIDIA GPU, any call elsewhere) or any.
+enum class SampleDevices { Auto, Any };
+
 struct Config {
   bool enable = true;
   std::string out_dir = "lingprobe-out";
@@ -57,6 +61,8 @@ struct Config {
   int64_t sample_budget_process = int64_t(4) << 30;
   int64_t sample_budget_run = int64_t(16) << 30;
   int64_t sample_budget_device = int64_t(2) << 30;
+  double profile_budget_s = 300;   // wall seconds one process may stall in counter windows
+  SampleDevices sample_devices = SampleDevices::Auto;
 };
 
 // "4G", "512M", "1024", "1.5T" (binary multiples) -> bytes; "" or an error.

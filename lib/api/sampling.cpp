@@ -1,4 +1,5 @@
 #include "api/sampling.h"
+#include "api/log.h"
 #include "api/stage_gpu_time.h"
 
 #include "capture/torch_guard.h"
@@ -504,6 +505,41 @@ capture::Coordination coordination_of(SampleCoordination c) {
   return capture::Coordination::Claims;
 }
 
+// Whether the machine shows this process an NVIDIA GPU, without
+// initialising CUDA (lazy CUDA: nothing here may start it).
+bool gpu_on_machine() {
+  if (::access("/dev/nvidiactl", F_OK) != 0) return false;
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return !v || (*v && std::string(v) != "-1");
+}
+
+capture::SnapshotOptions snapshot_options(const Config& c, int64_t rank, const std::string& run_id) {
+  capture::SnapshotOptions o;
+  o.snapshots = c.snapshots;
+  o.profile = c.profile;
+  o.budget_process = static_cast<uint64_t>(c.sample_budget_process);
+  o.budget_device = static_cast<uint64_t>(c.sample_budget_device);
+  o.rank = rank;
+  o.run_id = run_id;
+  o.gpu_on_machine = gpu_on_machine();
+  o.gpu_calls_only = c.sample_devices == SampleDevices::Auto && o.gpu_on_machine;
+  o.profile_budget_s = c.profile_budget_s;
+  return o;
+}
+
+// One refusal record (once per key, evidence and reason): where each key's evidence went.
+std::string refusal_record(const capture::SampleKey& k, const char* evidence, const std::string& reason, uint64_t call) {
+  format::JsonValue r = format::JsonValue::object();
+  r.set("kind", format::JsonValue::string("refusal"));
+  r.set("input_sha256", format::JsonValue::string(k.input_sha));
+  r.set("op", format::JsonValue::string(k.op));
+  r.set("stage", format::JsonValue::string(k.stage));
+  r.set("evidence", format::JsonValue::string(evidence));
+  r.set("reason", format::JsonValue::string(reason));
+  r.set("call", format::JsonValue::integer(static_cast<int64_t>(call)));
+  return format::canonical_json(r) + "\n";
+}
+
 }  // namespace
 
 struct SamplingSession::Parts {
@@ -524,9 +560,7 @@ struct SamplingSession::Parts {
         writer_sink(&writer),
         cuda(metrics_of(c), [metadata](std::string line) { metadata->add_record(std::move(line)); },
              run_dir + "/claims", c.profile_unguarded),
-        snapshots(&sampler, &writer_sink, &broker, &cuda,
-                  capture::SnapshotOptions{c.snapshots, c.profile, static_cast<uint64_t>(c.sample_budget_process),
-                                           static_cast<uint64_t>(c.sample_budget_device), rank, run_id}) {
+        snapshots(&sampler, &writer_sink, &broker, &cuda, snapshot_options(c, rank, run_id)) {
     if (c.profile && c.stage_gpu_time)
       stage_time = std::make_unique<StageGpuTime>([this](int device) { return cuda.window_epoch(device); });
   }
@@ -549,7 +583,14 @@ std::unique_ptr<SamplingSession> SamplingSession::create(const Config& c, int64_
   so.seed = static_cast<uint64_t>(c.sample_seed);
   (void)so.selection.parse(c.sample_ops, "");  // validated with the configuration
   so.coordination = coordination_of(c.sample_coordination);
+  so.evidence = static_cast<uint8_t>((c.snapshots ? capture::kSnapshot : 0) | (c.profile ? capture::kCounters : 0));
   parts->sampler.configure(so, &parts->broker, rank, world_size);
+  parts->sampler.set_refusal_sink([metadata](const capture::SampleKey& k, const char* evidence, const std::string& reason,
+                                             uint64_t call) { metadata->add_record(refusal_record(k, evidence, reason, call)); });
+  if (c.profile && !gpu_on_machine())
+    log_warn("LINGPROBE_PROFILE=1, but this machine shows the process no NVIDIA GPU (no /dev/nvidiactl, or "
+             "CUDA_VISIBLE_DEVICES hides them): no counters will be taken" +
+             std::string(c.snapshots ? "; snapshots go on" : ""));
   return std::unique_ptr<SamplingSession>(new SamplingSession(std::move(parts)));
 }
 

@@ -16,6 +16,7 @@
 #include "format/flops.h"
 #include "format/json_parse.h"
 #include "format/sha256.h"
+#include "format/snapshot_file.h"
 #include "sink/run_directory.h"
 
 namespace lingprobe::audit {
@@ -54,19 +55,35 @@ std::string human(double x, const char* unit) {
   return buf;
 }
 
-// The math mode an op's arithmetic runs in: its first tensor argument's dtype
-// and, for fp32 GEMMs and convolutions, the TF32 switches recorded by the
-// call's replay (without a replay, torch's defaults: matmul no, cuDNN yes).
-// "" where the table has no roof.
+// The first tensor's dtype in a signature value (nested lists walked); "" if none.
+std::string first_dtype(const JsonValue* v) {
+  if (!v) return "";
+  if (v->kind() == JsonValue::Kind::Object) return str(v->find("dtype"));
+  if (v->kind() == JsonValue::Kind::Array)
+    for (const auto& x : v->items())
+      if (std::string d = first_dtype(&x); !d.empty()) return d;
+  return "";
+}
+
+}  // namespace
+
+// The math mode an op's arithmetic runs in. For GEMM, convolution and
+// attention ops, what ran: the narrower of the first argument's and the
+// output's dtype (inside an autocast region the recorded inputs are the
+// pre-cast ones, fp32 activations beside bf16 weights, and the op computes
+// in the autocast dtype, its output's; an fp8 or int8 GEMM computes in its
+// inputs' and writes a wider output); for the others the first argument's. For fp32 GEMMs and convolutions, the TF32
+// switches of the call's math policy (without one, torch's defaults: matmul
+// no, cuDNN yes). "" where the table has no roof.
 std::string math_mode(const JsonValue& sig, const JsonValue* policy) {
-  std::string dtype;
-  if (const JsonValue* args = sig.find("args"))
-    for (const auto& a : args->items())
-      if (a.kind() == JsonValue::Kind::Object && a.find("dtype")) {
-        dtype = str(a.find("dtype"));
-        break;
-      }
   const std::string op = str(sig.find("op"));
+  const bool gemm = op.find("linear") != std::string::npos || op.find("mm") != std::string::npos ||
+                    op.find("matmul") != std::string::npos;
+  const bool conv = op.find("conv") != std::string::npos;
+  const bool attention = op.find("attention") != std::string::npos || op.find("flash") != std::string::npos;
+  std::string dtype = first_dtype(sig.find("args"));
+  if (const std::string out = first_dtype(sig.find("output")); (gemm || conv || attention) && !out.empty())
+    if (dtype.empty() || format::dtype_element_size(out) <= format::dtype_element_size(dtype)) dtype = out;
   auto policy_true = [&](const char* k, bool fallback) {
     const JsonValue* v = policy ? policy->find(k) : nullptr;
     return v && v->kind() == JsonValue::Kind::Bool ? v->as_bool() : fallback;
@@ -77,13 +94,12 @@ std::string math_mode(const JsonValue& sig, const JsonValue* policy) {
   if (dtype.rfind("torch.float8", 0) == 0) return "fp8";
   if (dtype == "torch.int8" || dtype == "torch.uint8") return "int8";
   if (dtype != "torch.float32") return "";  // integers, bool, complex: no roof in the table
-  const bool gemm = op.find("linear") != std::string::npos || op.find("mm") != std::string::npos ||
-                    op.find("matmul") != std::string::npos;
-  const bool conv = op.find("conv") != std::string::npos;
   if (gemm && policy_true("matmul_allow_tf32", false)) return "tf32";
   if (conv && policy_true("cudnn_allow_tf32", true)) return "tf32";  // torch's default: cuDNN may use TF32
   return "fp32";
 }
+
+namespace {
 
 struct Job {
   JsonValue json;
@@ -293,7 +309,10 @@ ReportOutcome run_report(const ReportOptions& options) {
     j.stage = str(sig.find("stage"));
     j.calls = calls[p.sha];
     j.label = str(sig.find("op"));
-    j.mode = math_mode(sig, replayed ? comparison.find("math_policy") : nullptr);
+    // The profile's own math policy (the call's), else its replay's.
+    const JsonValue* policy = identity.find("math_policy");
+    if (!policy && replayed) policy = comparison.find("math_policy");
+    j.mode = math_mode(sig, policy);
     double bytes = 0;
     j.time_us = kernels_time_us(kernels).value_or(0.0);
     for (const auto& k : kernels.items())
@@ -314,6 +333,13 @@ ReportOutcome run_report(const ReportOptions& options) {
       if (t > 0) j.frac_dram = j.dram_bytes_per_s / peak.dram_bytes;
     }
     j.passed = str(identity.find("status")) == "passed";
+    // Above 100% of a roof is a defect (a math mode or a time taken wrongly), never a figure to print as is.
+    const bool over_roof = j.frac_flops > 1.0 || j.frac_dram > 1.0;
+    if (over_roof)
+      out.warnings.push_back(p.path + ": " + std::to_string(static_cast<int>(std::max(j.frac_flops, j.frac_dram) * 100)) +
+                             "% of its " + j.mode + " roof, over 100%: its math mode or its kernel time is wrong "
+                             "(report it); not counted in the totals");
+    j.passed = j.passed && !over_roof;
     std::string snapshot_sha;
     for (const Rec& s : snapshots)
       if (s.sha == p.sha && s.seq == p.seq && s.rank == p.rank) snapshot_sha = s.evidence_sha;
@@ -358,6 +384,7 @@ ReportOutcome run_report(const ReportOptions& options) {
                           : JsonValue::null());
     job.set("fraction_of_peak_flops", j.frac_flops >= 0 ? JsonValue::floating(j.frac_flops) : JsonValue::null());
     job.set("fraction_of_peak_dram", j.frac_dram >= 0 ? JsonValue::floating(j.frac_dram) : JsonValue::null());
+    job.set("over_roof", JsonValue::boolean(over_roof));
     job.set("estimated_gpu_time_us", JsonValue::floating(j.est_us));
     job.set("passes", identity.find("passes") ? *identity.find("passes") : JsonValue::null());
     job.set("scope", JsonValue::string(

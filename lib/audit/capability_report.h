@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "format/json_value.h"
+
 namespace lingprobe::audit {
 
 struct ReportOptions {
@@ -39,5 +41,9 @@ struct Peak {
   const char* source = "";
 };
 bool device_peak(const std::string& gpu_name, const std::string& mode, Peak& out);
+
+// The math mode a signature's arithmetic ran in ("bf16", "tf32", ...; ""
+// where the table has no roof), given the call's math policy (may be null).
+std::string math_mode(const format::JsonValue& signature, const format::JsonValue* policy);
 
 }  // namespace lingprobe::audit

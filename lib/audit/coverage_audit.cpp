@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "audit/key_evidence.h"
 #include "audit/metadata_reader.h"
 #include "audit/profile_evidence.h"
 #include "audit/rank_view.h"
@@ -321,6 +322,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
   std::map<std::string, uint64_t> compile_time;  // compile-time calls on fake tensors, all files
   std::map<std::string, std::map<std::string, uint64_t>> dropped;
   std::map<std::string, uint64_t> sampling, unsampled;  // summed over the ranks' files
+  std::vector<Refusal> refusals;                        // every rank's refusal records
   JsonValue sources = JsonValue::array();
   JsonValue others = JsonValue::array();
   uint64_t other_calls = 0;
@@ -414,6 +416,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
       for (const auto& [reason, n] : reasons) dropped[what][reason] += n, dropped_total += n;
     for (const auto& [k, n] : f.sampling) sampling[k] += n;
     for (const auto& [k, n] : f.unsampled) unsampled[k] += n;
+    refusals.insert(refusals.end(), f.refusals.begin(), f.refusals.end());
     for (const auto& [k, n] : f.nested) nested[k] += n;
     for (const auto& [k, n] : f.compile_time) compile_time[k] += n;
     source_rows.emplace_back(relative(path, run_dir), f.sha256);
@@ -605,12 +608,22 @@ AuditOutcome run_audit(const AuditOptions& options) {
     for (const auto& [k, n] : nested) nj.set(k, JsonValue::integer(static_cast<int64_t>(n)));
     report.set("nested_calls", std::move(nj));
   }
+  // What each key refused evidence at some call holds in the end (its signatures' snapshots and passed profiles).
+  std::map<std::string, HeldEvidence> held;
+  for (const auto& [sha, sig] : sigs) {
+    if (sig.snapshots.empty() && sig.profiles.empty()) continue;
+    HeldEvidence& h = held[input_key_sha256(sig.value)];
+    h.snapshot = h.snapshot || !sig.snapshots.empty();
+    for (const auto& p : sig.profiles) h.counters = h.counters || p.status == "passed";
+  }
+  const std::vector<KeyEvidence> refused_keys = key_evidence(refusals, held);
   if (!sampling.empty()) {
     JsonValue sj = JsonValue::object();
     for (const auto& [k, n] : sampling) sj.set(k, JsonValue::integer(static_cast<int64_t>(n)));
     JsonValue uj = JsonValue::object();
     for (const auto& [k, n] : unsampled) uj.set(k, JsonValue::integer(static_cast<int64_t>(n)));
     sj.set("unsampled_keys", std::move(uj));
+    sj.set("refusals", key_evidence_json(refused_keys));
     report.set("sampling", std::move(sj));
   }
   JsonValue stall_rows = JsonValue::array();
@@ -678,6 +691,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
     for (size_t k = 0; k < missing.size() && k < 10; ++k)
       outcome.summary += "- no snapshot: `" + short_signature(*missing[k]) + "` " + missing[k]->sha.substr(0, 12) +
                          " (" + std::to_string(missing[k]->calls) + " calls)\n";
+    if (!refused_keys.empty()) outcome.summary += key_evidence_markdown(refused_keys, 20);
   }
   outcome.summary += ranks_view.markdown;
   if (!stall_table.empty())

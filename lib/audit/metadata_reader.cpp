@@ -191,6 +191,9 @@ std::string SummaryVisitor::record(std::string_view kind, simdjson::dom::object 
       if (!obj["lock_wait_s"].get_double().get(d)) e.lock_wait_seconds = d;
     }
     (kind == "snapshot" ? f.snapshots : f.profiles).push_back(std::move(e));
+  } else if (kind == "refusal") {
+    f.refusals.push_back(Refusal{str(obj["input_sha256"]), str(obj["op"]), str(obj["stage"]), str(obj["evidence"]),
+                                 str(obj["reason"]), static_cast<uint64_t>(std::max<int64_t>(0, num(obj["call"])))});
   }
   return "";
 }

@@ -33,6 +33,15 @@ struct Evidence {
   double lock_wait_seconds = -1;      // profiles: of which waiting for the GPU's counter lock
 };
 
+// A sampled call's evidence refused (a "refusal" record: once per key,
+// evidence and reason).
+struct Refusal {
+  std::string input_sha256, op, stage;
+  std::string evidence;  // snapshot, counters, snapshot+counters
+  std::string reason;
+  uint64_t call = 0;     // the key's call count in that process when first refused
+};
+
 // Top-level (depth 0) call records of one signature: their count, summed
 // duration, and the first start and last end (the file's monotonic clock).
 // For a c10d op also the time from each call's start to the next top-level
@@ -73,6 +82,7 @@ struct FileSummary {
   std::map<std::string, uint64_t> compile_time;  // ... its compile-time calls on fake tensors, by kind
   std::map<std::string, std::map<std::string, uint64_t>> collectives;  // ... its c10d calls per stage: "calls", "us"
   std::vector<Evidence> snapshots, profiles;
+  std::vector<Refusal> refusals;
   uint64_t lines = 0, bytes = 0;
   bool truncated_last_line = false;
 };

@@ -407,6 +407,25 @@ SampleKey* sample_key(const OpInfo& op, const format::JsonValue& arguments, Stag
   return g().sampler.load(std::memory_order_relaxed)->key_for(format::canonical_sha256(input), op.name, op.with_overload, stage_name(stage));
 }
 
+// A due call of a sampled key: refused before any claim when nothing could
+// come of it, else taken and handed to the hooks (before the op, and before
+// t0: the copies are not the op's time). The hooks' token, or nullptr.
+void* begin_sample(SampleKey* k, const OpInfo& op, c10::ArrayRef<const c10::IValue> inputs, StageId stage) {
+  SampledCall call;
+  call.schema = &op.schema;
+  call.inputs = inputs;
+  call.op_dotted = &op.dotted;
+  call.stage = stage;
+  call.key = k;
+  Sampler* sampler = g().sampler.load(std::memory_order_relaxed);
+  SampledCallHooks* hooks = g().hooks.load(std::memory_order_relaxed);
+  if (const CallRefusal why = hooks->refusal(call); why != CallRefusal::None) {
+    sampler->refused_early(k, why);
+    return nullptr;
+  }
+  return sampler->take(k) ? hooks->begin(call) : nullptr;
+}
+
 bool in_warm_up(Global& G) {
   if (G.options.skip_calls && G.warmup_seen.fetch_add(1, std::memory_order_relaxed) < G.options.skip_calls)
     return true;
@@ -556,15 +575,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     f.recorded = true;
     f.sample = nullptr;
     if (SampleKey* k = ts->entries[f.entry].sample; k && k->active.load(std::memory_order_relaxed) &&
-                                                   G.sampler.load(std::memory_order_relaxed)->decide(k)) {
-      SampledCall call;
-      call.schema = &op->schema;
-      call.inputs = c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size());
-      call.op_dotted = &op->dotted;
-      call.stage = stage;
-      call.key = k;
-      f.sample = G.hooks.load(std::memory_order_relaxed)->begin(call);  // before the op, and before t0: the copies are not the op's time
-    }
+                                                   G.sampler.load(std::memory_order_relaxed)->due(k))
+      f.sample = begin_sample(k, *op, inputs, stage);
     if (depth == 0) suppress_below(ts, fn, op);  // after the sampled call's hooks (which run with RecordFunction off)
     if (G.options.call_records) f.t0 = now_ns();
   } catch (...) {

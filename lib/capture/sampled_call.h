@@ -1,7 +1,7 @@
 // What the recorder does with a call the sampler chose: it hands the call to
 // SampledCallHooks before the op runs (start callback) and after it (end
-// callback), on the calling thread. api wires the hooks (snapshots now,
-// inline counters later) so that the recorder knows nothing of either; the
+// callback), on the calling thread. api wires the hooks (snapshots and
+// inline counters) so that the recorder knows nothing of either; the
 // hooks finish the key in the sampler when their work is done (possibly
 // later, on a writer thread).
 #pragma once
@@ -30,6 +30,10 @@ struct SampledCall {
 class SampledCallHooks {
  public:
   virtual ~SampledCallHooks() = default;
+  // A due call that no evidence could come from (meta tensors, a CPU call
+  // where only GPU calls are sampled), checked before the key is claimed;
+  // CallRefusal::None when the call may be taken.
+  virtual CallRefusal refusal(const SampledCall& call) = 0;
   // Before the op. Returns a token for end(), or nullptr when nothing was
   // started (the reason is counted, the key finished in the sampler).
   virtual void* begin(const SampledCall& call) = 0;

@@ -59,14 +59,85 @@ SampleKey* Sampler::key_for(const std::string& input_sha, const std::string& op,
     slot->op = op_with_overload;
     slot->stage = stage;
     slot->hash = hash_of_hex(input_sha);
-    set_state(slot.get(), stopped_ ? KeyState::Stopped : KeyState::Candidate);
-    if (stopped_) slot->stop_reason = stop_reason_;
+    slot->missing.store(options_.evidence, std::memory_order_relaxed);
+    set_state(slot.get(), KeyState::Candidate);
   }
   return slot.get();
 }
 
-bool Sampler::decide(SampleKey* k) {
+void Sampler::set_refusal_sink(RefusalSink sink) {
+  std::lock_guard<std::mutex> lock(mu_);
+  refusal_sink_ = std::move(sink);
+}
+
+const char* evidence_name(uint8_t e) {
+  switch (e) {
+    case kSnapshot: return "snapshot";
+    case kCounters: return "counters";
+    case kSnapshot | kCounters: return "snapshot+counters";
+    default: return "sample";
+  }
+}
+
+uint8_t Sampler::wanted(const SampleKey* k) const {
+  const uint8_t missing = k->missing.load(std::memory_order_relaxed);
+  return missing ? missing : options_.evidence;
+}
+
+void Sampler::back_off(SampleKey* k, uint64_t call) {
+  k->retry_at.store(std::max<uint64_t>(call * 2, call + 1), std::memory_order_relaxed);
+}
+
+bool Sampler::first_refusal(SampleKey* k, uint8_t evidence, const std::string& reason) {
+  const std::string what = std::string(evidence_name(evidence)) + ":" + reason;
+  k->last_refusal = what;
+  return k->refusals_reported.insert(what).second;
+}
+
+void Sampler::report(const SampleKey& k, uint8_t evidence, const std::string& reason) {
+  RefusalSink sink;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sink = refusal_sink_;
+  }
+  if (sink) sink(k, evidence_name(evidence), reason, k.calls.load(std::memory_order_relaxed));
+}
+
+const char* call_refusal_name(CallRefusal why) {
+  switch (why) {
+    case CallRefusal::NoStorage: return "no_storage";
+    case CallRefusal::NotOnGpu: return "not_on_gpu";
+    default: return "none";
+  }
+}
+
+void Sampler::refused_early(SampleKey* k, CallRefusal why) {
+  const auto bit = static_cast<uint8_t>(why);
+  if (k->early_seen.load(std::memory_order_relaxed) & bit) return;
+  k->early_seen.fetch_or(bit, std::memory_order_relaxed);
+  uint8_t evidence;
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint8_t missing = k->missing.load(std::memory_order_relaxed);
+    evidence = missing ? missing : options_.evidence;
+    first = first_refusal(k, evidence, call_refusal_name(why));
+  }
+  if (first) report(*k, evidence, call_refusal_name(why));
+}
+
+void Sampler::note_refusal(SampleKey* k, uint8_t evidence, const std::string& reason) {
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first = first_refusal(k, evidence, reason);
+  }
+  if (first) report(*k, evidence, reason);
+}
+
+bool Sampler::due(SampleKey* k) {
   const uint64_t n = k->calls.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n < k->retry_at.load(std::memory_order_relaxed)) return false;
   const bool reopened = k->state.load(std::memory_order_relaxed) == KeyState::Reopened;
   if (!reopened) {
     if (n <= options_.skip) return false;
@@ -76,6 +147,10 @@ bool Sampler::decide(SampleKey* k) {
       if (u >= options_.probability) return false;
     }
   }
+  return true;
+}
+
+bool Sampler::take(SampleKey* k) {
   bool expected = false;
   if (!k->in_flight.compare_exchange_strong(expected, true)) return false;
   std::unique_lock<std::mutex> lock(mu_);
@@ -95,57 +170,55 @@ bool Sampler::decide(SampleKey* k) {
     if (k->state == KeyState::Candidate) set_state(k, next);
   }
   const bool go = k->state == KeyState::Owned || k->state == KeyState::Reopened;
-  if (!go) {
-    k->in_flight.store(false);
-    if (k->holds_claim && k->state == KeyState::Stopped) {  // stopped while the claim was being made
-      k->holds_claim = false;
-      const std::string input = k->input_sha;
-      lock.unlock();
-      broker_->release_key(input, true, 0);
-    }
-  }
+  if (!go) k->in_flight.store(false);
   return go;
 }
 
-void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, SampleResult result, uint64_t bytes) {
+void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, SampleResult result, uint64_t bytes,
+                       uint8_t got, uint8_t settled) {
   std::unique_lock<std::mutex> lock(mu_);
   k->in_flight.store(false);
   const bool has_signature = result == SampleResult::Kept || result == SampleResult::Duplicate;
   if (has_signature && !sha.empty()) signature_sha_[id] = sha;
   if (has_signature) k->seen_signatures.insert(id);
+  uint8_t missing = k->missing.load(std::memory_order_relaxed) & static_cast<uint8_t>(~(got | settled));
   if (result == SampleResult::Kept) {
     ++k->taken;
     ++samples_;
     k->sampled_signatures.insert(id);
   } else if (result == SampleResult::Duplicate) {
-    // That signature has its sample in the launch already: for this key's
+    // That signature has its evidence in the launch already: for this key's
     // owner that settles it as much as a sample of its own would (else the
     // key would be sampled again at every call).
     k->sampled_signatures.insert(id);
+    missing = 0;
     if (k->state == KeyState::Owned) k->taken = std::max<uint64_t>(k->taken, options_.first);
-  } else if (k->state != KeyState::Reopened) {
-    k->stop_reason = "dropped";
-    set_state(k, KeyState::Stopped);
   }
+  k->missing.store(missing, std::memory_order_relaxed);
+  if (result == SampleResult::Refused || (result == SampleResult::Kept && missing)) back_off(k, k->calls.load());
   if (k->state == KeyState::Reopened) {
     if (k->attempts_left > 0) --k->attempts_left;
-    bool missing = false;
-    for (uint32_t s : k->seen_signatures) missing = missing || !k->sampled_signatures.count(s);
-    if (!missing || k->attempts_left == 0) set_state(k, KeyState::Done);
-  } else if (k->state == KeyState::Owned && k->taken >= options_.first) {
-    set_state(k, KeyState::Done);
+    bool unsampled = false;
+    for (uint32_t s : k->seen_signatures) unsampled = unsampled || !k->sampled_signatures.count(s);
+    if (!unsampled || k->attempts_left == 0) set_state(k, KeyState::Done);
+  } else if (k->state == KeyState::Owned) {
+    if (missing == 0 && k->taken >= options_.first) {
+      set_state(k, KeyState::Done);
+    } else if (missing == 0 && k->taken == 0) {  // settled without any evidence: no call can give it
+      k->stop_reason = k->last_refusal.empty() ? "settled" : k->last_refusal;
+      set_state(k, KeyState::Stopped);
+    } else if (k->taken == 0 && result == SampleResult::Refused) {
+      set_state(k, KeyState::Candidate);  // a later call claims it again (others may take it meanwhile)
+    }
   }
-  // The claim is released once, whenever the key is settled here (done, or
-  // stopped: a failure others may retry), whichever path settled it.
-  const bool settled = k->state == KeyState::Done || k->state == KeyState::Stopped;
-  const bool release = k->holds_claim && settled;
-  const bool failed = k->state == KeyState::Stopped && k->taken == 0;
+  // The claim is released when the key is settled here (done or stopped), or
+  // when a refused key gives it up (failed: others may try it).
+  const bool release = k->holds_claim && k->state != KeyState::Owned && k->state != KeyState::Reopened;
+  const bool failed = k->taken == 0;
   if (release) k->holds_claim = false;
   const std::string input = k->input_sha;
-  const bool stop_process = result == SampleResult::StopProcess;
   lock.unlock();
   if (release && broker_) broker_->release_key(input, failed, bytes);
-  if (stop_process) stop_all("budget");
 }
 
 void Sampler::on_signature(SampleKey* k, uint32_t id, const std::string& sha) {
@@ -168,7 +241,7 @@ void Sampler::poll() {
   std::vector<SampleKey*> held;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_ || now - last_poll_ns_ < options_.poll_interval_ms * 1000000) return;
+    if (now - last_poll_ns_ < options_.poll_interval_ms * 1000000) return;
     last_poll_ns_ = now;
     std::vector<SampleKey*> all;
     for (auto& [sha, k] : keys_)
@@ -207,27 +280,6 @@ void Sampler::poll() {
   }
 }
 
-void Sampler::stop_all(const std::string& reason) {
-  std::vector<std::string> release;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_) return;
-    stopped_ = true;
-    stop_reason_ = reason;
-    for (auto& [sha, k] : keys_)
-      if (k->state != KeyState::Done) {
-        k->stop_reason = reason;
-        set_state(k.get(), KeyState::Stopped);
-        // An idle claim is released now; one in flight when its sample finishes.
-        if (k->holds_claim && !k->in_flight.load()) {
-          k->holds_claim = false;
-          release.push_back(sha);
-        }
-      }
-  }
-  for (const auto& sha : release) broker_->release_key(sha, true, 0);
-}
-
 SamplingStats Sampler::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   SamplingStats s;
@@ -252,7 +304,7 @@ std::map<std::string, uint64_t> Sampler::unsampled_reasons() const {
       case KeyState::Done: ++out["sampled_by_another_process"]; break;
       case KeyState::OtherRank: ++out["owned_by_another_rank"]; break;
       case KeyState::Stopped: ++out[k->stop_reason.empty() ? "stopped" : k->stop_reason]; break;
-      case KeyState::Candidate: ++out["rule_skip_every_probability"]; break;
+      case KeyState::Candidate: ++out[k->last_refusal.empty() ? "rule_skip_every_probability" : k->last_refusal]; break;
       default: ++out["in_progress"]; break;
     }
   }

@@ -11,13 +11,21 @@
 // An input key with several signatures (nonzero, unique, masked_select) is
 // sampled again while one of its signatures has no sample (bounded attempts).
 //
+// A key wants evidence (a snapshot, counters or both) and keeps wanting what
+// no call has given it: a refused call (a budget, copies in flight, a meta or
+// CPU call where a GPU is used, a busy counter window...) leaves the key to a
+// later call, after a backoff (the key's next try waits until its calls have
+// doubled), so that no refusal is final and retries stay logarithmic in the
+// calls. Each refusal is reported once per key, evidence and reason.
+//
 // Hot path: a recorded call whose key has nothing left to sample costs one
 // relaxed load of SampleKey::active. No torch, no I/O here (the broker's
-// claim is the one file operation, once per key and process).
+// claim is the one file operation, once per key and taken attempt).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,8 +41,20 @@ namespace lingprobe::capture {
 
 enum class Coordination { Claims, Hash, None };
 
+// What a sample can hold (bits).
+enum Evidence : uint8_t { kSnapshot = 1, kCounters = 2 };
+const char* evidence_name(uint8_t evidence);  // "snapshot", "counters", "snapshot+counters", "sample"
+
+// Why a due call is refused before it is taken: it runs where no evidence
+// is (meta or fake tensors; a CPU call where only GPU calls are sampled).
+// Such a refusal costs no claim and sets no backoff: the key's next call
+// that runs on real memory, or on the GPU, is taken.
+enum class CallRefusal : uint8_t { None = 0, NoStorage = 1, NotOnGpu = 2 };
+const char* call_refusal_name(CallRefusal why);  // "no_storage", "not_on_gpu"
+
 struct SamplingOptions {
   bool enabled = false;       // LINGPROBE_SNAPSHOTS or LINGPROBE_PROFILE
+  uint8_t evidence = kSnapshot;  // what each key wants (kSnapshot, kCounters, both)
   uint64_t first = 1;         // samples per input key per launch (K)
   uint64_t skip = 0;          // calls of each key skipped first, in each process (N)
   uint64_t every = 1;         // then every M-th call
@@ -69,13 +89,16 @@ enum class KeyState : uint8_t {
   HeldElsewhere,  // another process owns it (polled: it may die or fail)
   OtherRank,      // hash coordination: another rank's
   Done,           // nothing left to sample here
-  Stopped,        // a budget or an error stopped it
+  Stopped,        // no call can give it what it wants (each evidence settled without a sample)
 };
 
 struct SampleKey {
   std::atomic<bool> active{true};       // the hot path's one load
   std::atomic<bool> in_flight{false};   // one sample of a key at a time per process
   std::atomic<uint64_t> calls{0};
+  std::atomic<uint64_t> retry_at{0};   // after a refusal: no try before the key's calls reach this
+  std::atomic<uint8_t> missing{0};     // evidence still wanted (Evidence bits)
+  std::atomic<uint8_t> early_seen{0};  // CallRefusal bits already reported (the calling thread's check, no lock)
   std::string input_sha, op, stage;
   uint64_t hash = 0;
   std::atomic<KeyState> state{KeyState::Candidate};  // written under Sampler's mutex
@@ -85,14 +108,20 @@ struct SampleKey {
   bool holds_claim = false;  // this process's claim of the key is open (released once, done or failed)
   std::set<uint32_t> seen_signatures, sampled_signatures;  // process-local signature ids
   std::string stop_reason;
+  std::string last_refusal;               // "evidence:reason" of the latest refused call
+  std::set<std::string> refusals_reported;  // "evidence:reason", each reported once
 };
 
 enum class SampleResult {
-  Kept,              // stored under its signature
-  Duplicate,         // that signature already has a sample in the launch: discarded
-  Dropped,           // a budget, capture, OOM, write error... (counted by whoever dropped it)
-  StopProcess,       // as Dropped, and this process samples nothing more (its budget is spent)
+  Kept,       // stored under its signature (`got` says what it holds)
+  Duplicate,  // that signature already has a sample in the launch: discarded
+  Refused,    // nothing stored (a budget, capture, OOM, write error...): the key waits for a later call
 };
+
+// Where refusals go (api: a "refusal" record), once per key, evidence and
+// reason; called on the refusing thread, outside the sampler's lock.
+using RefusalSink = std::function<void(const SampleKey& key, const char* evidence, const std::string& reason,
+                                       uint64_t call)>;
 
 struct SamplingStats {
   uint64_t keys = 0, sampled = 0, samples = 0;  // what stays unsampled and why: unsampled_reasons()
@@ -108,11 +137,28 @@ class Sampler {
   // sampled (sampling off, op or stage not chosen).
   SampleKey* key_for(const std::string& input_sha, const std::string& op, const std::string& op_with_overload,
                      const std::string& stage);
-  // The start callback of a call of `key` whose `active` was true: sample it?
-  bool decide(SampleKey* key);
-  // The end of a sampled call (decide() said yes).
+  void set_refusal_sink(RefusalSink sink);
+  // The start callback of a call of `key` whose `active` was true: do the
+  // rules (skip, every, probability, a refusal's backoff) pick this call?
+  // Lock-free.
+  bool due(SampleKey* key);
+  // A due call the hooks refused before it was taken: no claim is made and
+  // no backoff set; the first refusal of each kind is reported (the later
+  // ones cost one relaxed load).
+  void refused_early(SampleKey* key, CallRefusal why);
+  // A due call: take it (one at a time per key, the launch's claim made).
+  bool take(SampleKey* key);
+  // What a taken call should capture: the evidence the key still misses, or
+  // everything once it misses nothing (further samples, LINGPROBE_SAMPLE_FIRST).
+  uint8_t wanted(const SampleKey* key) const;
+  // A refusal of `evidence` for `reason` at a taken call (reported once per
+  // key, evidence and reason); the call's finished() follows.
+  void note_refusal(SampleKey* key, uint8_t evidence, const std::string& reason);
+  // The end of a taken call: `got` is the evidence stored, `settled` the
+  // evidence no later call can give (a collective's counters, a dtype no
+  // snapshot holds), so that the key stops wanting it.
   void finished(SampleKey* key, uint32_t signature_id, const std::string& signature_sha, SampleResult result,
-                uint64_t bytes);
+                uint64_t bytes, uint8_t got, uint8_t settled = 0);
   // A thread's first sighting of (key, signature).
   void on_signature(SampleKey* key, uint32_t signature_id, const std::string& signature_sha);
   // The writer thread: keys whose claimer failed or died become claimable;
@@ -120,8 +166,6 @@ class Sampler {
   // unsampled reopen (never while the owner is still at work). At most every
   // 2 s and 64 keys a time, so that its file reads never hold up a flush.
   void poll();
-  // Nothing more is sampled in this process (e.g. its byte budget is spent).
-  void stop_all(const std::string& reason);
 
   SamplingStats stats() const;
   // For counts records: what stays unsampled and why ({"reason": keys}).
@@ -129,14 +173,17 @@ class Sampler {
 
  private:
   void set_state(SampleKey* key, KeyState state);
+  void back_off(SampleKey* key, uint64_t call);
+  // Records "evidence:reason" on the key (under mu_); true the first time.
+  bool first_refusal(SampleKey* key, uint8_t evidence, const std::string& reason);
+  void report(const SampleKey& key, uint8_t evidence, const std::string& reason);
   SamplingOptions options_;
+  RefusalSink refusal_sink_;
   ClaimBroker* broker_ = nullptr;
   std::atomic<int64_t> rank_{0}, world_size_{1};
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<SampleKey>> keys_;
   std::unordered_map<uint32_t, std::string> signature_sha_;  // process-local id -> sha256
-  bool stopped_ = false;
-  std::string stop_reason_;
   uint64_t samples_ = 0;
   int64_t last_poll_ns_ = 0;
   size_t poll_cursor_ = 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <c10/core/InferenceMode.h>
@@ -13,12 +14,14 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <type_traits>
 
 #include "capture/cuda_stream.h"
 #include "capture/signature_builder.h"
 #include "format/float_repr.h"
+#include "format/op_traits.h"
 #include "format/tensor_layout.h"
 
 namespace lingprobe::capture {
@@ -115,6 +118,9 @@ struct SnapshotCapture::Captured {
 struct SnapshotCapture::Pending {
   std::unique_ptr<CounterWindow> window;  // open while the op runs
   SampleKey* key = nullptr;
+  bool snapshot = false;  // this call's tensors are copied
+  bool setup = false;     // a set-up call (construction, loading): its share of the budgets
+  uint8_t settled = 0;    // evidence no later call could give (Evidence bits)
   const c10::FunctionSchema* schema = nullptr;
   std::string op;
   StageId stage = kUnstaged;
@@ -154,7 +160,34 @@ PickleValue current_math_policy() {
   set("cublas_workspace_config", ws ? ws : "");
   set("cpu_threads", std::to_string(at::get_num_threads()));
   set("cpu_interop_threads", std::to_string(at::get_num_interop_threads()));
+  // The thread's autocast state: a call recorded inside an autocast region
+  // shows its inputs before the casts (the dispatcher's view); replay
+  // re-enters the region so that the same casts and kernels run.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  const bool cuda_on = at::autocast::is_autocast_enabled(at::kCUDA), cpu_on = at::autocast::is_autocast_enabled(at::kCPU);
+  const auto cuda_dtype = at::autocast::get_autocast_dtype(at::kCUDA), cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
+#else
+  const bool cuda_on = at::autocast::is_enabled(), cpu_on = at::autocast::is_cpu_enabled();
+  const auto cuda_dtype = at::autocast::get_autocast_gpu_dtype(), cpu_dtype = at::autocast::get_autocast_cpu_dtype();
+#endif
+  set("autocast_cuda", bool_text(cuda_on));
+  set("autocast_cuda_dtype", python_dtype_name(cuda_dtype));
+  set("autocast_cpu", bool_text(cpu_on));
+  set("autocast_cpu_dtype", python_dtype_name(cpu_dtype));
+  set("autocast_cache", bool_text(at::autocast::is_autocast_cache_enabled()));
   return p;
+}
+
+format::JsonValue policy_json(const PickleValue& policy) {
+  format::JsonValue o = format::JsonValue::object();
+  if (policy.kind() != PickleValue::Kind::Dict) return o;
+  for (const auto& [key, value] : policy.entries()) {
+    if (value.kind() != PickleValue::Kind::String) continue;
+    const std::string& t = value.as_string();
+    if (t == "true" || t == "false") o.set(key, format::JsonValue::boolean(t == "true"));
+    else o.set(key, format::JsonValue::string(t));
+  }
+  return o;
 }
 
 SnapshotCapture::SnapshotCapture(Sampler* sampler, SnapshotSink* sink, RunBudget* run_budget, DeviceAccess* device,
@@ -180,33 +213,52 @@ format::DropCounts SnapshotCapture::drops() const {
   return d;
 }
 
-bool SnapshotCapture::reserve(uint64_t bytes, uint64_t device_bytes, std::string& reason) {
-  if (process_bytes_.fetch_add(bytes) + bytes > options_.budget_process) {
-    process_bytes_.fetch_sub(bytes);
-    reason = "budget_process";
+bool SnapshotCapture::reserve(uint64_t bytes, uint64_t device_bytes, bool setup, std::string& reason) {
+  if (setup && setup_bytes_.fetch_add(bytes) + bytes > options_.budget_process / kSetupShareDivisor) {
+    setup_bytes_.fetch_sub(bytes);
+    reason = "setup_share";
     return false;
   }
-  if (device_bytes && device_bytes_.load() + device_bytes > options_.budget_device) {
+  auto undo = [&](const char* why) {
     process_bytes_.fetch_sub(bytes);
-    reason = "budget_device";
+    if (setup) setup_bytes_.fetch_sub(bytes);
+    reason = why;
     return false;
-  }
-  if (run_budget_ && !run_budget_->reserve(bytes)) {
-    process_bytes_.fetch_sub(bytes);
-    reason = "budget_run";
-    return false;
-  }
+  };
+  if (process_bytes_.fetch_add(bytes) + bytes > options_.budget_process) return undo("budget_process");
+  if (device_bytes && device_bytes_.load() + device_bytes > options_.budget_device) return undo("budget_device");
+  if (run_budget_ && !run_budget_->reserve(bytes)) return undo("budget_run");
   return true;
 }
 
-void SnapshotCapture::give_back(uint64_t bytes) {
+void SnapshotCapture::give_back(uint64_t bytes, bool setup) {
   process_bytes_.fetch_sub(bytes);
+  if (setup) setup_bytes_.fetch_sub(bytes);
   if (run_budget_ && bytes) run_budget_->give_back(bytes);
 }
 
-void SnapshotCapture::drop(Pending* p, const std::string& reason, SampleResult result) {
-  count_drop(reason);
-  if (p->key) sampler_->finished(p->key, 0, "", result, 0);
+namespace {
+
+// Evidence that no later call of the key could give either: counters the
+// machine or the op cannot have, a snapshot of what no snapshot holds.
+bool settles(uint8_t evidence, const std::string& reason) {
+  if (evidence == kCounters)
+    return reason == "collective" || reason == "counters_unavailable" || reason == "not_built_with_cupti";
+  return reason == "unsupported_layout" || reason == "unsupported_dtype" || reason == "unsupported_device" ||
+         reason == "no_gpu_access";
+}
+
+}  // namespace
+
+void SnapshotCapture::refuse(Pending& p, uint8_t evidence, const std::string& reason) {
+  if (evidence == kCounters) count_profile(reason);
+  else count_drop(reason);
+  if (p.key) sampler_->note_refusal(p.key, evidence, reason);
+  if (settles(evidence, reason)) p.settled |= evidence;
+}
+
+void SnapshotCapture::give_up(std::unique_ptr<Pending> p) {
+  if (p->key) sampler_->finished(p->key, 0, "", SampleResult::Refused, 0, 0, p->settled);
 }
 
 namespace {
@@ -317,19 +369,74 @@ struct ValueWriter {
 
 }  // namespace
 
+CallRefusal SnapshotCapture::refusal(const SampledCall& call) {
+  bool gpu = false, storage = true;
+  for (const auto& v : call.inputs) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      storage = storage && !t.is_meta() && t.has_storage();
+      gpu = gpu || t.is_cuda();
+    });
+    if (v.isDevice()) {  // factory ops and to(device): where the result goes
+      storage = storage && v.toDevice().type() != c10::DeviceType::Meta;
+      gpu = gpu || v.toDevice().is_cuda();
+    }
+  }
+  if (!storage) return CallRefusal::NoStorage;
+  if (options_.gpu_calls_only && !gpu) return CallRefusal::NotOnGpu;
+  return CallRefusal::None;
+}
+
+namespace {
+
+// A call of model construction or loading rather than of the compute: its
+// result is random or uninitialised by definition (init, to_empty), or it
+// writes a parameter (a leaf that requires grad: init, load_state_dict's
+// copy_) or moves one (module.to(device)). View-only calls count with them
+// (their schema says every result aliases an input without writing it:
+// detach, view, t, expand... no kernel runs): Parameter() detaches every
+// new weight, and such a snapshot costs the whole tensor twice.
+bool is_setup_call(const SampledCall& call) {
+  const std::string name = call.schema->name();
+  if (!format::result_by_definition(name).empty()) return true;
+  const auto& returns = call.schema->returns();
+  if (!returns.empty() && std::all_of(returns.begin(), returns.end(), [](const c10::Argument& r) {
+        return r.alias_info() && !r.alias_info()->isWrite();
+      }))
+    return true;
+  const auto& params = call.schema->arguments();
+  const bool matches = params.size() == call.inputs.size();
+  const bool moves = name == "aten::to" || name == "aten::_to_copy";
+  bool setup = false;
+  for (size_t i = 0; i < call.inputs.size() && !setup; ++i) {
+    const bool written = matches && is_written(params[i]);
+    if (!written && !moves) continue;
+    for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {
+      setup = setup || (t.defined() && t.is_leaf() && t.requires_grad());
+    });
+  }
+  return setup;
+}
+
+}  // namespace
+
 void* SnapshotCapture::begin(const SampledCall& call) {
   std::unique_ptr<Pending> p;
   try {
     p = std::make_unique<Pending>();
   } catch (...) {
     count_drop("internal_error");
-    if (call.key) sampler_->finished(call.key, 0, "", SampleResult::Dropped, 0);
+    if (call.key) sampler_->finished(call.key, 0, "", SampleResult::Refused, 0, 0);
     return nullptr;
   }
   p->key = call.key;
   p->schema = call.schema;
   p->op = *call.op_dotted;
   p->stage = call.stage;
+  const uint8_t wants = call.key ? sampler_->wanted(call.key)
+                                 : static_cast<uint8_t>((options_.snapshots ? kSnapshot : 0) | (options_.profile ? kCounters : 0));
+  bool snapshot = options_.snapshots && (wants & kSnapshot);
+  const bool counters = options_.profile && (wants & kCounters);
   try {
     // What can be captured at all, and what it costs.
     std::string reason;
@@ -349,63 +456,79 @@ void* SnapshotCapture::begin(const SampledCall& call) {
             capturing = true;
         }
       });
-    if (capturing) reason = "stream_capturing";
-    if (!reason.empty()) {
-      drop(p.get(), reason);
+    if (capturing) {  // neither copies nor a window while a graph is captured
+      refuse(*p, wants, "stream_capturing");
+      give_up(std::move(p));
       return nullptr;
     }
-    if (!options_.snapshots) bytes = device_bytes = 0;  // counters only: nothing is copied
-    if (!reserve(bytes, device_bytes, reason)) {
-      drop(p.get(), reason);
+    p->setup = is_setup_call(call);
+    if (snapshot && (!reason.empty() || !reserve(bytes, device_bytes, p->setup, reason))) {
+      refuse(*p, kSnapshot, reason);
+      snapshot = false;
+    }
+    if (!snapshot && !counters) {
+      give_up(std::move(p));
       return nullptr;
     }
-    p->reserved = bytes;
-    p->device = device_bytes > 0;
+    p->snapshot = snapshot;
+    p->reserved = snapshot ? bytes : 0;
+    p->device = snapshot && device_bytes > 0;
     p->math_policy = current_math_policy();
-    // Written arguments now; the others by reference, copied in end().
-    const auto& params = call.schema->arguments();
-    const bool matches = params.size() == call.inputs.size();
-    at::RecordFunctionGuard no_observers(false);
-    c10::InferenceMode inference;
-    std::shared_ptr<void> relaxed = device_bytes ? device_->relax_capture_mode() : nullptr;
-    std::vector<at::Tensor> written_tensors;
-    if (options_.snapshots && matches)
-      for (size_t i = 0; i < call.inputs.size(); ++i)
-        if (is_written(params[i]))
-          for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {
-            if (t.defined()) written_tensors.push_back(t);
-          });
-    // An argument that shares memory with a written one (x.add_(x), out=b) changes too: copied before as well.
-    auto aliases_written = [&](const c10::IValue& v) {
-      bool alias = false;
-      for_each_tensor(v, [&](const at::Tensor& t) {
-        for (const auto& w : written_tensors) alias = alias || (t.defined() && t.is_alias_of(w));
-      });
-      return alias;
-    };
-    for (size_t i = 0; i < call.inputs.size(); ++i) {
-      Captured c;
-      c.value = call.inputs[i];
-      if (options_.snapshots && matches && (is_written(params[i]) || aliases_written(call.inputs[i]))) {
-        c.copied = true;
-        p->written.push_back(static_cast<int64_t>(i));
-        for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {
-          if (t.defined()) c.tensors.push_back(copy_tensor(t, device_, &device_bytes_));
-        });
-      }
-      p->args.push_back(std::move(c));
-    }
-    if (options_.profile) open_window(*p, call);
+    if (snapshot) copy_written_arguments(*p, call);
+    if (counters) open_window(*p, call);
   } catch (const c10::OutOfMemoryError&) {
-    give_back(p->reserved);
-    drop(p.get(), "device_oom");
+    give_back(p->reserved, p->setup);
+    refuse(*p, wants, "device_oom");
+    give_up(std::move(p));
     return nullptr;
   } catch (const std::exception&) {
-    give_back(p->reserved);
-    drop(p.get(), "copy_error");
+    give_back(p->reserved, p->setup);
+    refuse(*p, wants, "copy_error");
+    give_up(std::move(p));
+    return nullptr;
+  }
+  if (!p->snapshot && !p->window) {  // the window was refused (reported) and there is nothing to copy
+    give_up(std::move(p));
     return nullptr;
   }
   return p.release();
+}
+
+// Written arguments now; the others by reference, copied in end(). An
+// argument that shares memory with a written one (x.add_(x), out=b) changes
+// too: copied before as well. Throws (OOM included).
+void SnapshotCapture::copy_written_arguments(Pending& p, const SampledCall& call) {
+  const auto& params = call.schema->arguments();
+  const bool matches = params.size() == call.inputs.size();
+  at::RecordFunctionGuard no_observers(false);
+  c10::InferenceMode inference;
+  std::shared_ptr<void> relaxed = p.device ? device_->relax_capture_mode() : nullptr;
+  std::vector<at::Tensor> written_tensors;
+  if (matches)
+    for (size_t i = 0; i < call.inputs.size(); ++i)
+      if (is_written(params[i]))
+        for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {
+          if (t.defined()) written_tensors.push_back(t);
+        });
+  auto aliases_written = [&](const c10::IValue& v) {
+    bool alias = false;
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      for (const auto& w : written_tensors) alias = alias || (t.defined() && t.is_alias_of(w));
+    });
+    return alias;
+  };
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    Captured c;
+    c.value = call.inputs[i];
+    if (matches && (is_written(params[i]) || aliases_written(call.inputs[i]))) {
+      c.copied = true;
+      p.written.push_back(static_cast<int64_t>(i));
+      for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {
+        if (t.defined()) c.tensors.push_back(copy_tensor(t, device_, &device_bytes_));
+      });
+    }
+    p.args.push_back(std::move(c));
+  }
 }
 
 void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id,
@@ -415,24 +538,41 @@ void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs,
     finish(std::unique_ptr<Pending>(static_cast<Pending*>(token)), outputs, signature_id, seq);
   } catch (...) {  // never into torch; the key must not stay in flight
     count_drop("internal_error");
-    if (key) sampler_->finished(key, 0, "", SampleResult::Dropped, 0);
+    if (key) sampler_->finished(key, 0, "", SampleResult::Refused, 0, 0);
   }
+}
+
+void SnapshotCapture::close_window(Pending& p, format::SnapshotJob& job) {
+  job.profiled = true;
+  job.profile = p.window->close();
+  p.window.reset();
+  const auto us = static_cast<uint64_t>(std::max(0.0, job.profile.window_seconds) * 1e6);
+  window_us_.fetch_add(us);
+  if (p.setup) setup_window_us_.fetch_add(us);
+  job.profile.identity.set("math_policy", policy_json(p.math_policy));
+  job.profile.identity.set("setup_call", format::JsonValue::boolean(p.setup));
+  if (job.profile.status != "passed") refuse(p, kCounters, job.profile.status);
 }
 
 void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id,
                              uint64_t seq) {
   format::SnapshotJob job;
-  if (p->window) {  // first, so that lingprobe's own copies stay outside the window
-    job.profiled = true;
-    job.profile = p->window->close();
-    p->window.reset();
-    if (job.profile.status != "passed") count_profile(job.profile.status);
-  }
-  job.snapshot = options_.snapshots;
-  if (!options_.snapshots) {
-    finish_profile_only(std::move(p), std::move(job), outputs, signature_id, seq);
+  if (p->window) close_window(*p, job);  // first, so that lingprobe's own copies stay outside the window
+  job.snapshot = p->snapshot;
+  if (!p->snapshot) {  // counters only (a refused snapshot, or snapshots off)
+    submit(std::move(p), std::move(job), signature_id, seq);
     return;
   }
+  // A snapshot that cannot be completed still leaves the counters to keep.
+  auto without_snapshot = [&](const std::string& reason) {
+    job.blobs.clear();
+    give_back(p->reserved, p->setup);
+    p->reserved = 0;
+    refuse(*p, kSnapshot, reason);
+    if (!job.profiled) return give_up(std::move(p));
+    job.snapshot = false;
+    submit(std::move(p), std::move(job), signature_id, seq);
+  };
   try {
     uint64_t out_bytes = 0, out_device = 0;
     std::string reason;
@@ -451,90 +591,70 @@ void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10
           }
         }
       });
-    if (reason.empty() && !reserve(out_bytes, out_device, reason)) out_bytes = 0;
-    if (!reason.empty()) {
-      give_back(p->reserved);
-      if (job.profiled) {  // the counters are still worth keeping
-        count_drop(reason);
-        p->reserved = 0;
-        job.snapshot = false;
-        submit(std::move(p), std::move(job), signature_id, seq);
-        return;
-      }
-      drop(p.get(), reason);
-      return;
-    }
+    if (reason.empty() && !reserve(out_bytes, out_device, p->setup, reason)) out_bytes = 0;
+    if (!reason.empty()) return without_snapshot(reason);
     p->reserved += out_bytes;
     p->device = p->device || out_device;
-
-    at::RecordFunctionGuard no_observers(false);
-    c10::InferenceMode inference;
-    std::shared_ptr<void> relaxed = p->device ? device_->relax_capture_mode() : nullptr;
-    ValueWriter write{&job.blobs, &device_bytes_, device_};
-    const auto& params = p->schema->arguments();
-    const bool matches = params.size() == p->args.size();
-    PickleValue args = PickleValue::list(), kwargs = PickleValue::dict();
-    for (size_t i = 0; i < p->args.size(); ++i) {
-      Captured& c = p->args[i];
-      PickleValue v = write(c.value, matches ? params[i].real_type() : nullptr, c.copied ? &c.tensors : nullptr);
-      if (matches && params[i].kwarg_only()) kwargs.set(params[i].name(), std::move(v));
-      else args.push_back(std::move(v));
-    }
-    const auto& returns = p->schema->returns();
-    PickleValue output;
-    if (outputs.size() == 1) {
-      output = write(outputs[0], returns.size() == 1 ? returns[0].real_type() : nullptr, nullptr);
-    } else {
-      output = PickleValue::list();
-      for (size_t i = 0; i < outputs.size(); ++i)
-        output.push_back(write(outputs[i], returns.size() == outputs.size() ? returns[i].real_type() : nullptr, nullptr));
-    }
-    std::ostringstream schema_text;
-    schema_text << *p->schema;
-    PickleValue doc = PickleValue::dict();
-    doc.set("format", PickleValue::string(format::kSnapshotFormat));
-    doc.set("op", PickleValue::string(p->op));
-    doc.set("name", PickleValue::string(p->schema->name()));
-    doc.set("overload", PickleValue::string(p->schema->overload_name()));
-    doc.set("schema", PickleValue::string(schema_text.str()));
-    doc.set("input_sha256", PickleValue::string(p->key ? p->key->input_sha : ""));
-    doc.set("stage", PickleValue::string(stage_name(p->stage)));
-    doc.set("rank", PickleValue::integer(rank_.load()));
-    doc.set("seq", PickleValue::integer(static_cast<int64_t>(seq)));
-    doc.set("run_id", PickleValue::string(options_.run_id));
-    doc.set("pid", PickleValue::integer(::getpid()));
-    doc.set("torch_version", PickleValue::string(TORCH_VERSION));
-    doc.set("math_policy", std::move(p->math_policy));
-    PickleValue written = PickleValue::list();
-    for (int64_t w : p->written) written.push_back(PickleValue::integer(w));
-    doc.set("written_args", std::move(written));
-    doc.set("captured", PickleValue::string("written_args copied before the op; every other argument and the output "
-                                            "after it (the op does not write them)"));
-    doc.set("args", std::move(args));
-    doc.set("kwargs", std::move(kwargs));
-    doc.set("output", std::move(output));
-    job.document = std::move(doc);
+    job.document = snapshot_document(*p, outputs, seq, job.blobs);
   } catch (const c10::OutOfMemoryError&) {
-    job.blobs.clear();
-    give_back(p->reserved);
-    drop(p.get(), "device_oom");
-    return;
+    return without_snapshot("device_oom");
   } catch (const std::exception&) {
-    job.blobs.clear();
-    give_back(p->reserved);
-    drop(p.get(), "copy_error");
-    return;
+    return without_snapshot("copy_error");
   }
   submit(std::move(p), std::move(job), signature_id, seq);
 }
 
-void SnapshotCapture::finish_profile_only(std::unique_ptr<Pending> p, format::SnapshotJob job,
-                                          c10::ArrayRef<const c10::IValue>, uint32_t signature_id, uint64_t seq) {
-  if (!job.profiled) {  // nothing was measured (the reason is counted): no files
-    drop(p.get(), "no_counters");
-    return;
+format::PickleValue SnapshotCapture::snapshot_document(Pending& p, c10::ArrayRef<const c10::IValue> outputs,
+                                                       uint64_t seq,
+                                                       std::vector<std::unique_ptr<format::BlobSource>>& blobs) {
+  at::RecordFunctionGuard no_observers(false);
+  c10::InferenceMode inference;
+  std::shared_ptr<void> relaxed = p.device ? device_->relax_capture_mode() : nullptr;
+  ValueWriter write{&blobs, &device_bytes_, device_};
+  const auto& params = p.schema->arguments();
+  const bool matches = params.size() == p.args.size();
+  PickleValue args = PickleValue::list(), kwargs = PickleValue::dict();
+  for (size_t i = 0; i < p.args.size(); ++i) {
+    Captured& c = p.args[i];
+    PickleValue v = write(c.value, matches ? params[i].real_type() : nullptr, c.copied ? &c.tensors : nullptr);
+    if (matches && params[i].kwarg_only()) kwargs.set(params[i].name(), std::move(v));
+    else args.push_back(std::move(v));
   }
-  submit(std::move(p), std::move(job), signature_id, seq);
+  const auto& returns = p.schema->returns();
+  PickleValue output;
+  if (outputs.size() == 1) {
+    output = write(outputs[0], returns.size() == 1 ? returns[0].real_type() : nullptr, nullptr);
+  } else {
+    output = PickleValue::list();
+    for (size_t i = 0; i < outputs.size(); ++i)
+      output.push_back(write(outputs[i], returns.size() == outputs.size() ? returns[i].real_type() : nullptr, nullptr));
+  }
+  std::ostringstream schema_text;
+  schema_text << *p.schema;
+  PickleValue doc = PickleValue::dict();
+  doc.set("format", PickleValue::string(format::kSnapshotFormat));
+  doc.set("op", PickleValue::string(p.op));
+  doc.set("name", PickleValue::string(p.schema->name()));
+  doc.set("overload", PickleValue::string(p.schema->overload_name()));
+  doc.set("schema", PickleValue::string(schema_text.str()));
+  doc.set("input_sha256", PickleValue::string(p.key ? p.key->input_sha : ""));
+  doc.set("stage", PickleValue::string(stage_name(p.stage)));
+  doc.set("rank", PickleValue::integer(rank_.load()));
+  doc.set("seq", PickleValue::integer(static_cast<int64_t>(seq)));
+  doc.set("run_id", PickleValue::string(options_.run_id));
+  doc.set("pid", PickleValue::integer(::getpid()));
+  doc.set("torch_version", PickleValue::string(TORCH_VERSION));
+  doc.set("math_policy", p.math_policy);
+  doc.set("setup_call", PickleValue::boolean(p.setup));
+  PickleValue written = PickleValue::list();
+  for (int64_t w : p.written) written.push_back(PickleValue::integer(w));
+  doc.set("written_args", std::move(written));
+  doc.set("captured", PickleValue::string("written_args copied before the op; every other argument and the output "
+                                          "after it (the op does not write them)"));
+  doc.set("args", std::move(args));
+  doc.set("kwargs", std::move(kwargs));
+  doc.set("output", std::move(output));
+  return doc;
 }
 
 void SnapshotCapture::submit(std::unique_ptr<Pending> p, format::SnapshotJob job, uint32_t signature_id, uint64_t seq) {
@@ -545,21 +665,31 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, format::SnapshotJob job
   for (const auto& b : job.blobs) job.bytes += b->nbytes();
   // The device bytes were reserved up front; the blobs give them back as they stream.
   const uint64_t reserved = p->reserved;
+  const bool setup = p->setup;
+  const uint8_t settled = p->settled;
+  const uint8_t asked = static_cast<uint8_t>((job.snapshot ? kSnapshot : 0) | (job.profiled ? kCounters : 0));
+  const bool counters_passed = job.profiled && job.profile.status == "passed";
   SampleKey* key = p->key;
   Sampler* sampler = sampler_;
   SnapshotCapture* self = this;
-  job.done = [=](format::SnapshotJob::Result r, const std::string& what, const std::string& sha) {
-    if (r == format::SnapshotJob::Result::Kept) {
-      sampler->finished(key, signature_id, sha, SampleResult::Kept, reserved);
+  job.done = [=](format::SnapshotJob::Result r, const std::string& what, const std::string& sha, uint8_t kept) {
+    using Result = format::SnapshotJob::Result;
+    if (r == Result::Kept) {
+      const bool snapshot_kept = kept & format::SnapshotJob::kKeptSnapshot;
+      if (!snapshot_kept) self->give_back(reserved, setup);
+      const uint8_t got = static_cast<uint8_t>((snapshot_kept ? kSnapshot : 0) |
+                                               (counters_passed && (kept & format::SnapshotJob::kKeptProfile) ? kCounters : 0));
+      sampler->finished(key, signature_id, sha, SampleResult::Kept, snapshot_kept ? reserved : 0, got, settled);
       return;
     }
-    self->give_back(reserved);
-    if (r == format::SnapshotJob::Result::Duplicate) {
+    self->give_back(reserved, setup);
+    if (r == Result::Duplicate) {
       self->count_drop("duplicate_signature");
-      sampler->finished(key, signature_id, sha, SampleResult::Duplicate, 0);
+      sampler->finished(key, signature_id, sha, SampleResult::Duplicate, 0, 0, settled);
     } else {
       self->count_drop(what);
-      sampler->finished(key, signature_id, sha, SampleResult::Dropped, 0);
+      if (key) sampler->note_refusal(key, asked, what);
+      sampler->finished(key, signature_id, sha, SampleResult::Refused, 0, 0, settled);
     }
   };
   sink_->submit(std::move(job));
@@ -567,43 +697,51 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, format::SnapshotJob job
 
 // The counter window: the op's CUDA device and current stream, unless the
 // op is a collective (a replayed NCCL kernel would wait for its peers
-// forever) or another RecordFunction consumer (torch.profiler) is active on
-// this thread (its Activity callbacks must not be replaced mid-session).
+// forever), another RecordFunction consumer (torch.profiler) is active on
+// this thread (its Activity callbacks must not be replaced mid-session), or
+// the process's window seconds (set-up calls: their share) are spent.
 void SnapshotCapture::open_window(Pending& p, const SampledCall& call) {
   const std::string name = call.schema->name();
   static const char* const kCollectives[] = {"c10d::", "_c10d_functional::", "c10d_functional::",
                                              "_c10d_functional_autograd::", "symm_mem::"};
+  const auto budget_us = static_cast<uint64_t>(options_.profile_budget_s * 1e6);
   if (std::any_of(std::begin(kCollectives), std::end(kCollectives),
-                  [&](const char* prefix) { return name.rfind(prefix, 0) == 0; })) {
-    count_profile("collective");
-    return;
-  }
-  if (at::hasThreadLocalCallbacks()) {
-    count_profile("profiler_active");
-    return;
-  }
-  at::Tensor cuda;
-  for (const auto& v : call.inputs)
+                  [&](const char* prefix) { return name.rfind(prefix, 0) == 0; }))
+    return refuse(p, kCounters, "collective");
+  if (window_us_.load() >= budget_us) return refuse(p, kCounters, "budget_profile");
+  if (p.setup && setup_window_us_.load() >= budget_us / kSetupShareDivisor) return refuse(p, kCounters, "setup_share");
+  if (at::hasThreadLocalCallbacks()) return refuse(p, kCounters, "profiler_active");
+  // The op's device: its first CUDA tensor's, else a factory call's CUDA device argument (randint(device="cuda")).
+  std::optional<c10::Device> cuda;
+  for (const auto& v : call.inputs) {
     for_each_tensor(v, [&](const at::Tensor& t) {
-      if (!cuda.defined() && t.defined() && t.is_cuda()) cuda = t;
+      if (!cuda && t.defined() && t.is_cuda()) cuda = t.device();
     });
-  if (!cuda.defined()) {
-    count_profile("no_cuda_tensor");
+    if (!cuda && v.isDevice() && v.toDevice().is_cuda()) {
+      cuda = v.toDevice();
+      if (!cuda->has_index()) cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice();
+    }
+  }
+  if (!cuda) {
+    refuse(p, kCounters, "no_cuda_tensor");
+    if (!options_.gpu_on_machine) p.settled |= kCounters;  // no call of this machine has counters
     return;
   }
   std::string reason;
-  p.window = device_->open_counters(cuda.get_device(), current_stream_handle(cuda.device()), reason);
-  if (!p.window) count_profile(reason.empty() ? "window_not_opened" : reason);
+  p.window = device_->open_counters(cuda->index(), current_stream_handle(*cuda), reason);
+  if (!p.window) refuse(p, kCounters, reason.empty() ? "window_not_opened" : reason);
 }
 
 void SnapshotCapture::abandon(void* token) {
   std::unique_ptr<Pending> p(static_cast<Pending*>(token));
   if (p->window) {
     p->window->close();  // the profiler must not stay started
+    p->window.reset();
     count_profile("abandoned");
   }
-  give_back(p->reserved);
-  drop(p.get(), "abandoned");
+  give_back(p->reserved, p->setup);
+  count_drop("abandoned");
+  give_up(std::move(p));
 }
 
 }  // namespace lingprobe::capture

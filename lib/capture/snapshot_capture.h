@@ -10,8 +10,19 @@
 // the storage span it covers. lingprobe's own tensor work runs with
 // RecordFunction off and in inference mode; device copies are queued on the
 // op's stream (the calling thread never waits) and travel to the host later
-// on the writer thread through DeviceAccess. Tensors without storage (meta,
-// fake), stream capture, budgets and device OOM drop the sample, counted.
+// on the writer thread through DeviceAccess.
+//
+// Counters and snapshots are apart: a call whose snapshot a budget refuses
+// still gets its counter window. Whatever a call cannot give (a budget,
+// copies in flight, meta tensors, a CPU call where a GPU is used, a busy
+// window) is refused for that evidence only, reported once per key and
+// reason, and left to a later call of the key (capture/sampler).
+//
+// Set-up calls (a call that writes or moves a parameter, or whose result is
+// random or uninitialised by definition: model construction, checkpoint
+// loading, to_empty's empty_strided) may use an eighth of the process's
+// snapshot bytes and of its counter-window seconds, so that a program that
+// builds its model in the process still has budgets left for its compute.
 #pragma once
 
 #include <atomic>
@@ -50,12 +61,19 @@ struct SnapshotOptions {
   uint64_t budget_device = 2ull << 30;  // device copies waiting for the writer
   int64_t rank = 0;
   std::string run_id;
+  bool gpu_on_machine = false;          // the machine shows an NVIDIA GPU (without it, no call has counters)
+  bool gpu_calls_only = false;          // calls without a CUDA tensor or device are refused (not_on_gpu)
+  double profile_budget_s = 300;        // counter-window seconds per process
 };
+
+// The share of each budget set-up calls may use (1/kSetupShareDivisor).
+constexpr uint64_t kSetupShareDivisor = 8;
 
 class SnapshotCapture : public SampledCallHooks {
  public:
   SnapshotCapture(Sampler* sampler, SnapshotSink* sink, RunBudget* run_budget, DeviceAccess* device,
                   SnapshotOptions options);
+  CallRefusal refusal(const SampledCall& call) override;
   void* begin(const SampledCall& call) override;
   void end(void* token, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id, uint64_t seq) override;
   void abandon(void* token) override;
@@ -67,14 +85,19 @@ class SnapshotCapture : public SampledCallHooks {
  private:
   struct Pending;
   struct Captured;
-  bool reserve(uint64_t bytes, uint64_t device_bytes, std::string& reason);
-  void give_back(uint64_t bytes);
-  void drop(Pending* p, const std::string& reason, SampleResult result = SampleResult::Dropped);
+  bool reserve(uint64_t bytes, uint64_t device_bytes, bool setup, std::string& reason);
+  void give_back(uint64_t bytes, bool setup);
+  // `evidence` of this call refused for `reason`: counted, reported, and settled when no later call could give it.
+  void refuse(Pending& p, uint8_t evidence, const std::string& reason);
+  // Nothing of this call is kept: the key waits for a later call.
+  void give_up(std::unique_ptr<Pending> p);
   void open_window(Pending& p, const SampledCall& call);
+  void close_window(Pending& p, format::SnapshotJob& job);
+  void copy_written_arguments(Pending& p, const SampledCall& call);
   void finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id, uint64_t seq);
+  format::PickleValue snapshot_document(Pending& p, c10::ArrayRef<const c10::IValue> outputs, uint64_t seq,
+                                        std::vector<std::unique_ptr<format::BlobSource>>& blobs);
   void submit(std::unique_ptr<Pending> p, format::SnapshotJob job, uint32_t signature_id, uint64_t seq);
-  void finish_profile_only(std::unique_ptr<Pending> p, format::SnapshotJob job, c10::ArrayRef<const c10::IValue> outputs,
-                           uint32_t signature_id, uint64_t seq);
 
   Sampler* sampler_;
   SnapshotSink* sink_;
@@ -82,14 +105,18 @@ class SnapshotCapture : public SampledCallHooks {
   DeviceAccess* device_;
   SnapshotOptions options_;
   std::atomic<int64_t> rank_;
-  std::atomic<uint64_t> process_bytes_{0}, device_bytes_{0};
+  std::atomic<uint64_t> process_bytes_{0}, device_bytes_{0}, setup_bytes_{0};
+  std::atomic<uint64_t> window_us_{0}, setup_window_us_{0};  // counter-window stall, all and set-up calls'
   void count_profile(const std::string& reason);
   mutable std::mutex mu_;
   std::map<std::string, uint64_t> drops_, profile_drops_;
 };
 
-// The math settings of at::globalContext() that change which GEMM, conv and
-// attention kernels run, as text (replay applies them back).
+// The math settings that change which GEMM, conv and attention kernels run,
+// as text (replay applies them back): at::globalContext()'s, and the
+// calling thread's autocast state (read at sampled calls only).
 format::PickleValue current_math_policy();
+// The policy as a JSON object (identity.json).
+format::JsonValue policy_json(const format::PickleValue& policy);
 
 }  // namespace lingprobe::capture

@@ -95,7 +95,13 @@ std::optional<int64_t> flops_per_call(const JsonValue& sig) {
       return std::nullopt;
     const int64_t batch = prod(q, 0, q.size() - 2), l = q[q.size() - 2], e = q.back();
     const int64_t s = k[k.size() - 2], ev = v.back();
-    return 2 * batch * l * s * e + 2 * batch * l * s * ev;
+    // is_causal (the flash overload's 5th argument, the efficient one's 7th, SDPA's 6th): half the pairs
+    const size_t causal_at = name == "_scaled_dot_product_flash_attention" ? 4
+                             : name == "_scaled_dot_product_efficient_attention" ? 6 : 5;
+    const JsonValue* causal = arg(sig, causal_at);
+    const bool half = causal && causal->kind() == JsonValue::Kind::Bool && causal->as_bool();
+    const int64_t full = 2 * batch * l * s * e + 2 * batch * l * s * ev;
+    return half ? full / 2 : full;
   }
   if (name == "add" || name == "sub" || name == "mul" || name == "div") {
     if (!shape_of(output, out)) return std::nullopt;

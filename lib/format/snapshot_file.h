@@ -83,8 +83,10 @@ struct SnapshotJob {
   ProfileData profile;
   uint64_t bytes = 0;  // of the tensors
   // Called once, on the writer thread: kept (path relative to the run
-  // directory), a duplicate of a signature sampled elsewhere, or dropped (reason).
-  std::function<void(Result, const std::string& path_or_reason, const std::string& signature_sha)> done;
+  // directory; `kept` says which files: kKeptSnapshot, kKeptProfile), a
+  // duplicate of a signature sampled elsewhere, or dropped (reason; kept 0).
+  static constexpr uint8_t kKeptSnapshot = 1, kKeptProfile = 2;
+  std::function<void(Result, const std::string& path_or_reason, const std::string& signature_sha, uint8_t kept)> done;
 };
 
 // Writes the archive: data.pkl (the document), data/{i} for blob i, version,

@@ -2,6 +2,7 @@
 
 #include "capture/torch_guard.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -19,7 +20,9 @@
 #include <type_traits>
 
 #include "capture/signature_builder.h"
+#include "capture/snapshot_capture.h"
 #include "format/canonical_json.h"
+#include "format/op_traits.h"
 #include "format/sha256.h"
 #include "format/snapshot_file.h"
 #include "format/tensor_layout.h"
@@ -40,6 +43,14 @@ struct Context {
   std::ostringstream log;
   bool layout_exact = true;
 };
+
+// An exception as one line: a c10::Error without its C++ backtrace.
+std::string error_line(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
+  const size_t newline = text.find('\n');
+  return newline == std::string::npos ? text : text.substr(0, newline);
+}
 
 c10::ScalarType scalar_type_of(const std::string& name) {
   for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
@@ -251,17 +262,75 @@ void apply_math_policy(const PickleValue* p, std::ostringstream& log) {
   }
 }
 
-JsonValue policy_json(const PickleValue* p) {
-  JsonValue o = JsonValue::object();
-  if (!p) return o;
-  for (const auto& [key, value] : p->entries()) {
-    if (value.kind() != PickleValue::Kind::String) continue;
-    const std::string& t = value.as_string();
-    if (t == "true" || t == "false") o.set(key, JsonValue::boolean(t == "true"));
-    else o.set(key, JsonValue::string(t));
+JsonValue policy_json(const PickleValue* p) { return p ? capture::policy_json(*p) : JsonValue::object(); }
+
+// Re-enters the recorded autocast region around the replayed call, so that
+// a call recorded inside one (its inputs before the casts) runs the same
+// casts and kernels; the thread's own state comes back after.
+class AutocastScope {
+ public:
+  AutocastScope(const PickleValue* policy, std::ostringstream& log) : saved_(read()) {
+    if (!policy || !policy->find("autocast_cuda")) return;
+    auto text = [&](const char* k) {
+      const PickleValue* v = policy->find(k);
+      return v && v->kind() == PickleValue::Kind::String ? v->as_string() : std::string();
+    };
+    State s = saved_;
+    s.cuda = text("autocast_cuda") == "true";
+    s.cpu = text("autocast_cpu") == "true";
+    s.cache = text("autocast_cache") != "false";
+    if (s.cuda) s.cuda_dtype = scalar_type_of(text("autocast_cuda_dtype"));
+    if (s.cpu) s.cpu_dtype = scalar_type_of(text("autocast_cpu_dtype"));
+    if (s.cuda) log << "autocast: cuda " << text("autocast_cuda_dtype") << "\n";
+    if (s.cpu) log << "autocast: cpu " << text("autocast_cpu_dtype") << "\n";
+    write(s);
+    entered_ = true;
   }
-  return o;
-}
+  ~AutocastScope() {
+    if (!entered_) return;
+    at::autocast::clear_cache();
+    write(saved_);
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  struct State {
+    bool cuda, cpu, cache;
+    at::ScalarType cuda_dtype, cpu_dtype;
+  };
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  static State read() {
+    using namespace at::autocast;
+    return {is_autocast_enabled(at::kCUDA), is_autocast_enabled(at::kCPU), is_autocast_cache_enabled(),
+            get_autocast_dtype(at::kCUDA), get_autocast_dtype(at::kCPU)};
+  }
+  static void write(const State& s) {
+    using namespace at::autocast;
+    set_autocast_enabled(at::kCUDA, s.cuda);
+    set_autocast_enabled(at::kCPU, s.cpu);
+    set_autocast_dtype(at::kCUDA, s.cuda_dtype);
+    set_autocast_dtype(at::kCPU, s.cpu_dtype);
+    set_autocast_cache_enabled(s.cache);
+  }
+#else
+  static State read() {
+    using namespace at::autocast;
+    return {is_enabled(), is_cpu_enabled(), is_autocast_cache_enabled(), get_autocast_gpu_dtype(),
+            get_autocast_cpu_dtype()};
+  }
+  static void write(const State& s) {
+    using namespace at::autocast;
+    set_enabled(s.cuda);
+    set_cpu_enabled(s.cpu);
+    set_autocast_gpu_dtype(s.cuda_dtype);
+    set_autocast_cpu_dtype(s.cpu_dtype);
+    set_autocast_cache_enabled(s.cache);
+  }
+#endif
+  State saved_;
+  bool entered_ = false;
+};
 
 void flatten_tensors(const c10::IValue& v, std::vector<at::Tensor>& out) {
   if (v.isTensor()) out.push_back(v.toTensor());
@@ -342,16 +411,7 @@ ReplayResult replay_one(const std::string& path, const ReplayOptions& options);
 std::string nondeterminism(const std::string& op, const std::string& device_type, bool cudnn_benchmark,
                            bool deterministic_algorithms, bool has_generator) {
   auto starts = [&](const char* p) { return op.rfind(p, 0) == 0; };
-  if (starts("aten::empty") || starts("aten::new_empty") || op == "aten::empty_like" || op == "aten::empty_strided")
-    return "uninitialised memory (empty*)";
-  static const char* const kRandom[] = {"aten::rand", "aten::randn", "aten::randint", "aten::randperm",
-                                        "aten::normal", "aten::bernoulli", "aten::uniform_", "aten::exponential_",
-                                        "aten::geometric_", "aten::log_normal_", "aten::cauchy_", "aten::random_",
-                                        "aten::multinomial", "aten::dropout", "aten::native_dropout",
-                                        "aten::feature_dropout", "aten::alpha_dropout", "aten::rrelu",
-                                        "aten::poisson", "aten::_fused_dropout"};
-  for (const char* r : kRandom)
-    if (starts(r)) return "random op";
+  if (std::string why = format::result_by_definition(op); !why.empty()) return why;
   if (has_generator) return "takes a Generator";
   const bool conv = op.find("conv") != std::string::npos || starts("aten::cudnn_");
   if (device_type == "cuda" && conv && cudnn_benchmark) return "cuDNN benchmark mode picks the algorithm per run";
@@ -370,7 +430,7 @@ ReplayResult replay_snapshot(const std::string& path, const ReplayOptions& optio
     return replay_one(path, options);
   } catch (const std::exception& e) {  // a c10::Error (an asynchronous CUDA fault, ...) fails this snapshot only
     ReplayResult r;
-    r.error = path + ": " + e.what();
+    r.error = path + ": " + error_line(e);
     return r;
   } catch (...) {
     ReplayResult r;
@@ -401,8 +461,13 @@ ReplayResult replay_one(const std::string& path, const ReplayOptions& options) {
           << " rank " << doc.find("rank")->as_int() << " seq " << doc.find("seq")->as_int() << "\n";
   auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
   if (!handle) {
-    r.error = path + ": unknown op " + name + (overload.empty() ? "" : "." + overload) + " (not registered in torch " +
-              TORCH_VERSION + ")";
+    const std::string full = name + (overload.empty() ? "" : "." + overload);
+    const std::string ns = name.substr(0, name.find("::"));
+    if (ns == "aten" || ns == "prim")
+      r.error = path + ": unknown op " + full + " (not registered in torch " + TORCH_VERSION + ")";
+    else  // an extension's op (torchvision::, a custom op): its library registers it
+      r.skipped = "op " + full + " is registered by a library this process did not load; replay it with "
+                  "`lingprobe replay --library PATH/TO/THE/" + ns + "/LIBRARY.so`";
     return r;
   }
   const c10::FunctionSchema& schema = handle->schema();
@@ -441,6 +506,7 @@ ReplayResult replay_one(const std::string& path, const ReplayOptions& options) {
     flatten_tensors(rebuild(host_ctx, *doc.find("output"), nullptr), expected);
     if (options.before_call) options.before_call();
     try {
+      AutocastScope autocast(policy, ctx.log);
       handle->callBoxed(&stack);
     } catch (...) {
       if (options.after_call) options.after_call();
@@ -448,7 +514,7 @@ ReplayResult replay_one(const std::string& path, const ReplayOptions& options) {
     }
     if (options.after_call) options.after_call();
   } catch (const std::exception& e) {
-    r.error = path + ": " + e.what();
+    r.error = path + ": " + error_line(e);
     return r;
   }
   r.device = device_str;

@@ -27,6 +27,7 @@ struct ReplayOptions {
 struct ReplayResult {
   bool ok = false;                 // the call ran and was compared
   std::string error;               // why not
+  std::string skipped;             // not replayable in this process (its op's library is not loaded): why
   std::string op, stage, device;
   std::optional<bool> exact;       // nullopt: a nondeterministic op (reason)
   std::string nondeterministic;

@@ -16,10 +16,11 @@ std::string replay_operator_script(const std::string& snapshot_path) {
     python3 replay_operator.py [SNAPSHOT] [--device cuda] [--repeat N] [--nvtx]
 
 Rebuilds every argument with its recorded shape, strides, storage offset and
-data-pointer alignment, applies the recorded math policy, calls the op and
-compares with the recorded output (exact, max_abs, rmse). --repeat runs the
+data-pointer alignment, applies the recorded math policy, re-enters the
+recorded autocast region, calls the op and compares with the recorded output
+(exact, max_abs, rmse). --repeat runs the
 call N more times (for profilers: ncu --nvtx --nvtx-include lingprobe_replay/)."""
-import argparse, json, math, torch
+import argparse, contextlib, json, math, torch
 
 SNAPSHOT = )PY" + quoted + R"PY(
 
@@ -85,6 +86,15 @@ def apply_math_policy(p):
     torch.use_deterministic_algorithms(b("deterministic_algorithms"))
 
 
+def autocast_regions(p):
+    regions = contextlib.ExitStack()
+    for dev in ("cuda", "cpu"):
+        if p.get("autocast_" + dev) == "true":
+            dtype = getattr(torch, p["autocast_" + dev + "_dtype"].split(".", 1)[1])
+            regions.enter_context(torch.autocast(dev, dtype=dtype, cache_enabled=p.get("autocast_cache") != "false"))
+    return regions
+
+
 def outputs(x):
     if isinstance(x, torch.Tensor):
         return [x]
@@ -106,7 +116,7 @@ def main():
     op = getattr(getattr(getattr(torch.ops, ns), rest), d["overload"] or "default")
     args = [value(x, a.device) for x in d["args"]]
     kwargs = {k: value(x, a.device) for k, x in d["kwargs"].items()}
-    with torch.inference_mode():
+    with torch.inference_mode(), autocast_regions(d.get("math_policy", {})):
         for i in range(1 + a.repeat):
             if a.nvtx and torch.cuda.is_available():
                 torch.cuda.nvtx.range_push("lingprobe_replay")

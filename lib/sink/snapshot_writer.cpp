@@ -42,7 +42,7 @@ void SnapshotWriter::submit(format::SnapshotJob job) {
   std::unique_lock<std::mutex> lock(mu_);
   if (stop_) {
     lock.unlock();
-    if (job.done) job.done(format::SnapshotJob::Result::Dropped, "finalized", "");
+    if (job.done) job.done(format::SnapshotJob::Result::Dropped, "finalized", "", 0);
     return;
   }
   if (!started_) {
@@ -51,7 +51,7 @@ void SnapshotWriter::submit(format::SnapshotJob job) {
       started_ = true;
     } catch (const std::exception&) {  // no thread: nothing can be written; say so to the sampler
       lock.unlock();
-      if (job.done) job.done(format::SnapshotJob::Result::Dropped, "no_writer_thread", "");
+      if (job.done) job.done(format::SnapshotJob::Result::Dropped, "no_writer_thread", "", 0);
       return;
     }
   }
@@ -72,7 +72,7 @@ void SnapshotWriter::run() {
       write_one(job);
     } catch (...) {  // never let the writer thread take the process down
       try {
-        if (job.done) job.done(format::SnapshotJob::Result::Dropped, "internal_error", "");
+        if (job.done) job.done(format::SnapshotJob::Result::Dropped, "internal_error", "", 0);
       } catch (...) {
       }
     }
@@ -289,11 +289,11 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
     already_mine = mine_.count(sha) > 0;
   }
   if (sha.empty()) {
-    job.done(Result::Dropped, "internal_error", "");
+    job.done(Result::Dropped, "internal_error", "", 0);
     return;
   }
   if (monotonic_seconds() < disk_full_until_) {  // evidence stops while the disk is full; counts go on
-    job.done(Result::Dropped, "disk_full", sha);
+    job.done(Result::Dropped, "disk_full", sha, 0);
     return;
   }
   std::string stem = file_name_part(job.stage) + "_" + who + "_" + sha.substr(0, 16);
@@ -304,7 +304,7 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
     stem += "_p" + std::to_string(getpid());  // the same name from another process (hash/none coordination)
   const std::string snapshot_rel = job.snapshot ? "snapshots/" + stem + ".pt" : "";
   if (!already_mine && claims_ && !claims_->claim_signature(sha, job.snapshot ? snapshot_rel : "profiles/" + stem)) {
-    job.done(Result::Duplicate, "", sha);
+    job.done(Result::Duplicate, "", sha, 0);
     return;
   }
   auto unclaim = [&] {
@@ -320,7 +320,7 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
       if (why == "disk_full") pause_for_full_disk();
       if (!job.profiled) {
         unclaim();
-        job.done(Result::Dropped, why, sha);
+        job.done(Result::Dropped, why, sha, 0);
         return;
       }
     } else {
@@ -355,7 +355,7 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
   }
   if (!kept) {
     unclaim();
-    job.done(Result::Dropped, monotonic_seconds() < disk_full_until_ ? "disk_full" : "write_error", sha);
+    job.done(Result::Dropped, monotonic_seconds() < disk_full_until_ ? "disk_full" : "write_error", sha, 0);
     return;
   }
   {
@@ -365,7 +365,9 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
     profiles_written_ += profile_kept;
     bytes_ += snapshot_kept ? bytes : 0;
   }
-  job.done(Result::Kept, snapshot_kept ? snapshot_rel : "profiles/" + stem, sha);
+  job.done(Result::Kept, snapshot_kept ? snapshot_rel : "profiles/" + stem, sha,
+           static_cast<uint8_t>((snapshot_kept ? format::SnapshotJob::kKeptSnapshot : 0) |
+                                (profile_kept ? format::SnapshotJob::kKeptProfile : 0)));
 }
 
 uint64_t SnapshotWriter::written() const {

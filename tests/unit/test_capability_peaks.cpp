@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "audit/capability_report.h"
+#include "format/json_parse.h"
 
 using lingprobe::audit::device_peak;
 using lingprobe::audit::Peak;
@@ -38,4 +39,37 @@ TEST_CASE("peaks: none for an unknown GPU or mode", "[report]") {
   CHECK_FALSE(device_peak("NVIDIA H100 NVL", "bf16", p));
   CHECK_FALSE(device_peak("NVIDIA H200 NVL", "bf16", p));
   CHECK_FALSE(device_peak("", "bf16", p));
+}
+
+namespace {
+lingprobe::format::JsonValue signature(const char* text) {
+  auto parsed = lingprobe::format::parse_json(text);
+  REQUIRE(parsed.ok);
+  return parsed.value;
+}
+}  // namespace
+
+TEST_CASE("math mode: what ran, not the pre-cast inputs of an autocast region", "[report]") {
+  using lingprobe::audit::math_mode;
+  // A linear inside a bf16 autocast region: fp32 activations, bf16 weights, a bf16 output (the DiT's 1003% case).
+  const auto autocast_linear = signature(R"({"op":"aten.linear.default","args":[
+      {"dtype":"torch.float32","shape":[1,8,16],"stride":[128,16,1]},{"dtype":"torch.bfloat16","shape":[4,16],"stride":[16,1]},null],
+      "kwargs":{},"output":{"dtype":"torch.bfloat16","shape":[1,8,4],"stride":[32,4,1]},"stage":"dit"})");
+  CHECK(math_mode(autocast_linear, nullptr) == "bf16");
+  // An fp8 GEMM computes in fp8 and writes bf16: the narrower dtype.
+  const auto fp8 = signature(R"({"op":"aten._scaled_mm.default","args":[
+      {"dtype":"torch.float8_e4m3fn","shape":[16,32],"stride":[32,1]},{"dtype":"torch.float8_e4m3fn","shape":[32,16],"stride":[1,32]}],
+      "kwargs":{},"output":{"dtype":"torch.bfloat16","shape":[16,16],"stride":[16,1]},"stage":"dit"})");
+  CHECK(math_mode(fp8, nullptr) == "fp8");
+  // fp32 GEMM: TF32 from the call's policy, else torch's default (off).
+  const auto fp32 = signature(R"({"op":"aten.mm.default","args":[{"dtype":"torch.float32","shape":[4,4],"stride":[4,1]},
+      {"dtype":"torch.float32","shape":[4,4],"stride":[4,1]}],"kwargs":{},
+      "output":{"dtype":"torch.float32","shape":[4,4],"stride":[4,1]},"stage":"s"})");
+  CHECK(math_mode(fp32, nullptr) == "fp32");
+  const auto policy = signature(R"({"matmul_allow_tf32":true})");
+  CHECK(math_mode(fp32, &policy) == "tf32");
+  // Not a GEMM: the first argument's dtype, whatever the output (a cast).
+  const auto cast = signature(R"({"op":"aten.to.dtype","args":[{"dtype":"torch.float32","shape":[4],"stride":[1]},"torch.bfloat16",
+      false,false,null],"kwargs":{},"output":{"dtype":"torch.bfloat16","shape":[4],"stride":[1]},"stage":"s"})");
+  CHECK(math_mode(cast, nullptr) == "fp32");
 }

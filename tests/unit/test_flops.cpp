@@ -59,4 +59,8 @@ TEST_CASE("data movement is 0, unknown ops are null, other formulas", "[flops]")
   CHECK(flops(R"({"op":"aten.scaled_dot_product_attention.default","args":[{"dtype":"f","shape":[1,40,2640,128],"stride":[1,1,1,1]},
       {"dtype":"f","shape":[1,40,2640,128],"stride":[1,1,1,1]},{"dtype":"f","shape":[1,40,2640,128],"stride":[1,1,1,1]}],
       "kwargs":{},"output":null,"stage":"s"})") == 4LL * 40 * 2640 * 2640 * 128);
+  // Causal (is_causal=True, SDPA's 6th argument): half of it.
+  CHECK(flops(R"({"op":"aten.scaled_dot_product_attention.default","args":[{"dtype":"f","shape":[1,8,64,32],"stride":[1,1,1,1]},
+      {"dtype":"f","shape":[1,8,64,32],"stride":[1,1,1,1]},{"dtype":"f","shape":[1,8,64,32],"stride":[1,1,1,1]},null,0.0,true],
+      "kwargs":{"scale":null},"output":null,"stage":"s"})") == 2LL * 8 * 64 * 64 * 32);
 }

@@ -1,6 +1,7 @@
 // The sampling policy without torch or files: rules (skip, every, first K,
 // probability), claims through a fake broker, the hot path's `active` flag,
-// keys with several signatures, budgets stopping a process, the poll.
+// keys with several signatures, refusals that leave a key to a later call
+// (with their backoff and their once-per-reason reports), the poll.
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -36,6 +37,9 @@ struct FakeBroker : ClaimBroker {
 
 const std::string kKey = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
+// The recorder's order: the rules, then the claim.
+bool decide(Sampler& s, SampleKey* k) { return s.due(k) && s.take(k); }
+
 SamplingOptions on() {
   SamplingOptions o;
   o.enabled = true;
@@ -69,9 +73,9 @@ TEST_CASE("sampler: skip N, every M, first K; then the key goes inactive", "[sam
   SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
   std::vector<int> sampled;
   for (int call = 1; call <= 20 && k->active.load(); ++call)
-    if (s.decide(k)) {
+    if (decide(s, k)) {
       sampled.push_back(call);
-      s.finished(k, 0, "sig", SampleResult::Kept, 10);
+      s.finished(k, 0, "sig", SampleResult::Kept, 10, kSnapshot);
     }
   CHECK(sampled == std::vector<int>{3, 6});  // calls 3 and 6: skip 2, then every 3rd, two samples
   CHECK_FALSE(k->active.load());
@@ -84,15 +88,15 @@ TEST_CASE("sampler: one sample at a time per key; a key owned elsewhere is not s
   FakeBroker b;
   s.configure(on(), &b, 0, 1);
   SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
-  REQUIRE(s.decide(k));
-  CHECK_FALSE(s.decide(k));  // the first is still in flight
-  s.finished(k, 0, "sig", SampleResult::Kept, 1);
+  REQUIRE(decide(s, k));
+  CHECK_FALSE(decide(s, k));  // the first is still in flight
+  s.finished(k, 0, "sig", SampleResult::Kept, 1, kSnapshot);
   Sampler other;
   FakeBroker* shared = &b;
   shared->me = 2;  // a second process of the launch
   other.configure(on(), shared, 1, 4);
   SampleKey* k2 = other.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
-  CHECK_FALSE(other.decide(k2));
+  CHECK_FALSE(decide(other, k2));
   CHECK_FALSE(k2->active.load());
   CHECK(other.unsampled_reasons() == std::map<std::string, uint64_t>{{"sampled_by_another_process", 1}});
 }
@@ -104,14 +108,14 @@ TEST_CASE("sampler: a key whose claimer failed or died is claimed again after th
   Sampler s;
   s.configure(on(), &b, 0, 1);
   SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
-  CHECK_FALSE(s.decide(k));
+  CHECK_FALSE(decide(s, k));
   s.poll();
   CHECK_FALSE(k->active.load());  // still in progress: no re-claim
   b.progress[kKey] = ClaimBroker::KeyProgress::Free;
   b.owner.erase(kKey);
   s.poll();
   CHECK(k->active.load());
-  CHECK(s.decide(k));
+  CHECK(decide(s, k));
 }
 
 TEST_CASE("sampler: a key with a second signature is sampled again until it has one", "[sampler]") {
@@ -119,17 +123,17 @@ TEST_CASE("sampler: a key with a second signature is sampled again until it has 
   FakeBroker b;
   s.configure(on(), &b, 0, 1);
   SampleKey* k = s.key_for(kKey, "aten::nonzero", "aten::nonzero", "unstaged");
-  REQUIRE(s.decide(k));
+  REQUIRE(decide(s, k));
   s.on_signature(k, 5, "sigA");
-  s.finished(k, 5, "sigA", SampleResult::Kept, 1);
+  s.finished(k, 5, "sigA", SampleResult::Kept, 1, kSnapshot);
   CHECK_FALSE(k->active.load());
   s.on_signature(k, 6, "sigB");  // a later call's output gave another signature
   CHECK(k->active.load());
-  REQUIRE(s.decide(k));
-  s.finished(k, 5, "sigA", SampleResult::Kept, 1);  // the same one again: keep trying
+  REQUIRE(decide(s, k));
+  s.finished(k, 5, "sigA", SampleResult::Kept, 1, kSnapshot);  // the same one again: keep trying
   CHECK(k->active.load());
-  REQUIRE(s.decide(k));
-  s.finished(k, 6, "sigB", SampleResult::Kept, 1);
+  REQUIRE(decide(s, k));
+  s.finished(k, 6, "sigB", SampleResult::Kept, 1, kSnapshot);
   CHECK_FALSE(k->active.load());
   CHECK(s.unsampled_reasons().empty());
 }
@@ -142,7 +146,7 @@ TEST_CASE("sampler: hash coordination gives each key to one rank", "[sampler]") 
     Sampler s;
     s.configure(o, nullptr, rank, 4);
     SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
-    owners += s.decide(k) ? 1 : 0;
+    owners += decide(s, k) ? 1 : 0;
     if (!k->active.load()) CHECK(s.unsampled_reasons().at("owned_by_another_rank") == 1);
   }
   CHECK(owners == 1);
@@ -160,9 +164,9 @@ TEST_CASE("sampler: a seeded probability is reproducible", "[sampler]") {
     SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
     std::vector<int> out;
     for (int i = 0; i < 200; ++i)
-      if (s.decide(k)) {
+      if (decide(s, k)) {
         out.push_back(i);
-        s.finished(k, 0, "", SampleResult::Kept, 0);
+        s.finished(k, 0, "", SampleResult::Kept, 0, kSnapshot);
       }
     return out;
   };
@@ -173,42 +177,97 @@ TEST_CASE("sampler: a seeded probability is reproducible", "[sampler]") {
   CHECK(a.size() < 90);
 }
 
-TEST_CASE("sampler: stop_all deactivates every key, now and later", "[sampler]") {
-  Sampler s;
-  s.configure(on(), nullptr, 0, 1);
-  SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
-  s.stop_all("budget");
-  CHECK_FALSE(k->active.load());
-  SampleKey* later = s.key_for(kKey.substr(1) + "0", "aten::mm", "aten::mm", "unstaged");
-  CHECK_FALSE(later->active.load());
-  CHECK(s.unsampled_reasons().at("budget") == 2);
-}
-
 TEST_CASE("sampler: a duplicate settles the owner's key (no sampling at every call)", "[sampler]") {
   Sampler s;
   FakeBroker b;
   s.configure(on(), &b, 0, 1);
   SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
-  REQUIRE(s.decide(k));
-  s.finished(k, 0, "sig", SampleResult::Duplicate, 0);  // another process stored that signature first
+  REQUIRE(decide(s, k));
+  s.finished(k, 0, "sig", SampleResult::Duplicate, 0, 0);  // another process stored that signature first
   CHECK_FALSE(k->active.load());
   CHECK(b.progress[kKey] == ClaimBroker::KeyProgress::Done);
 }
 
-TEST_CASE("sampler: a claim is released when stop_all stops its key, in flight or not", "[sampler]") {
+TEST_CASE("sampler: a refused call leaves the key to a later call, tried again after its calls double", "[sampler]") {
   Sampler s;
   FakeBroker b;
   s.configure(on(), &b, 0, 1);
-  SampleKey* idle = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
-  SampleKey* busy = s.key_for("ff" + kKey.substr(2), "aten::mm", "aten::mm", "unstaged");
-  REQUIRE(s.decide(idle));
-  s.finished(idle, 0, "", SampleResult::Dropped, 0);  // failed: released as failed at once
+  SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
+  std::vector<int> tried;
+  for (int call = 1; call <= 100; ++call)
+    if (decide(s, k)) {
+      tried.push_back(call);
+      s.finished(k, 0, "", SampleResult::Refused, 0, 0);  // e.g. copies in flight: nothing stored
+      CHECK(b.progress[kKey] == ClaimBroker::KeyProgress::Free);  // released as failed: others may take it
+      b.owner.erase(kKey);
+    }
+  CHECK(tried == std::vector<int>{1, 2, 4, 8, 16, 32, 64});
+  CHECK(k->active.load());
+  REQUIRE_FALSE(decide(s, k));  // call 101
+  for (int call = 102; call < 128; ++call) CHECK_FALSE(decide(s, k));
+  REQUIRE(decide(s, k));  // call 128
+  s.finished(k, 3, "sig", SampleResult::Kept, 10, kSnapshot);
+  CHECK_FALSE(k->active.load());
+  CHECK(b.progress[kKey] == ClaimBroker::KeyProgress::Done);
+}
+
+TEST_CASE("sampler: a key keeps asking for the evidence a call did not give, and only for it", "[sampler]") {
+  SamplingOptions o = on();
+  o.evidence = kSnapshot | kCounters;
+  Sampler s;
+  FakeBroker b;
+  s.configure(o, &b, 0, 1);
+  SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
+  REQUIRE(decide(s, k));
+  CHECK(s.wanted(k) == (kSnapshot | kCounters));
+  s.finished(k, 1, "sig", SampleResult::Kept, 10, kCounters);  // counters kept; the snapshot refused by a budget
+  CHECK(k->active.load());
+  CHECK(b.progress.count(kKey) == 0);  // still this process's key
+  REQUIRE(decide(s, k));               // call 2 (the refusal at call 1 put the next try at call 2)
+  CHECK(s.wanted(k) == kSnapshot);
+  s.finished(k, 1, "sig", SampleResult::Kept, 10, kSnapshot);
+  CHECK_FALSE(k->active.load());
+  CHECK(b.progress[kKey] == ClaimBroker::KeyProgress::Done);
+  CHECK(s.unsampled_reasons().empty());
+}
+
+TEST_CASE("sampler: evidence no call can give settles the key without a sample", "[sampler]") {
+  SamplingOptions o = on();
+  o.evidence = kCounters;
+  Sampler s;
+  FakeBroker b;
+  s.configure(o, &b, 0, 1);
+  SampleKey* k = s.key_for(kKey, "c10d::allreduce_", "c10d::allreduce_", "unstaged");
+  REQUIRE(decide(s, k));
+  s.note_refusal(k, kCounters, "collective");
+  s.finished(k, 0, "", SampleResult::Refused, 0, 0, kCounters);
+  CHECK_FALSE(k->active.load());
   CHECK(b.progress[kKey] == ClaimBroker::KeyProgress::Free);
-  REQUIRE(s.decide(busy));
-  s.stop_all("budget");
-  CHECK(b.progress.count("ff" + kKey.substr(2)) == 0);  // in flight: not yet
-  s.finished(busy, 1, "sig", SampleResult::Kept, 10);
-  CHECK(b.progress["ff" + kKey.substr(2)] == ClaimBroker::KeyProgress::Done);
+  CHECK(s.unsampled_reasons() == std::map<std::string, uint64_t>{{"counters:collective", 1}});
+}
+
+TEST_CASE("sampler: refusals are reported once per key, evidence and reason; early ones claim nothing", "[sampler]") {
+  Sampler s;
+  FakeBroker b;
+  s.configure(on(), &b, 0, 1);
+  std::vector<std::string> reports;
+  s.set_refusal_sink([&](const SampleKey& key, const char* evidence, const std::string& reason, uint64_t call) {
+    reports.push_back(key.op + " " + evidence + " " + reason + " " + std::to_string(call));
+  });
+  SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
+  for (int call = 1; call <= 9; ++call) {  // meta calls, then CPU calls where a GPU is used: no backoff
+    REQUIRE(s.due(k));
+    s.refused_early(k, call < 5 ? CallRefusal::NoStorage : CallRefusal::NotOnGpu);
+  }
+  CHECK(b.owner.empty());  // no claim was made for calls that could give nothing
+  CHECK(reports == std::vector<std::string>{"aten::mm snapshot no_storage 1", "aten::mm snapshot not_on_gpu 5"});
+  CHECK(s.unsampled_reasons() == std::map<std::string, uint64_t>{{"snapshot:not_on_gpu", 1}});
+  REQUIRE(decide(s, k));  // call 10, the first on the GPU: taken at once
+  s.finished(k, 2, "sig", SampleResult::Kept, 10, kSnapshot);
+  CHECK(s.unsampled_reasons().empty());
+  s.note_refusal(k, kSnapshot, "budget_device");
+  s.note_refusal(k, kSnapshot, "budget_device");
+  CHECK(reports.size() == 3);  // once per key, evidence and reason
 }
 
 TEST_CASE("sampler: the claims poll keeps its pace", "[sampler]") {
@@ -219,7 +278,7 @@ TEST_CASE("sampler: the claims poll keeps its pace", "[sampler]") {
   Sampler s;
   s.configure(o, &b, 0, 1);
   SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
-  CHECK_FALSE(s.decide(k));
+  CHECK_FALSE(decide(s, k));
   b.progress[kKey] = ClaimBroker::KeyProgress::Free;
   b.owner.erase(kKey);
   s.poll();  // the first poll runs

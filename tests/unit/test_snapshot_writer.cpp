@@ -40,13 +40,16 @@ TEST_CASE("a profile-only job counts as a profile, not as a snapshot", "[sink][s
   job.snapshot = false;
   job.profiled = true;
   job.profile.status = "passed";
-  job.done = [&kept](format::SnapshotJob::Result r, const std::string& path, const std::string&) {
+  uint8_t files = 0;
+  job.done = [&](format::SnapshotJob::Result r, const std::string& path, const std::string&, uint8_t which) {
     if (r == format::SnapshotJob::Result::Kept) kept = path;
+    files = which;
   };
   writer.submit(std::move(job));
   writer.finalize();
   metadata.finalize();
   CHECK(kept == "profiles/dit_rank0_" + sha.substr(0, 16));
+  CHECK(files == format::SnapshotJob::kKeptProfile);
   CHECK(exists(run + "/" + kept + "/manifest.json"));
   CHECK(writer.written() == 0);
   CHECK(writer.profiles_written() == 1);

@@ -1,0 +1,106 @@
+#include "audit/key_evidence.h"
+
+#include <algorithm>
+
+#include "format/canonical_json.h"
+
+namespace lingprobe::audit {
+
+using format::JsonValue;
+
+std::string input_key_sha256(const JsonValue& signature) {
+  JsonValue input = JsonValue::object();
+  for (const auto& [name, value] : signature.members())
+    if (name != "output") input.set(name, value);
+  return format::canonical_sha256(input);
+}
+
+namespace {
+
+bool complete(const KeyEvidence& k) {
+  for (const auto& [evidence, reasons] : k.reasons) {
+    const bool wants_snapshot = evidence.find("snapshot") != std::string::npos;
+    const bool wants_counters = evidence.find("counters") != std::string::npos;
+    if ((wants_snapshot && !k.snapshot) || (wants_counters && !k.counters)) return false;
+  }
+  return true;
+}
+
+std::string held_text(const KeyEvidence& k) {
+  if (k.snapshot && k.counters) return "snapshot, counters";
+  if (k.snapshot) return "snapshot";
+  if (k.counters) return "counters";
+  return "nothing";
+}
+
+}  // namespace
+
+std::vector<KeyEvidence> key_evidence(const std::vector<Refusal>& refusals,
+                                      const std::map<std::string, HeldEvidence>& held) {
+  std::map<std::string, KeyEvidence> by_key;
+  for (const auto& r : refusals) {
+    KeyEvidence& k = by_key[r.input_sha256];
+    k.input_sha256 = r.input_sha256;
+    k.op = r.op;
+    k.stage = r.stage;
+    k.reasons[r.evidence].insert(r.reason);
+  }
+  std::vector<KeyEvidence> out;
+  for (auto& [sha, k] : by_key) {
+    if (auto it = held.find(sha); it != held.end()) k.snapshot = it->second.snapshot, k.counters = it->second.counters;
+    out.push_back(std::move(k));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const KeyEvidence& a, const KeyEvidence& b) {
+    const bool ca = complete(a), cb = complete(b);
+    if (ca != cb) return !ca;
+    return std::tie(a.stage, a.op) < std::tie(b.stage, b.op);
+  });
+  return out;
+}
+
+JsonValue key_evidence_json(const std::vector<KeyEvidence>& keys) {
+  JsonValue rows = JsonValue::array();
+  for (const auto& k : keys) {
+    JsonValue reasons = JsonValue::object();
+    for (const auto& [evidence, why] : k.reasons) {
+      JsonValue list = JsonValue::array();
+      for (const auto& w : why) list.push_back(JsonValue::string(w));
+      reasons.set(evidence, std::move(list));
+    }
+    rows.push_back(JsonValue::object({{"input_sha256", JsonValue::string(k.input_sha256)},
+                                      {"op", JsonValue::string(k.op)},
+                                      {"stage", JsonValue::string(k.stage)},
+                                      {"snapshot", JsonValue::boolean(k.snapshot)},
+                                      {"counters", JsonValue::boolean(k.counters)},
+                                      {"complete", JsonValue::boolean(complete(k))},
+                                      {"refused", std::move(reasons)}}));
+  }
+  return rows;
+}
+
+std::string key_evidence_markdown(const std::vector<KeyEvidence>& keys, size_t rows) {
+  size_t missing = 0;
+  for (const auto& k : keys) missing += !complete(k);
+  std::string md = "\n### Evidence refused\n\n" + std::to_string(keys.size()) +
+                   " sampled key(s) were refused evidence at some call (each refusal leaves the key to a later call); " +
+                   std::to_string(keys.size() - missing) + " got it later, " + std::to_string(missing) +
+                   " still miss some (`refusals` in coverage_audit.json lists them all).\n";
+  if (missing == 0) return md;
+  md += "\n| stage | op | holds | refused (evidence: reasons) |\n|---|---|---|---|\n";
+  size_t shown = 0;
+  for (const auto& k : keys) {
+    if (complete(k) || shown == rows) continue;
+    ++shown;
+    std::string why;
+    for (const auto& [evidence, reasons] : k.reasons) {
+      std::string list;
+      for (const auto& r : reasons) list += (list.empty() ? "" : ", ") + r;
+      why += (why.empty() ? "" : "; ") + evidence + ": " + list;
+    }
+    md += "| " + k.stage + " | `" + k.op + "` | " + held_text(k) + " | " + why + " |\n";
+  }
+  if (missing > shown) md += "\n(" + std::to_string(missing - shown) + " more in coverage_audit.json)\n";
+  return md;
+}
+
+}  // namespace lingprobe::audit

@@ -1,0 +1,144 @@
+// The sampled-call capture on CPU tensors, its refusals and budgets, without
+// a run directory: a fake sink keeps every job at once. Covers the rules of
+// issue 26: a refused call leaves its key to a later call, set-up calls
+// (writes to a parameter, random or uninitialised results) use at most
+// their share of the byte budget, meta and (where a GPU is used) CPU calls
+// are refused before any claim, and the thread's autocast state is part of
+// the math policy a replay re-enters.
+#include "capture/torch_guard.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <catch2/catch.hpp>
+#include <torch/version.h>
+
+#include <string>
+#include <vector>
+
+#include "capture/snapshot_capture.h"
+
+using namespace lingprobe::capture;
+using lingprobe::format::SnapshotJob;
+
+namespace {
+
+struct KeepAll : SnapshotSink {
+  std::vector<std::string> kept;  // each job's op ("aten.mm.default") and what it held
+  void submit(SnapshotJob job) override {
+    const std::string op = job.document.find("op") ? job.document.find("op")->as_string() : "(counters only)";
+    kept.push_back(op);
+    job.done(SnapshotJob::Result::Kept, "snapshots/x.pt", std::string(64, 'a'), SnapshotJob::kKeptSnapshot);
+  }
+};
+
+struct Call {
+  const c10::FunctionSchema* schema;
+  std::vector<c10::IValue> inputs;
+  std::string dotted;
+};
+
+Call call_of(const char* name, std::vector<c10::IValue> inputs) {
+  auto handle = c10::Dispatcher::singleton().findSchema({name, ""});
+  REQUIRE(handle);
+  std::string dotted = std::string(name).replace(std::string(name).find("::"), 2, ".") + ".default";
+  return Call{&handle->schema(), std::move(inputs), dotted};
+}
+
+struct Rig {
+  Sampler sampler;
+  KeepAll sink;
+  std::unique_ptr<SnapshotCapture> capture;
+  std::vector<std::string> refusals;
+  explicit Rig(SnapshotOptions o) {
+    SamplingOptions so;
+    so.enabled = true;
+    so.coordination = Coordination::None;
+    so.evidence = kSnapshot;
+    sampler.configure(so, nullptr, 0, 1);
+    sampler.set_refusal_sink([this](const SampleKey& k, const char* evidence, const std::string& reason, uint64_t) {
+      refusals.push_back(k.op + " " + evidence + " " + reason);
+    });
+    capture = std::make_unique<SnapshotCapture>(&sampler, &sink, nullptr, nullptr, o);
+  }
+  // One call of `c` under key `key` as the recorder runs it: true if a sample was started (and finished).
+  bool run(const std::string& key, Call& c, const std::vector<c10::IValue>& outputs) {
+    SampleKey* k = sampler.key_for(key, c.schema->name(), c.schema->name(), "unstaged");
+    if (!sampler.due(k)) return false;
+    SampledCall call;
+    call.schema = c.schema;
+    call.inputs = c10::ArrayRef<const c10::IValue>(c.inputs.data(), c.inputs.size());
+    call.op_dotted = &c.dotted;
+    call.key = k;
+    if (const CallRefusal why = capture->refusal(call); why != CallRefusal::None) {
+      sampler.refused_early(k, why);
+      return false;
+    }
+    if (!sampler.take(k)) return false;
+    void* token = capture->begin(call);
+    if (!token) return false;
+    capture->end(token, c10::ArrayRef<const c10::IValue>(outputs.data(), outputs.size()), 1, 1);
+    return true;
+  }
+};
+
+std::string key(char c) { return std::string(64, c); }
+
+}  // namespace
+
+TEST_CASE("capture: set-up calls use their share of the budget; the compute keeps the rest", "[capture]") {
+  SnapshotOptions o;
+  o.budget_process = 1 << 20;  // set-up calls: 128 KiB of it
+  Rig rig(o);
+  at::Tensor weight = at::empty({256, 256}).set_requires_grad(true);  // a parameter: 256 KiB
+  Call init = call_of("aten::normal_", {weight, 0.0, 1.0, c10::IValue()});
+  CHECK_FALSE(rig.run(key('a'), init, {weight}));  // writes a parameter: over the set-up share
+  CHECK(rig.refusals == std::vector<std::string>{"aten::normal_ snapshot setup_share"});
+  at::Tensor x = at::ones({64, 256});
+  Call mm = call_of("aten::mm", {x, weight.detach()});
+  CHECK(rig.run(key('b'), mm, {at::mm(x, weight.detach())}));  // 384 KiB of compute: kept
+  CHECK(rig.sink.kept == std::vector<std::string>{"aten.mm.default"});
+  at::Tensor small = at::empty({16, 16}).set_requires_grad(true);
+  Call small_init = call_of("aten::normal_", {small, 0.0, 1.0, c10::IValue()});
+  CHECK(rig.run(key('c'), small_init, {small}));  // a set-up call within the share is kept
+}
+
+TEST_CASE("capture: meta calls, and CPU calls where a GPU is used, are refused before any claim", "[capture]") {
+  SnapshotOptions o;
+  o.gpu_calls_only = true;
+  Rig rig(o);
+  Call meta = call_of("aten::mm", {at::empty({4, 4}, at::kMeta), at::empty({4, 4}, at::kMeta)});
+  CHECK_FALSE(rig.run(key('d'), meta, {at::empty({4, 4}, at::kMeta)}));
+  Call cpu = call_of("aten::mm", {at::ones({4, 4}), at::ones({4, 4})});
+  CHECK_FALSE(rig.run(key('d'), cpu, {at::ones({4, 4})}));
+  CHECK(rig.refusals == std::vector<std::string>{"aten::mm snapshot no_storage", "aten::mm snapshot not_on_gpu"});
+  CHECK(rig.sink.kept.empty());
+  CHECK(rig.sampler.unsampled_reasons() == std::map<std::string, uint64_t>{{"snapshot:not_on_gpu", 1}});
+}
+
+TEST_CASE("capture: a key refused on meta is sampled at its first real call", "[capture]") {
+  Rig rig(SnapshotOptions{});
+  Call meta = call_of("aten::mm", {at::empty({4, 4}, at::kMeta), at::empty({4, 4}, at::kMeta)});
+  Call real = call_of("aten::mm", {at::ones({4, 4}), at::ones({4, 4})});
+  CHECK_FALSE(rig.run(key('e'), meta, {at::empty({4, 4}, at::kMeta)}));
+  CHECK(rig.run(key('e'), real, {at::ones({4, 4})}));
+  CHECK(rig.sink.kept == std::vector<std::string>{"aten.mm.default"});
+  CHECK(rig.sampler.unsampled_reasons().empty());
+}
+
+TEST_CASE("capture: the math policy holds the thread's autocast state", "[capture]") {
+  auto text = [](const lingprobe::format::PickleValue& p, const char* k) { return p.find(k)->as_string(); };
+  CHECK(text(current_math_policy(), "autocast_cpu") == "false");
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  const auto policy = current_math_policy();
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+#else
+  at::autocast::set_cpu_enabled(true);
+  const auto policy = current_math_policy();
+  at::autocast::set_cpu_enabled(false);
+#endif
+  CHECK(text(policy, "autocast_cpu") == "true");
+  CHECK(text(policy, "autocast_cpu_dtype") == "torch.bfloat16");
+  CHECK(text(policy, "autocast_cuda") == "false");
+}

@@ -106,6 +106,7 @@ struct Job {
   std::string sha, stage, mode, h16;
   double est_us = 0, flops_per_s = 0, intensity = 0, peak_flops = 0, peak_dram = 0, frac_flops = -1, frac_dram = -1;
   double time_us = 0, dram_bytes_per_s = 0;
+  double recoverable_us = -1;  // est_us x (1 - the bounding roof's fraction); -1: no roof known
   uint64_t calls = 0;
   std::string label;
   bool passed = false;  // only passed jobs' figures enter the totals and the roofline
@@ -216,6 +217,38 @@ bool device_peak(const std::string& gpu, const std::string& mode, Peak& p) {
   p.dram_bytes = dram;
   return true;
 }
+
+namespace {
+
+// The profiled signatures by the GPU time they would save at their roof
+// (estimated time x (1 - the bounding roof's fraction)): where the run's
+// time is left. Keys without counters have no row (they are unmeasured).
+std::string left_on_the_table(const std::vector<Job>& jobs) {
+  std::vector<const Job*> rows;
+  double total = 0;
+  for (const auto& j : jobs)
+    if (j.recoverable_us >= 0) rows.push_back(&j), total += j.recoverable_us;
+  if (rows.empty()) return "";
+  std::sort(rows.begin(), rows.end(), [](const Job* a, const Job* b) { return a->recoverable_us > b->recoverable_us; });
+  std::ostringstream md;
+  md << "\n### Left on the table\n\nGPU time each profiled signature would save at its roof (its estimated time x (1 - "
+        "achieved / roof), for whichever of its math mode's and DRAM's roofs bounds it): "
+     << human(total * 1e-6, "s") << " in all.\n\n| would save | est. GPU time | bound | % of that roof | mode | signature |\n"
+     << "|---|---|---|---|---|---|\n";
+  for (size_t i = 0; i < rows.size() && i < 10; ++i) {
+    const Job& j = *rows[i];
+    const bool math = j.frac_flops >= j.frac_dram;
+    char row[512];
+    std::snprintf(row, sizeof row, "| %s | %s | %s | %d%% | %s | `%s` %s |\n", human(j.recoverable_us * 1e-6, "s").c_str(),
+                  human(j.est_us * 1e-6, "s").c_str(), math ? "math" : "DRAM",
+                  static_cast<int>(std::lround(100 * (math ? j.frac_flops : j.frac_dram))), j.mode.c_str(),
+                  j.label.c_str(), j.h16.substr(0, 12).c_str());
+    md << row;
+  }
+  return md.str();
+}
+
+}  // namespace
 
 ReportOutcome run_report(const ReportOptions& options) {
   ReportOutcome out;
@@ -340,6 +373,10 @@ ReportOutcome run_report(const ReportOptions& options) {
                              "% of its " + j.mode + " roof, over 100%: its math mode or its kernel time is wrong "
                              "(report it); not counted in the totals");
     j.passed = j.passed && !over_roof;
+    // What running at its roof would save: the time x (1 - achieved / roof) of whichever roof bounds it (the
+    // higher of the math mode's and DRAM's fractions).
+    if (j.passed && std::max(j.frac_flops, j.frac_dram) >= 0)
+      j.recoverable_us = j.est_us * (1 - std::max(j.frac_flops, j.frac_dram));
     std::string snapshot_sha;
     for (const Rec& s : snapshots)
       if (s.sha == p.sha && s.seq == p.seq && s.rank == p.rank) snapshot_sha = s.evidence_sha;
@@ -385,6 +422,9 @@ ReportOutcome run_report(const ReportOptions& options) {
     job.set("fraction_of_peak_flops", j.frac_flops >= 0 ? JsonValue::floating(j.frac_flops) : JsonValue::null());
     job.set("fraction_of_peak_dram", j.frac_dram >= 0 ? JsonValue::floating(j.frac_dram) : JsonValue::null());
     job.set("over_roof", JsonValue::boolean(over_roof));
+    job.set("recoverable_gpu_time_us", j.recoverable_us >= 0 ? JsonValue::floating(j.recoverable_us) : JsonValue::null());
+    job.set("bound", JsonValue::string(j.frac_flops < 0 && j.frac_dram < 0 ? ""
+                                       : j.frac_flops >= j.frac_dram ? "math" : "dram"));
     job.set("estimated_gpu_time_us", JsonValue::floating(j.est_us));
     job.set("passes", identity.find("passes") ? *identity.find("passes") : JsonValue::null());
     job.set("scope", JsonValue::string(
@@ -451,6 +491,9 @@ ReportOutcome run_report(const ReportOptions& options) {
   whole.set("estimated_gpu_time_us", JsonValue::floating(total_est));
   whole.set("flops", JsonValue::floating(total_flops));
   whole.set("attributed_flops", JsonValue::floating(attributed_flops));
+  double recoverable = 0;
+  for (const auto& j : jobs) recoverable += std::max(0.0, j.recoverable_us);
+  whole.set("recoverable_gpu_time_us", JsonValue::floating(recoverable));
   whole.set("unattributed_signatures", JsonValue::integer(static_cast<int64_t>(unattributed_sigs)));
   whole.set("unattributed_calls", JsonValue::integer(static_cast<int64_t>(unattributed_calls)));
   whole.set("achieved_flops_per_second", total_est > 0 ? JsonValue::floating(attributed_flops / (total_est * 1e-6))
@@ -501,8 +544,8 @@ ReportOutcome run_report(const ReportOptions& options) {
     md << jobs.size() << " of " << calls.size() << " signatures profiled inline (" << statuses
        << "); estimated GPU time of the recorded ops " << human(total_est * 1e-6, "s")
        << " (kernel time per call x calls), " << unattributed_sigs << " signature(s) and " << unattributed_calls
-       << " call(s) unattributed. Roofline: reports/roofline.svg.\n" << measured.markdown << "\n"
-       << "| share of est. GPU time | calls | us/call | achieved | % of peak | DRAM | % of DRAM peak | mode | status | signature |\n"
+       << " call(s) unattributed. Roofline: reports/roofline.svg.\n" << left_on_the_table(jobs) << measured.markdown
+       << "\n| share of est. GPU time | calls | us/call | achieved | % of peak | DRAM | % of DRAM peak | mode | status | signature |\n"
        << "|---|---|---|---|---|---|---|---|---|---|\n";
     for (size_t i = 0; i < jobs.size() && i < 10; ++i) {
       const Job& j = jobs[i];

@@ -70,6 +70,16 @@ def test_report_of_the_real_run_in_the_seed_schema(cli, run):
     assert sum(j["calls"] for j in doc["jobs"]) == 17106  # the run's calls (docs/gpu)
     assert "## Capability (inline counters)" in p.stdout and "30 of 30 signatures profiled inline (30 passed)" in p.stdout
     assert "| 33.7% | 9600 | 187.3 | 739 TFLOP/s | 75% | 1.07 TB/s | 22% | bf16 | passed | `aten.linear.default`" in p.stdout
+    # What is left on the table: per job, its time x (1 - the bounding roof's fraction); the section leads.
+    for job in doc["jobs"]:
+        bound = max(job["fraction_of_peak_flops"] or 0, job["fraction_of_peak_dram"])
+        assert abs(job["recoverable_gpu_time_us"] - job["estimated_gpu_time_us"] * (1 - bound)) < 1e-6
+    assert abs(whole["recoverable_gpu_time_us"] - sum(j["recoverable_gpu_time_us"] for j in doc["jobs"])) < 1e-3
+    assert p.stdout.index("### Left on the table") < p.stdout.index("| share of est. GPU time |")
+    top = max(doc["jobs"], key=lambda j: j["recoverable_gpu_time_us"])
+    table = p.stdout[p.stdout.index("### Left on the table"):]
+    first_row = [l for l in table.splitlines() if l.startswith("| ") and "would save" not in l][0]
+    assert top["signature_sha256"][:12] in first_row, first_row
 
 
 def test_figures_recomputed_independently(cli, run):

@@ -8,6 +8,8 @@
 namespace lingprobe::capture {
 namespace {
 
+constexpr uint64_t kEarlyCallsWithoutBackoff = 64;
+
 uint64_t mix(uint64_t x) {  // splitmix64
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -112,6 +114,10 @@ const char* call_refusal_name(CallRefusal why) {
 }
 
 void Sampler::refused_early(SampleKey* k, CallRefusal why) {
+  // The first kEarlyCallsWithoutBackoff calls are each looked at (a key traced on meta, then run on the CPU, then
+  // on the GPU is taken at its GPU call); after them a key refused this way backs off like any other.
+  const uint64_t n = k->calls.load(std::memory_order_relaxed);
+  if (n >= kEarlyCallsWithoutBackoff) back_off(k, n);
   const auto bit = static_cast<uint8_t>(why);
   if (k->early_seen.load(std::memory_order_relaxed) & bit) return;
   k->early_seen.fetch_or(bit, std::memory_order_relaxed);
@@ -213,7 +219,10 @@ void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, Sample
   }
   // The claim is released when the key is settled here (done or stopped), or
   // when a refused key gives it up (failed: others may try it).
-  const bool release = k->holds_claim && k->state != KeyState::Owned && k->state != KeyState::Reopened;
+  // A key kept with evidence still missing gives its claim up as done too: its owner goes on asking its own later
+  // calls, while no other process waits on a claim that a spent budget might hold for ever.
+  const bool release = k->holds_claim && ((k->state != KeyState::Owned && k->state != KeyState::Reopened) ||
+                                          result == SampleResult::Kept);
   const bool failed = k->taken == 0;
   if (release) k->holds_claim = false;
   const std::string input = k->input_sha;

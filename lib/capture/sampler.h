@@ -47,8 +47,9 @@ const char* evidence_name(uint8_t evidence);  // "snapshot", "counters", "snapsh
 
 // Why a due call is refused before it is taken: it runs where no evidence
 // is (meta or fake tensors; a CPU call where only GPU calls are sampled).
-// Such a refusal costs no claim and sets no backoff: the key's next call
-// that runs on real memory, or on the GPU, is taken.
+// Such a refusal costs no claim and, for a key's first 64 calls, sets no
+// backoff: the key's next call that runs on real memory, or on the GPU, is
+// taken; later ones back off (calls 64, 128, 256, ...).
 enum class CallRefusal : uint8_t { None = 0, NoStorage = 1, NotOnGpu = 2 };
 const char* call_refusal_name(CallRefusal why);  // "no_storage", "not_on_gpu"
 
@@ -142,9 +143,9 @@ class Sampler {
   // rules (skip, every, probability, a refusal's backoff) pick this call?
   // Lock-free.
   bool due(SampleKey* key);
-  // A due call the hooks refused before it was taken: no claim is made and
-  // no backoff set; the first refusal of each kind is reported (the later
-  // ones cost one relaxed load).
+  // A due call the hooks refused before it was taken: no claim is made and,
+  // within the key's first 64 calls, no backoff set; the first refusal of
+  // each kind is reported (the later ones cost one relaxed load).
   void refused_early(SampleKey* key, CallRefusal why);
   // A due call: take it (one at a time per key, the launch's claim made).
   bool take(SampleKey* key);

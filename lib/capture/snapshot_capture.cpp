@@ -13,6 +13,7 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <optional>
 #include <sstream>
@@ -399,17 +400,24 @@ namespace {
 bool is_setup_call(const SampledCall& call) {
   const std::string name = call.schema->name();
   if (!format::result_by_definition(name).empty()) return true;
+  // Ops whose result may alias their input but that copy when they must (a kernel may run): not view-only.
+  static const char* const kMayCopy[] = {"aten::to", "aten::contiguous", "aten::reshape", "aten::reshape_as",
+                                         "aten::flatten", "aten::type_as", "aten::_autocast_to_reduced_precision",
+                                         "aten::_autocast_to_full_precision"};
   const auto& returns = call.schema->returns();
-  if (!returns.empty() && std::all_of(returns.begin(), returns.end(), [](const c10::Argument& r) {
+  if (!returns.empty() && std::none_of(std::begin(kMayCopy), std::end(kMayCopy), [&](const char* n) { return name == n; }) &&
+      std::all_of(returns.begin(), returns.end(), [](const c10::Argument& r) {
         return r.alias_info() && !r.alias_info()->isWrite();
       }))
     return true;
+  // Writes that initialise or load a parameter (an optimizer's add_ or _foreach_* on one is compute).
+  const bool fills = name == "aten::copy_" || name == "aten::fill_" || name == "aten::zero_" || name == "aten::set_";
   const auto& params = call.schema->arguments();
   const bool matches = params.size() == call.inputs.size();
   const bool moves = name == "aten::to" || name == "aten::_to_copy";
   bool setup = false;
   for (size_t i = 0; i < call.inputs.size() && !setup; ++i) {
-    const bool written = matches && is_written(params[i]);
+    const bool written = fills && matches && is_written(params[i]);
     if (!written && !moves) continue;
     for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {
       setup = setup || (t.defined() && t.is_leaf() && t.requires_grad());
@@ -477,11 +485,13 @@ void* SnapshotCapture::begin(const SampledCall& call) {
     if (snapshot) copy_written_arguments(*p, call);
     if (counters) open_window(*p, call);
   } catch (const c10::OutOfMemoryError&) {
+    if (!p) return nullptr;  // given up already (the throw came after)
     give_back(p->reserved, p->setup);
     refuse(*p, wants, "device_oom");
     give_up(std::move(p));
     return nullptr;
   } catch (const std::exception&) {
+    if (!p) return nullptr;
     give_back(p->reserved, p->setup);
     refuse(*p, wants, "copy_error");
     give_up(std::move(p));
@@ -542,13 +552,17 @@ void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs,
   }
 }
 
+void SnapshotCapture::charge_window(const Pending& p, double seconds) {
+  const auto us = static_cast<uint64_t>(std::max(0.0, seconds) * 1e6);
+  window_us_.fetch_add(us);
+  if (p.setup) setup_window_us_.fetch_add(us);
+}
+
 void SnapshotCapture::close_window(Pending& p, format::SnapshotJob& job) {
   job.profiled = true;
   job.profile = p.window->close();
   p.window.reset();
-  const auto us = static_cast<uint64_t>(std::max(0.0, job.profile.window_seconds) * 1e6);
-  window_us_.fetch_add(us);
-  if (p.setup) setup_window_us_.fetch_add(us);
+  charge_window(p, job.profile.window_seconds);
   job.profile.identity.set("math_policy", policy_json(p.math_policy));
   job.profile.identity.set("setup_call", format::JsonValue::boolean(p.setup));
   if (job.profile.status != "passed") refuse(p, kCounters, job.profile.status);
@@ -597,9 +611,11 @@ void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10
     p->device = p->device || out_device;
     job.document = snapshot_document(*p, outputs, seq, job.blobs);
   } catch (const c10::OutOfMemoryError&) {
-    return without_snapshot("device_oom");
+    if (p) without_snapshot("device_oom");  // else it ran already and the throw came after
+    return;
   } catch (const std::exception&) {
-    return without_snapshot("copy_error");
+    if (p) without_snapshot("copy_error");
+    return;
   }
   submit(std::move(p), std::move(job), signature_id, seq);
 }
@@ -687,7 +703,8 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, format::SnapshotJob job
       self->count_drop("duplicate_signature");
       sampler->finished(key, signature_id, sha, SampleResult::Duplicate, 0, 0, settled);
     } else {
-      self->count_drop(what);
+      if (asked & kSnapshot) self->count_drop(what);
+      else self->count_profile(what);
       if (key) sampler->note_refusal(key, asked, what);
       sampler->finished(key, signature_id, sha, SampleResult::Refused, 0, 0, settled);
     }
@@ -727,20 +744,26 @@ void SnapshotCapture::open_window(Pending& p, const SampledCall& call) {
     if (!options_.gpu_on_machine) p.settled |= kCounters;  // no call of this machine has counters
     return;
   }
+  void* stream = current_stream_handle(*cuda);
+  if (device_->stream_capture(stream) != DeviceAccess::Capture::None) return refuse(p, kCounters, "stream_capturing");
   std::string reason;
-  p.window = device_->open_counters(cuda->index(), current_stream_handle(*cuda), reason);
-  if (!p.window) refuse(p, kCounters, reason.empty() ? "window_not_opened" : reason);
+  const auto t0 = std::chrono::steady_clock::now();
+  p.window = device_->open_counters(cuda->index(), stream, reason);
+  if (!p.window) {  // a refused window's wait (the counter lock, the probe) is stall too
+    charge_window(p, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    refuse(p, kCounters, reason.empty() ? "window_not_opened" : reason);
+  }
 }
 
 void SnapshotCapture::abandon(void* token) {
   std::unique_ptr<Pending> p(static_cast<Pending*>(token));
   if (p->window) {
-    p->window->close();  // the profiler must not stay started
+    charge_window(*p, p->window->close().window_seconds);  // the profiler must not stay started
     p->window.reset();
     count_profile("abandoned");
   }
   give_back(p->reserved, p->setup);
-  count_drop("abandoned");
+  if (p->snapshot) count_drop("abandoned");
   give_up(std::move(p));
 }
 

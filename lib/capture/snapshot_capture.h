@@ -93,6 +93,8 @@ class SnapshotCapture : public SampledCallHooks {
   void give_up(std::unique_ptr<Pending> p);
   void open_window(Pending& p, const SampledCall& call);
   void close_window(Pending& p, format::SnapshotJob& job);
+  // Adds a window's (or a refused window's) wall seconds to the stall budget and, for a set-up call, its share.
+  void charge_window(const Pending& p, double seconds);
   void copy_written_arguments(Pending& p, const SampledCall& call);
   void finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id, uint64_t seq);
   format::PickleValue snapshot_document(Pending& p, c10::ArrayRef<const c10::IValue> outputs, uint64_t seq,

@@ -39,7 +39,7 @@ struct Call {
 };
 
 Call call_of(const char* name, std::vector<c10::IValue> inputs) {
-  auto handle = c10::Dispatcher::singleton().findSchema({name, ""});
+  auto handle = c10::Dispatcher::singleton().findSchema({name, std::string(name) == "aten::add_" ? "Tensor" : ""});
   REQUIRE(handle);
   std::string dotted = std::string(name).replace(std::string(name).find("::"), 2, ".") + ".default";
   return Call{&handle->schema(), std::move(inputs), dotted};
@@ -141,4 +141,19 @@ TEST_CASE("capture: the math policy holds the thread's autocast state", "[captur
   CHECK(text(policy, "autocast_cpu") == "true");
   CHECK(text(policy, "autocast_cpu_dtype") == "torch.bfloat16");
   CHECK(text(policy, "autocast_cuda") == "false");
+}
+
+TEST_CASE("capture: view-only calls count as set-up; copying ones and an optimizer's writes do not", "[capture]") {
+  SnapshotOptions o;
+  o.budget_process = 1 << 20;  // set-up calls: 128 KiB of it
+  Rig rig(o);
+  at::Tensor weight = at::ones({256, 256}).set_requires_grad(true);  // 256 KiB
+  Call detach = call_of("aten::detach", {weight});                  // nn.Parameter detaches every new weight
+  CHECK_FALSE(rig.run(key('f'), detach, {weight.detach()}));
+  at::Tensor x = at::ones({128, 256});
+  Call flatten = call_of("aten::contiguous", {x.t(), static_cast<int64_t>(c10::MemoryFormat::Contiguous)});
+  CHECK(rig.run(key('g'), flatten, {x.t().contiguous()}));  // may copy: compute
+  Call step = call_of("aten::add_", {weight, at::ones({256, 256}), 1.0});
+  CHECK(rig.run(key('h'), step, {weight}));  // an optimizer's write to a parameter: compute
+  CHECK(rig.refusals == std::vector<std::string>{"aten::detach snapshot setup_share"});
 }

@@ -513,7 +513,7 @@ bool gpu_on_machine() {
   return !v || (*v && std::string(v) != "-1");
 }
 
-capture::SnapshotOptions snapshot_options(const Config& c, int64_t rank, const std::string& run_id) {
+capture::SnapshotOptions snapshot_options(const Config& c, int64_t rank, const std::string& run_id, bool gpu) {
   capture::SnapshotOptions o;
   o.snapshots = c.snapshots;
   o.profile = c.profile;
@@ -521,7 +521,7 @@ capture::SnapshotOptions snapshot_options(const Config& c, int64_t rank, const s
   o.budget_device = static_cast<uint64_t>(c.sample_budget_device);
   o.rank = rank;
   o.run_id = run_id;
-  o.gpu_on_machine = gpu_on_machine();
+  o.gpu_on_machine = gpu;
   o.gpu_calls_only = c.sample_devices == SampleDevices::Auto && o.gpu_on_machine;
   o.profile_budget_s = c.profile_budget_s;
   return o;
@@ -553,14 +553,14 @@ struct SamplingSession::Parts {
   std::unique_ptr<StageGpuTime> stage_time;  // PROFILE with STAGE_GPU_TIME
 
   Parts(const Config& c, int64_t rank, const std::string& who, const std::string& run_dir, const std::string& run_id,
-        sink::MetadataWriter* metadata)
+        sink::MetadataWriter* metadata, bool gpu)
       : claims(run_dir, rank),
         broker(&claims, static_cast<uint64_t>(c.sample_budget_run)),
         writer(run_dir, who, metadata, c.sample_coordination == SampleCoordination::Claims ? &claims : nullptr),
         writer_sink(&writer),
         cuda(metrics_of(c), [metadata](std::string line) { metadata->add_record(std::move(line)); },
              run_dir + "/claims", c.profile_unguarded),
-        snapshots(&sampler, &writer_sink, &broker, &cuda, snapshot_options(c, rank, run_id)) {
+        snapshots(&sampler, &writer_sink, &broker, &cuda, snapshot_options(c, rank, run_id, gpu)) {
     if (c.profile && c.stage_gpu_time)
       stage_time = std::make_unique<StageGpuTime>([this](int device) { return cuda.window_epoch(device); });
   }
@@ -573,7 +573,8 @@ std::unique_ptr<SamplingSession> SamplingSession::create(const Config& c, int64_
                                                          const std::string& who, const std::string& run_dir,
                                                          const std::string& run_id, sink::MetadataWriter* metadata) {
   if (!c.snapshots && !c.profile) return nullptr;
-  auto parts = std::make_unique<Parts>(c, rank, who, run_dir, run_id, metadata);
+  const bool gpu = gpu_on_machine();
+  auto parts = std::make_unique<Parts>(c, rank, who, run_dir, run_id, metadata, gpu);
   capture::SamplingOptions so;
   so.enabled = true;
   so.first = static_cast<uint64_t>(c.sample_first);
@@ -587,7 +588,7 @@ std::unique_ptr<SamplingSession> SamplingSession::create(const Config& c, int64_
   parts->sampler.configure(so, &parts->broker, rank, world_size);
   parts->sampler.set_refusal_sink([metadata](const capture::SampleKey& k, const char* evidence, const std::string& reason,
                                              uint64_t call) { metadata->add_record(refusal_record(k, evidence, reason, call)); });
-  if (c.profile && !gpu_on_machine())
+  if (c.profile && !gpu)
     log_warn("LINGPROBE_PROFILE=1, but this machine shows the process no NVIDIA GPU (no /dev/nvidiactl, or "
              "CUDA_VISIBLE_DEVICES hides them): no counters will be taken" +
              std::string(c.snapshots ? "; snapshots go on" : ""));

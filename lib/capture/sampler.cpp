@@ -121,15 +121,7 @@ void Sampler::refused_early(SampleKey* k, CallRefusal why) {
   const auto bit = static_cast<uint8_t>(why);
   if (k->early_seen.load(std::memory_order_relaxed) & bit) return;
   k->early_seen.fetch_or(bit, std::memory_order_relaxed);
-  uint8_t evidence;
-  bool first;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const uint8_t missing = k->missing.load(std::memory_order_relaxed);
-    evidence = missing ? missing : options_.evidence;
-    first = first_refusal(k, evidence, call_refusal_name(why));
-  }
-  if (first) report(*k, evidence, call_refusal_name(why));
+  note_refusal(k, wanted(k), call_refusal_name(why));
 }
 
 void Sampler::note_refusal(SampleKey* k, uint8_t evidence, const std::string& reason) {

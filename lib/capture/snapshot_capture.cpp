@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
-#include <ATen/autocast_mode.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <c10/core/InferenceMode.h>
@@ -19,6 +18,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "capture/autocast_state.h"
 #include "capture/cuda_stream.h"
 #include "capture/signature_builder.h"
 #include "format/float_repr.h"
@@ -164,18 +164,12 @@ PickleValue current_math_policy() {
   // The thread's autocast state: a call recorded inside an autocast region
   // shows its inputs before the casts (the dispatcher's view); replay
   // re-enters the region so that the same casts and kernels run.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  const bool cuda_on = at::autocast::is_autocast_enabled(at::kCUDA), cpu_on = at::autocast::is_autocast_enabled(at::kCPU);
-  const auto cuda_dtype = at::autocast::get_autocast_dtype(at::kCUDA), cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
-#else
-  const bool cuda_on = at::autocast::is_enabled(), cpu_on = at::autocast::is_cpu_enabled();
-  const auto cuda_dtype = at::autocast::get_autocast_gpu_dtype(), cpu_dtype = at::autocast::get_autocast_cpu_dtype();
-#endif
-  set("autocast_cuda", bool_text(cuda_on));
-  set("autocast_cuda_dtype", python_dtype_name(cuda_dtype));
-  set("autocast_cpu", bool_text(cpu_on));
-  set("autocast_cpu_dtype", python_dtype_name(cpu_dtype));
-  set("autocast_cache", bool_text(at::autocast::is_autocast_cache_enabled()));
+  const AutocastState autocast = AutocastState::current();
+  set("autocast_cuda", bool_text(autocast.cuda));
+  set("autocast_cuda_dtype", python_dtype_name(autocast.cuda_dtype));
+  set("autocast_cpu", bool_text(autocast.cpu));
+  set("autocast_cpu_dtype", python_dtype_name(autocast.cpu_dtype));
+  set("autocast_cache", bool_text(autocast.cache));
   return p;
 }
 

@@ -2,7 +2,6 @@
 
 #include "capture/torch_guard.h"
 
-#include <ATen/autocast_mode.h>
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -19,6 +18,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "capture/autocast_state.h"
 #include "capture/signature_builder.h"
 #include "capture/snapshot_capture.h"
 #include "format/canonical_json.h"
@@ -269,13 +269,13 @@ JsonValue policy_json(const PickleValue* p) { return p ? capture::policy_json(*p
 // casts and kernels; the thread's own state comes back after.
 class AutocastScope {
  public:
-  AutocastScope(const PickleValue* policy, std::ostringstream& log) : saved_(read()) {
+  AutocastScope(const PickleValue* policy, std::ostringstream& log) : saved_(capture::AutocastState::current()) {
     if (!policy || !policy->find("autocast_cuda")) return;
     auto text = [&](const char* k) {
       const PickleValue* v = policy->find(k);
       return v && v->kind() == PickleValue::Kind::String ? v->as_string() : std::string();
     };
-    State s = saved_;
+    capture::AutocastState s = saved_;
     s.cuda = text("autocast_cuda") == "true";
     s.cpu = text("autocast_cpu") == "true";
     s.cache = text("autocast_cache") != "false";
@@ -283,52 +283,19 @@ class AutocastScope {
     if (s.cpu) s.cpu_dtype = scalar_type_of(text("autocast_cpu_dtype"));
     if (s.cuda) log << "autocast: cuda " << text("autocast_cuda_dtype") << "\n";
     if (s.cpu) log << "autocast: cpu " << text("autocast_cpu_dtype") << "\n";
-    write(s);
+    s.apply();
     entered_ = true;
   }
   ~AutocastScope() {
     if (!entered_) return;
     at::autocast::clear_cache();
-    write(saved_);
+    saved_.apply();
   }
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
 
  private:
-  struct State {
-    bool cuda, cpu, cache;
-    at::ScalarType cuda_dtype, cpu_dtype;
-  };
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  static State read() {
-    using namespace at::autocast;
-    return {is_autocast_enabled(at::kCUDA), is_autocast_enabled(at::kCPU), is_autocast_cache_enabled(),
-            get_autocast_dtype(at::kCUDA), get_autocast_dtype(at::kCPU)};
-  }
-  static void write(const State& s) {
-    using namespace at::autocast;
-    set_autocast_enabled(at::kCUDA, s.cuda);
-    set_autocast_enabled(at::kCPU, s.cpu);
-    set_autocast_dtype(at::kCUDA, s.cuda_dtype);
-    set_autocast_dtype(at::kCPU, s.cpu_dtype);
-    set_autocast_cache_enabled(s.cache);
-  }
-#else
-  static State read() {
-    using namespace at::autocast;
-    return {is_enabled(), is_cpu_enabled(), is_autocast_cache_enabled(), get_autocast_gpu_dtype(),
-            get_autocast_cpu_dtype()};
-  }
-  static void write(const State& s) {
-    using namespace at::autocast;
-    set_enabled(s.cuda);
-    set_cpu_enabled(s.cpu);
-    set_autocast_gpu_dtype(s.cuda_dtype);
-    set_autocast_cpu_dtype(s.cpu_dtype);
-    set_autocast_cache_enabled(s.cache);
-  }
-#endif
-  State saved_;
+  capture::AutocastState saved_;
   bool entered_ = false;
 };
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "capture/autocast_state.h"
 #include "capture/snapshot_capture.h"
 
 using namespace lingprobe::capture;
@@ -129,15 +130,12 @@ TEST_CASE("capture: a key refused on meta is sampled at its first real call", "[
 TEST_CASE("capture: the math policy holds the thread's autocast state", "[capture]") {
   auto text = [](const lingprobe::format::PickleValue& p, const char* k) { return p.find(k)->as_string(); };
   CHECK(text(current_math_policy(), "autocast_cpu") == "false");
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  at::autocast::set_autocast_enabled(at::kCPU, true);
+  AutocastState on = AutocastState::current();
+  on.cpu = true;
+  on.apply();
   const auto policy = current_math_policy();
-  at::autocast::set_autocast_enabled(at::kCPU, false);
-#else
-  at::autocast::set_cpu_enabled(true);
-  const auto policy = current_math_policy();
-  at::autocast::set_cpu_enabled(false);
-#endif
+  on.cpu = false;
+  on.apply();
   CHECK(text(policy, "autocast_cpu") == "true");
   CHECK(text(policy, "autocast_cpu_dtype") == "torch.bfloat16");
   CHECK(text(policy, "autocast_cuda") == "false");

@@ -113,7 +113,8 @@ const Command kCommands[] = {
 #endif
     {"replay", "rerun snapshots in isolation and check them: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--profile]",
      cmd_replay},
-    {"validate", "inline counters against Nsight Compute on replays: lingprobe validate RUN_DIR [--top N] [--signatures H16,...] [--random N [--seed S] [--min-kernel-us US]] [--runs N] [--json OUT]",
+    {"validate", "inline counters against Nsight Compute on replays: lingprobe validate RUN_DIR [--top N] [--signatures H16,...] [--random N [--seed S] [--min-kernel-us US]] [--runs N] [--json OUT]; "
+                 "or against the real execution's kernel time: lingprobe validate RUN_DIR --against-trace TRACE.json [--min-kernel-us US] [--tolerance F] [--json OUT]",
      cmd_validate},
     {"run", "run a command with lingprobe preloaded: lingprobe run [options] -- CMD ARGS", lingprobe::tools::run_command},
     {"config", "print every LINGPROBE_* option with its type, default and meaning", lingprobe::tools::config_command},

@@ -1,5 +1,8 @@
 #include "api/config.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -75,6 +78,12 @@ std::string parse_probability(const std::string& v, double& out) {
 }
 
 }  // namespace
+
+std::string sample_plan_file(const std::string& value) {
+  struct stat st {};
+  if (stat(value.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return value + "/reports/coverage_audit.json";
+  return value;
+}
 
 std::string parse_bytes(const std::string& v, int64_t& out) {
   errno = 0;
@@ -175,6 +184,10 @@ const std::vector<ConfigEntry>& config_table() {
       {"SAMPLE_DEVICES", "auto|any", "auto",
        "auto: on a machine with an NVIDIA GPU, only calls that run on it are sampled (a meta or CPU call of a key "
        "leaves it to a later GPU call); elsewhere any call. any: the first due call, whatever its device."},
+      {"SAMPLE_PLAN", "path", "",
+       "An earlier run directory (audited: RUN_DIR/reports/coverage_audit.json) or that file: sample only the input "
+       "keys that dominated it (their share of its measured kernel time or FLOPs), in that order until the byte and "
+       "stall budgets are spent. Planned keys this run never meets are reported (docs/SNAPSHOTS.md)."},
   };
   return table;
 }
@@ -234,6 +247,12 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
   else if (name == "SAMPLE_PROBABILITY") err = parse_probability(v, c.sample_probability);
   else if (name == "SAMPLE_SEED") err = parse_int(v, c.sample_seed, 0);
   else if (name == "SAMPLE_OPS") c.sample_ops = v;
+  else if (name == "SAMPLE_PLAN") {
+    if (!v.empty() && access(sample_plan_file(v).c_str(), R_OK) != 0)
+      err = "cannot read " + sample_plan_file(v) + " (" + std::strerror(errno) + "): run `lingprobe audit " + v +
+            "` on that run first";
+    else c.sample_plan = v;
+  }
   else if (name == "SAMPLE_COORDINATION") {
     const std::string u = upper(v);
     if (u == "CLAIMS") c.sample_coordination = SampleCoordination::Claims;

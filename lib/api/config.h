@@ -63,7 +63,12 @@ struct Config {
   int64_t sample_budget_device = int64_t(2) << 30;
   double profile_budget_s = 300;   // wall seconds one process may stall in counter windows
   SampleDevices sample_devices = SampleDevices::Auto;
+  std::string sample_plan;         // an earlier run's coverage_audit.json: sample only its dominant keys; "" none
 };
+
+// SAMPLE_PLAN's file: a run directory's reports/coverage_audit.json, or the
+// value itself when it names a file.
+std::string sample_plan_file(const std::string& value);
 
 // "4G", "512M", "1024", "1.5T" (binary multiples) -> bytes; "" or an error.
 std::string parse_bytes(const std::string& text, int64_t& out);

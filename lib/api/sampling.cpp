@@ -1,5 +1,6 @@
 #include "api/sampling.h"
 #include "api/log.h"
+#include "api/sample_plan_source.h"
 #include "api/stage_gpu_time.h"
 
 #include "capture/torch_guard.h"
@@ -551,6 +552,8 @@ struct SamplingSession::Parts {
   capture::Sampler sampler;
   capture::SnapshotCapture snapshots;
   std::unique_ptr<StageGpuTime> stage_time;  // PROFILE with STAGE_GPU_TIME
+  std::unique_ptr<LoadedPlan> plan;          // SAMPLE_PLAN
+  sink::MetadataWriter* metadata;
 
   Parts(const Config& c, int64_t rank, const std::string& who, const std::string& run_dir, const std::string& run_id,
         sink::MetadataWriter* metadata, bool gpu)
@@ -560,7 +563,9 @@ struct SamplingSession::Parts {
         writer_sink(&writer),
         cuda(metrics_of(c), [metadata](std::string line) { metadata->add_record(std::move(line)); },
              run_dir + "/claims", c.profile_unguarded),
-        snapshots(&sampler, &writer_sink, &broker, &cuda, snapshot_options(c, rank, run_id, gpu)) {
+        snapshots(&sampler, &writer_sink, &broker, &cuda, snapshot_options(c, rank, run_id, gpu)),
+        plan(load_sample_plan(c, gpu)),
+        metadata(metadata) {
     if (c.profile && c.stage_gpu_time)
       stage_time = std::make_unique<StageGpuTime>([this](int device) { return cuda.window_epoch(device); });
   }
@@ -585,6 +590,7 @@ std::unique_ptr<SamplingSession> SamplingSession::create(const Config& c, int64_
   (void)so.selection.parse(c.sample_ops, "");  // validated with the configuration
   so.coordination = coordination_of(c.sample_coordination);
   so.evidence = static_cast<uint8_t>((c.snapshots ? capture::kSnapshot : 0) | (c.profile ? capture::kCounters : 0));
+  if (parts->plan) so.plan = parts->plan->keys;
   parts->sampler.configure(so, &parts->broker, rank, world_size);
   parts->sampler.set_refusal_sink([metadata](const capture::SampleKey& k, const char* evidence, const std::string& reason,
                                              uint64_t call) { metadata->add_record(refusal_record(k, evidence, reason, call)); });
@@ -646,6 +652,8 @@ bool hold_counters(bool hold, int wait_seconds) {
 void SamplingSession::finalize() {
   if (gpu::CudaDriver* d = gpu::CudaDriver::loaded()) d->set_finishing();  // no exit hangs behind a stuck stream
   if (parts_->stage_time) parts_->stage_time->finalize();  // before the final counts record
+  if (parts_->plan && !plan_written_.exchange(true))
+    parts_->metadata->add_record(plan_record(*parts_->plan, parts_->sampler.plan_unmet()));
   parts_->writer.finalize();
 }
 void SamplingSession::after_fork() {

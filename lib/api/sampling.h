@@ -4,6 +4,7 @@
 // torch headers; this pair is the one torch-facing part of api.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,6 +47,7 @@ class SamplingSession {
   struct Parts;
   explicit SamplingSession(std::unique_ptr<Parts> parts);
   std::unique_ptr<Parts> parts_;
+  std::atomic<bool> plan_written_{false};  // the plan record, once (finalize may run twice)
 };
 
 // Process-wide, with or without a sampling session: while held (another

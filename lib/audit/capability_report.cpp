@@ -12,6 +12,7 @@
 #include "audit/metadata_reader.h"
 #include "audit/profile_evidence.h"
 #include "audit/stage_time.h"
+#include "audit/summary_file.h"
 #include "format/canonical_json.h"
 #include "format/flops.h"
 #include "format/json_parse.h"
@@ -531,9 +532,9 @@ ReportOutcome run_report(const ReportOptions& options) {
   out.svg_path = reports + "/roofline.svg";
   // The summary's capability section.
   std::ostringstream md;
-  md << "## Capability (inline counters)\n\n";
+  md << kCapabilityHeading << "\n";
   if (jobs.empty()) {
-    md << "No profiled call in this run (" << calls.size()
+    md << "\nNo profiled call in this run (" << calls.size()
        << " signatures): counters are measured with LINGPROBE_PROFILE=1 on calls with CUDA tensors "
           "(docs/COUNTERS.md).\n";
   } else {
@@ -541,10 +542,10 @@ ReportOutcome run_report(const ReportOptions& options) {
     for (const auto& j : jobs) ++by_status[str(j.json.find("status"))];
     std::string statuses;
     for (const auto& [st, n] : by_status) statuses += (statuses.empty() ? "" : ", ") + std::to_string(n) + " " + st;
-    md << jobs.size() << " of " << calls.size() << " signatures profiled inline (" << statuses
+    md << left_on_the_table(jobs) << "\n" << jobs.size() << " of " << calls.size() << " signatures profiled inline (" << statuses
        << "); estimated GPU time of the recorded ops " << human(total_est * 1e-6, "s")
        << " (kernel time per call x calls), " << unattributed_sigs << " signature(s) and " << unattributed_calls
-       << " call(s) unattributed. Roofline: reports/roofline.svg.\n" << left_on_the_table(jobs) << measured.markdown
+       << " call(s) unattributed. Roofline: reports/roofline.svg.\n" << measured.markdown
        << "\n| share of est. GPU time | calls | us/call | achieved | % of peak | DRAM | % of DRAM peak | mode | status | signature |\n"
        << "|---|---|---|---|---|---|---|---|---|---|\n";
     for (size_t i = 0; i < jobs.size() && i < 10; ++i) {
@@ -561,14 +562,11 @@ ReportOutcome run_report(const ReportOptions& options) {
       md << row;
     }
   }
+  md << "\n" << kCapabilityEnd << "\n";
   out.summary = md.str();
   // summary.md keeps the audit's part; the capability section is replaced, not repeated.
   const std::string summary_path = reports + "/summary.md";
-  std::string summary = read_file(summary_path);
-  const size_t at = summary.find("## Capability (inline counters)");
-  if (at != std::string::npos) summary.resize(at);
-  while (!summary.empty() && summary.back() == '\n') summary.pop_back();
-  summary += (summary.empty() ? "" : "\n\n") + out.summary;
+  const std::string summary = compose_summary({split_summary(read_file(summary_path)).audit, out.summary});
   for (const auto& [path, text] : {std::make_pair(out.report_path, format::pretty_json(report) + "\n"),
                                    std::make_pair(out.svg_path, svg_roofline(jobs)),
                                    std::make_pair(summary_path, summary)})

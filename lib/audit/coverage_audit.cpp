@@ -15,13 +15,16 @@
 
 #include "audit/key_evidence.h"
 #include "audit/metadata_reader.h"
+#include "audit/plan_report.h"
 #include "audit/profile_evidence.h"
 #include "audit/rank_view.h"
 #include "audit/signature_text.h"
+#include "audit/summary_file.h"
 #include "format/canonical_json.h"
 #include "format/flops.h"
 #include "format/json_parse.h"
 #include "format/sha256.h"
+#include "format/signature_fields.h"
 #include "sink/metadata_writer.h"
 #include "sink/run_directory.h"
 
@@ -323,6 +326,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
   std::map<std::string, std::map<std::string, uint64_t>> dropped;
   std::map<std::string, uint64_t> sampling, unsampled;  // summed over the ranks' files
   std::vector<Refusal> refusals;                        // every rank's refusal records
+  std::vector<PlanRecord> plans;                        // every process's sample plan record
   JsonValue sources = JsonValue::array();
   JsonValue others = JsonValue::array();
   uint64_t other_calls = 0;
@@ -417,6 +421,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
     for (const auto& [k, n] : f.sampling) sampling[k] += n;
     for (const auto& [k, n] : f.unsampled) unsampled[k] += n;
     refusals.insert(refusals.end(), f.refusals.begin(), f.refusals.end());
+    plans.insert(plans.end(), f.plans.begin(), f.plans.end());
     for (const auto& [k, n] : f.nested) nested[k] += n;
     for (const auto& [k, n] : f.compile_time) compile_time[k] += n;
     source_rows.emplace_back(relative(path, run_dir), f.sha256);
@@ -612,7 +617,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
   std::map<std::string, HeldEvidence> held;
   for (const auto& [sha, sig] : sigs) {
     if (sig.snapshots.empty() && sig.profiles.empty()) continue;
-    HeldEvidence& h = held[input_key_sha256(sig.value)];
+    HeldEvidence& h = held[format::input_key_sha256(sig.value)];
     h.snapshot = h.snapshot || !sig.snapshots.empty();
     for (const auto& p : sig.profiles) h.counters = h.counters || p.status == "passed";
   }
@@ -624,6 +629,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
     for (const auto& [k, n] : unsampled) uj.set(k, JsonValue::integer(static_cast<int64_t>(n)));
     sj.set("unsampled_keys", std::move(uj));
     sj.set("refusals", key_evidence_json(refused_keys));
+    if (!plans.empty()) sj.set("plan", plan_json(plans));
     report.set("sampling", std::move(sj));
   }
   JsonValue stall_rows = JsonValue::array();
@@ -692,6 +698,7 @@ AuditOutcome run_audit(const AuditOptions& options) {
       outcome.summary += "- no snapshot: `" + short_signature(*missing[k]) + "` " + missing[k]->sha.substr(0, 12) +
                          " (" + std::to_string(missing[k]->calls) + " calls)\n";
     if (!refused_keys.empty()) outcome.summary += key_evidence_markdown(refused_keys, 20);
+    outcome.summary += plan_markdown(plans, 20);
   }
   outcome.summary += ranks_view.markdown;
   if (!stall_table.empty())
@@ -716,14 +723,12 @@ AuditOutcome run_audit(const AuditOptions& options) {
     return outcome;
   }
   // `lingprobe report`'s section of an earlier summary.md survives a re-audit.
-  std::string summary_file = outcome.summary;
+  std::string summary_file;
   {
     std::ifstream old_summary(outcome.summary_path, std::ios::binary);
     std::stringstream text;
     text << old_summary.rdbuf();
-    const std::string before = text.str();
-    const size_t at = before.find("## Capability (inline counters)");
-    if (at != std::string::npos) summary_file += "\n" + before.substr(at);
+    summary_file = compose_summary({outcome.summary, split_summary(text.str()).capability});
   }
   for (const auto& [path, text] : {std::make_pair(outcome.report_path, format::pretty_json(report) + "\n"),
                                    std::make_pair(outcome.summary_path, summary_file)})

@@ -2,18 +2,10 @@
 
 #include <algorithm>
 
-#include "format/canonical_json.h"
 
 namespace lingprobe::audit {
 
 using format::JsonValue;
-
-std::string input_key_sha256(const JsonValue& signature) {
-  JsonValue input = JsonValue::object();
-  for (const auto& [name, value] : signature.members())
-    if (name != "output") input.set(name, value);
-  return format::canonical_sha256(input);
-}
 
 namespace {
 

@@ -31,10 +31,6 @@ struct HeldEvidence {
 std::vector<KeyEvidence> key_evidence(const std::vector<Refusal>& refusals,
                                       const std::map<std::string, HeldEvidence>& held);
 
-// The sampler's key of a signature: the SHA-256 of its canonical JSON
-// without "output" ({"args","kwargs","op","stage"}).
-std::string input_key_sha256(const format::JsonValue& signature);
-
 format::JsonValue key_evidence_json(const std::vector<KeyEvidence>& keys);
 // A markdown table of the keys that miss evidence (at most `rows`), and a count of those that got it later.
 std::string key_evidence_markdown(const std::vector<KeyEvidence>& keys, size_t rows);

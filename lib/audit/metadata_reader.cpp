@@ -194,6 +194,21 @@ std::string SummaryVisitor::record(std::string_view kind, simdjson::dom::object 
   } else if (kind == "refusal") {
     f.refusals.push_back(Refusal{str(obj["input_sha256"]), str(obj["op"]), str(obj["stage"]), str(obj["evidence"]),
                                  str(obj["reason"]), static_cast<uint64_t>(std::max<int64_t>(0, num(obj["call"])))});
+  } else if (kind == "plan") {
+    PlanRecord p{str(obj["source"]), str(obj["error"]), str(obj["basis"]),
+                 static_cast<uint64_t>(std::max<int64_t>(0, num(obj["keys"]))),
+                 static_cast<uint64_t>(std::max<int64_t>(0, num(obj["ranked"]))),
+                 static_cast<uint64_t>(std::max<int64_t>(0, num(obj["over_budget"]))), 0, {}};
+    double d = 0;
+    if (!obj["covered_share"].get_double().get(d)) p.covered_share = d;
+    simdjson::dom::array unmet;
+    if (!obj["unmet"].get_array().get(unmet))
+      for (simdjson::dom::element e : unmet) {
+        PlanRecord::Key k{str(e["input_sha256"]), str(e["op"]), str(e["stage"]), 0};
+        if (!e["share"].get_double().get(d)) k.share = d;
+        p.unmet.push_back(std::move(k));
+      }
+    f.plans.push_back(std::move(p));
   }
   return "";
 }

@@ -42,6 +42,19 @@ struct Refusal {
   uint64_t call = 0;     // the key's call count in that process when first refused
 };
 
+// A process's sample plan (a "plan" record, at finalize): the plan it
+// followed and the planned keys it never met.
+struct PlanRecord {
+  std::string source, error, basis;
+  uint64_t keys = 0, ranked = 0, over_budget = 0;
+  double covered_share = 0;
+  struct Key {
+    std::string input_sha256, op, stage;
+    double share = 0;
+  };
+  std::vector<Key> unmet;
+};
+
 // Top-level (depth 0) call records of one signature: their count, summed
 // duration, and the first start and last end (the file's monotonic clock).
 // For a c10d op also the time from each call's start to the next top-level
@@ -83,6 +96,7 @@ struct FileSummary {
   std::map<std::string, std::map<std::string, uint64_t>> collectives;  // ... its c10d calls per stage: "calls", "us"
   std::vector<Evidence> snapshots, profiles;
   std::vector<Refusal> refusals;
+  std::vector<PlanRecord> plans;
   uint64_t lines = 0, bytes = 0;
   bool truncated_last_line = false;
 };

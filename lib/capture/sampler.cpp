@@ -53,6 +53,7 @@ SampleKey* Sampler::key_for(const std::string& input_sha, const std::string& op,
   if (!options_.enabled) return nullptr;
   if (!options_.selection.records_everything() && !options_.selection.selected(op, op_with_overload, stage))
     return nullptr;
+  if (options_.plan && !options_.plan->count(input_sha)) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = keys_[input_sha];
   if (!slot) {
@@ -288,6 +289,15 @@ SamplingStats Sampler::stats() const {
   s.samples = samples_;
   for (const auto& [sha, k] : keys_) s.sampled += k->taken > 0;
   return s;
+}
+
+std::vector<std::string> Sampler::plan_unmet() const {
+  std::vector<std::string> unmet;
+  if (!options_.plan) return unmet;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& sha : *options_.plan)
+    if (!keys_.count(sha)) unmet.push_back(sha);
+  return unmet;
 }
 
 std::map<std::string, uint64_t> Sampler::unsampled_reasons() const {

@@ -65,6 +65,9 @@ struct SamplingOptions {
   Coordination coordination = Coordination::Claims;
   uint32_t extra_signature_attempts = 8;  // per key, to find its other signatures
   int64_t poll_interval_ms = 2000;        // the claims poll's pace (tests: 0)
+  // LINGPROBE_SAMPLE_PLAN (capture/sample_plan): only these input keys are
+  // sampled; null: every key the selection allows.
+  std::shared_ptr<const std::set<std::string>> plan;
 };
 
 // Cross-process coordination of one launch (the sink's claims directory).
@@ -169,6 +172,8 @@ class Sampler {
   void poll();
 
   SamplingStats stats() const;
+  // The plan's keys no call of this process has met (empty without a plan).
+  std::vector<std::string> plan_unmet() const;
   // For counts records: what stays unsampled and why ({"reason": keys}).
   std::map<std::string, uint64_t> unsampled_reasons() const;
 

@@ -240,7 +240,7 @@ bool settles(uint8_t evidence, const std::string& reason) {
   if (evidence == kCounters)
     return reason == "collective" || reason == "counters_unavailable" || reason == "not_built_with_cupti";
   return reason == "unsupported_layout" || reason == "unsupported_dtype" || reason == "unsupported_device" ||
-         reason == "no_gpu_access";
+         reason == "no_gpu_access" || reason == "too_large";
 }
 
 }  // namespace
@@ -464,6 +464,7 @@ void* SnapshotCapture::begin(const SampledCall& call) {
       return nullptr;
     }
     p->setup = is_setup_call(call);
+    if (reason.empty() && bytes > options_.max_snapshot_bytes) reason = "too_large";
     if (snapshot && (!reason.empty() || !reserve(bytes, device_bytes, p->setup, reason))) {
       refuse(*p, kSnapshot, reason);
       snapshot = false;
@@ -599,6 +600,7 @@ void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10
           }
         }
       });
+    if (reason.empty() && p->reserved + out_bytes > options_.max_snapshot_bytes) reason = "too_large";
     if (reason.empty() && !reserve(out_bytes, out_device, p->setup, reason)) out_bytes = 0;
     if (!reason.empty()) return without_snapshot(reason);
     p->reserved += out_bytes;

@@ -64,6 +64,11 @@ struct SnapshotOptions {
   bool gpu_on_machine = false;          // the machine shows an NVIDIA GPU (without it, no call has counters)
   bool gpu_calls_only = false;          // calls without a CUDA tensor or device are refused (not_on_gpu)
   double profile_budget_s = 300;        // counter-window seconds per process
+  // The largest snapshot a call may have (its tensors' stored bytes, inputs
+  // and outputs): the archive has no ZIP64, so one over 4 GiB is refused as
+  // `too_large` before any copy or byte is written (the room left is for the
+  // document and the archive's headers).
+  uint64_t max_snapshot_bytes = (4ull << 30) - (64ull << 20);
 };
 
 // The share of each budget set-up calls may use (1/kSetupShareDivisor).

@@ -128,6 +128,9 @@ def validate_profile(profile_dir, replay_dir, runs):
 
 
 def main():
+    if any(a == "--against-trace" or a.startswith("--against-trace=") for a in sys.argv[1:]):
+        from lingprobe import against_trace  # the real execution's kernel time instead of ncu on replays
+        return against_trace.main(sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", type=pathlib.Path)
     ap.add_argument("--top", type=int, default=0, help="the N profiles with the most kernel time")

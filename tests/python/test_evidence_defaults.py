@@ -140,3 +140,65 @@ def test_the_audit_says_what_each_refused_key_holds(resnet_run, cli):
         ("aten::normal_", "aten::uniform_", "aten::fill_", "aten::zero_", "aten::empty"))], keys
     summary = (resnet_run / "reports" / "summary.md").read_text()
     assert "### Evidence refused" in summary
+
+
+def input_key(signature):
+    import hashlib
+    inputs = {k: v for k, v in signature.items() if k != "output"}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def audited(cli, run):
+    if not (run / "reports" / "coverage_audit.json").exists():
+        r = subprocess.run([cli, "audit", "--quiet", str(run)], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads((run / "reports" / "coverage_audit.json").read_text())
+
+
+def test_a_plan_from_the_earlier_run_samples_only_what_dominated_it(resnet_run, cli, build_dir, tmp_path):
+    """LINGPROBE_SAMPLE_PLAN=RUN_DIR: the keys with FLOPs, biggest first, while the budget lasts; set-up and views
+    are not planned; a plan key the run never meets is reported by the audit."""
+    earlier = audited(cli, resnet_run)
+    with_flops = {input_key(r["signature"]) for r in earlier["rows"] if r["flops_per_call"]}
+    top = max(earlier["rows"], key=lambda r: (r["flops_per_call"] or 0) * r["calls"])
+    script = tmp_path / "job.py"
+    script.write_text(RESNET_JOB)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                       env=env(tmp_path, build_dir, LINGPROBE_SAMPLE_PLAN=str(resnet_run),
+                               LINGPROBE_SAMPLE_BUDGET_PROCESS=str(BUDGET)))
+    assert p.returncode == 0, p.stderr
+    assert "sample plan from " + str(resnet_run / "reports" / "coverage_audit.json") in p.stderr, p.stderr
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    (plan,) = records(run, "plan")
+    assert plan["error"] is None and plan["basis"] == "flops" and plan["unmet"] == [], plan
+    assert plan["ranked"] == len(with_flops) and plan["keys"] + plan["over_budget"] == plan["ranked"], plan
+    report = audited(cli, run)
+    sampled = {input_key(r["signature"]) for r in report["rows"] if r["snapshot"]}
+    assert sampled and sampled <= with_flops, sampled - with_flops
+    assert input_key(top["signature"]) in sampled
+    assert not [r for r in report["rows"] if r["snapshot"] and r["signature"]["op"].startswith("aten.normal_")]
+    assert report["sampling"]["plan"]["unmet"] == []
+    # Another program under the same plan meets none of its keys: each is reported, the largest first.
+    other = tmp_path / "other"
+    script.write_text("import torch\nprint(torch.mm(torch.ones(3, 5), torch.ones(5, 7)).sum().item())\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=env(other, build_dir, LINGPROBE_SAMPLE_PLAN=str(resnet_run / "reports" /
+                                                                           "coverage_audit.json")))
+    assert p.returncode == 0, p.stderr
+    (run,) = metadata.run_dirs(other / "out")
+    assert not list((run / "snapshots").glob("*.pt")) if (run / "snapshots").exists() else True
+    report = audited(cli, run)
+    unmet = report["sampling"]["plan"]["unmet"]
+    assert len(unmet) == plan["keys"] and unmet[0]["input_sha256"] == input_key(top["signature"]), unmet[:2]
+    summary = (run / "reports" / "summary.md").read_text()
+    assert f"{plan['keys']} planned key(s) never met in this run" in summary, summary
+
+
+def test_a_plan_that_cannot_be_read_is_one_clear_line(build_dir, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("import torch\nprint(torch.ones(2).sum().item())\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=env(tmp_path, build_dir, LINGPROBE_SAMPLE_PLAN=str(tmp_path / "no_such_run")))
+    assert p.returncode == 0 and "2.0" in p.stdout, p.stderr
+    lines = [l for l in p.stderr.splitlines() if "SAMPLE_PLAN" in l]
+    assert len(lines) == 1 and "lingprobe audit" in lines[0] and "Traceback" not in p.stderr, p.stderr

@@ -115,7 +115,11 @@ def test_roofline_and_summary(cli, run):
     report(cli, run, "--generated-at", "t")  # twice: the section is replaced, not repeated
     summary = (run / "reports" / "summary.md").read_text()
     assert summary == once
-    assert summary.startswith(audit_part.rstrip("\n")) and summary.count("## Capability (inline counters)") == 1
+    assert summary.count("## Capability (inline counters)") == 1
+    # The capability section leads, opening with what is left on the table; the audit's part follows whole.
+    title, audit_body = audit_part.split("\n", 1)
+    assert summary.startswith(title + "\n\n## Capability (inline counters)\n\n### Left on the table\n")
+    assert summary.rstrip("\n").endswith(audit_body.strip("\n"))
     svg = ET.parse(run / "reports" / "roofline.svg").getroot()
     ns = "{http://www.w3.org/2000/svg}"
     points = [c for c in svg.iter(ns + "circle") if c.find(ns + "title") is not None]
@@ -124,7 +128,10 @@ def test_roofline_and_summary(cli, run):
     assert len(svg.findall(ns + "polyline")) == 2  # bf16 and tf32 roofs
     # a re-audit keeps the capability section
     subprocess.run([cli, "audit", "--quiet", str(run)], check=True, capture_output=True)
-    assert (run / "reports" / "summary.md").read_text().count("## Capability (inline counters)") == 1
+    again = (run / "reports" / "summary.md").read_text()
+    capability = lambda text: text[text.index("## Capability"):text.index("<!-- end of the capability section -->")]
+    assert again.count("## Capability (inline counters)") == 1 and capability(again) == capability(summary)
+    assert again.startswith(title + "\n\n## Capability (inline counters)\n")
 
 
 def sha(path):

@@ -155,3 +155,20 @@ TEST_CASE("capture: view-only calls count as set-up; copying ones and an optimiz
   CHECK(rig.run(key('h'), step, {weight}));  // an optimizer's write to a parameter: compute
   CHECK(rig.refusals == std::vector<std::string>{"aten::detach snapshot setup_share"});
 }
+
+TEST_CASE("capture: a snapshot over the archive's limit is refused before any copy, and settles the key", "[capture]") {
+  SnapshotOptions o;
+  o.max_snapshot_bytes = 1 << 20;  // stands in for the 4 GiB of an archive without ZIP64
+  Rig rig(o);
+  at::Tensor big = at::ones({512, 1024});  // 2 MiB of input
+  Call mm = call_of("aten::mm", {big, at::ones({1024, 4})});
+  CHECK_FALSE(rig.run(key('i'), mm, {at::mm(big, at::ones({1024, 4}))}));
+  CHECK(rig.refusals == std::vector<std::string>{"aten::mm snapshot too_large"});
+  CHECK(rig.sink.kept.empty());
+  CHECK(rig.sampler.unsampled_reasons() == std::map<std::string, uint64_t>{{"snapshot:too_large", 1}});
+  for (int i = 0; i < 8; ++i) CHECK_FALSE(rig.run(key('i'), mm, {}));  // settled: no later call is tried
+  Call grows = call_of("aten::mm", {at::ones({1024, 64}), at::ones({64, 256})});  // 320 KiB in, 1 MiB out
+  CHECK(rig.run(key('j'), grows, {at::ones({1024, 256})}));  // begun; refused at its end, nothing copied out
+  CHECK(rig.refusals.back() == "aten::mm snapshot too_large");
+  CHECK(rig.sink.kept.empty());
+}

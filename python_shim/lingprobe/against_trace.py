@@ -1,0 +1,217 @@
+"""Inline kernel time against the real execution, call by call.
+
+    lingprobe validate RUN_DIR --against-trace TRACE.json[.gz] [--min-kernel-us 20] [--tolerance 0.03]
+                       [--json OUT]
+
+RUN_DIR is a run recorded with LINGPROBE_PROFILE=1 (call records on, the
+default). TRACE is torch.profiler's Chrome trace (`prof.export_chrome_trace`)
+of the same program in a separate run without lingprobe. Top-level ATen calls
+are matched per thread by order (threads paired by the order of their first
+call; op names must agree, a bounded look-ahead skips calls only one side
+has), and each profiled call's inline kernels (kernels.json,
+gpu__time_duration.sum) are set against the kernels that the same call
+launched in the trace (CUPTI Activity: correlation id -> its launch -> the
+top-level op around it), in launch order. The gate: at least 90% of the
+kernels of at least --min-kernel-us in the trace are within --tolerance.
+Exit status 0 when the gate holds, 1 when it does not or nothing could be
+compared, 2 on bad input. The difference between the two is the first call's
+history (cold caches, autotuning, clocks), not only the measurement: both
+sides are a key's first call in its process where the profiled call was."""
+import argparse
+import bisect
+import gzip
+import json
+import pathlib
+import sys
+
+TIME = "gpu__time_duration.sum"
+LOOKAHEAD = 64
+
+
+class BadInput(Exception):
+    pass
+
+
+def load_json(path):
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def run_calls(run_dir):
+    """Per thread: the top-level calls in order, as [op name, seq]; and per seq the profile record."""
+    files = sorted((run_dir / "metadata").glob("*.jsonl"))
+    if not files:
+        raise BadInput(f"{run_dir} is not a run directory (no metadata/*.jsonl)")
+    threads, profiles, first_t0 = {}, {}, {}
+    for f in files:
+        names = {}
+        for line in f.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a torn last line
+            kind = r.get("kind")
+            if kind == "signature":
+                names[r["id"]] = json.loads(r["signature_json"])["op"]
+            elif kind == "call" and r["depth"] == 0:
+                key = (f.name, r["tid"])
+                threads.setdefault(key, []).append([aten_name(names.get(r["id"], "?")), r["seq"]])
+                first_t0.setdefault(key, r["t0_ns"])
+            elif kind == "profile":
+                profiles[(f.name, r["seq"])] = r
+    if not any(threads.values()):
+        raise BadInput(f"{run_dir} has no call records (LINGPROBE_CALL_RECORDS=0?): calls cannot be matched by order")
+    ordered = [threads[k] for k in sorted(threads, key=lambda k: (k[0], first_t0[k]))]
+    keys = [k for k in sorted(threads, key=lambda k: (k[0], first_t0[k]))]
+    return [(k[0], calls) for k, calls in zip(keys, ordered)], profiles
+
+
+def aten_name(op):
+    """aten.linear.default -> aten::linear (torch.profiler's name)."""
+    parts = op.split(".")
+    return parts[0] + "::" + parts[1] if len(parts) >= 2 else op
+
+
+def trace_calls(trace):
+    """Per thread: the top-level cpu_op events in order, each with the kernels it launched (launch order)."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    ops, launches, kernels = {}, {}, {}
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        cat = e.get("cat", "")
+        # Kineto's traces tag ATen ops cpu_op; torch built without Kineto (Debian's 1.13) writes them untagged
+        if cat == "cpu_op" or (not cat and e.get("pid") == "CPU functions"):
+            ops.setdefault(e["tid"], []).append(e)
+        elif cat in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+            launches[e["args"]["correlation"]] = e
+        elif cat == "kernel" and "correlation" in e.get("args", {}):
+            kernels.setdefault(e["args"]["correlation"], []).append(e)
+    threads = []
+    for tid, evs in ops.items():
+        evs.sort(key=lambda e: (e["ts"], -e["dur"]))
+        top, end = [], -1.0
+        for e in evs:
+            if e["ts"] >= end:
+                top.append({"name": e["name"], "ts": e["ts"], "end": e["ts"] + e["dur"], "kernels": []})
+                end = e["ts"] + e["dur"]
+        threads.append((tid, top))
+    starts = {tid: [c["ts"] for c in top] for tid, top in threads}
+    by_tid = dict(threads)
+    for corr, ks in sorted(kernels.items()):
+        launch = launches.get(corr)
+        if launch is None or launch["tid"] not in by_tid:
+            continue
+        top = by_tid[launch["tid"]]
+        i = bisect.bisect_right(starts[launch["tid"]], launch["ts"]) - 1
+        if i >= 0 and launch["ts"] <= top[i]["end"]:
+            top[i]["kernels"].extend(sorted(ks, key=lambda k: k["ts"]))
+    threads.sort(key=lambda t: t[1][0]["ts"] if t[1] else float("inf"))
+    return [top for _, top in threads if top]
+
+
+def align(run_names, trace_names):
+    """Pairs (i, j) of equal names in order; a name missing on one side is skipped (bounded look-ahead)."""
+    pairs, i, j = [], 0, 0
+    while i < len(run_names) and j < len(trace_names):
+        if run_names[i] == trace_names[j]:
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+            continue
+        ahead = next((k for k in range(j + 1, min(j + LOOKAHEAD, len(trace_names))) if trace_names[k] == run_names[i]),
+                     None)
+        if ahead is not None:
+            j = ahead
+        else:
+            i += 1
+    return pairs
+
+
+def compare_kernels(inline, traced, min_us, tolerance):
+    """Rows for one call: inline kernels (kernels.json entries) against the trace's (events), by launch order."""
+    rows = []
+    for n, (k, t) in enumerate(zip(inline, traced)):
+        ours = k["metrics"][TIME]["value"]
+        real = float(t["dur"])
+        rel = (ours - real) / real if real > 0 else float("inf")
+        rows.append({"index": n, "kernel": k["name"][:80], "trace_kernel": t["name"][:80],
+                     "inline_us": ours, "trace_us": real, "relative": rel,
+                     "gated": real >= min_us, "within": abs(rel) <= tolerance})
+    return rows
+
+
+def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03):
+    run_threads, profiles = run_calls(run_dir)
+    trace = trace_calls(load_json(trace_path))
+    if not trace:
+        raise BadInput(f"{trace_path}: no cpu_op events (a torch.profiler Chrome trace with CPU and CUDA activities?)")
+    report = {"run": str(run_dir), "trace": str(trace_path), "min_kernel_us": min_us, "tolerance": tolerance,
+              "threads": [], "calls": [], "kernel_count_mismatches": []}
+    for (fname, calls), top in zip(run_threads, trace):
+        pairs = align([c[0] for c in calls], [c["name"] for c in top])
+        report["threads"].append({"file": fname, "run_calls": len(calls), "trace_calls": len(top),
+                                  "matched": len(pairs)})
+        for i, j in pairs:
+            prof = profiles.get((fname, calls[i][1]))
+            if not prof or prof.get("status") != "passed":
+                continue
+            kernels = load_json(run_dir / prof["path"] / "kernels.json")
+            inline = kernels["kernels"] if isinstance(kernels, dict) else kernels
+            traced = top[j]["kernels"]
+            if len(inline) != len(traced):
+                report["kernel_count_mismatches"].append({"op": calls[i][0], "seq": calls[i][1], "inline": len(inline),
+                                                          "trace": len(traced)})
+                continue
+            for row in compare_kernels(inline, traced, min_us, tolerance):
+                report["calls"].append({"op": calls[i][0], "seq": calls[i][1], "profile": prof["path"], **row})
+    gated = [r for r in report["calls"] if r["gated"]]
+    report["gated_kernels"] = len(gated)
+    report["within"] = sum(r["within"] for r in gated)
+    report["fraction_within"] = report["within"] / len(gated) if gated else None
+    report["gate"] = bool(gated) and report["within"] >= 0.9 * len(gated)
+    return report
+
+
+def print_report(rep, out=sys.stdout):
+    for t in rep["threads"]:
+        print(f"{t['file']}: {t['matched']} of {t['run_calls']} top-level calls matched by order "
+              f"(the trace has {t['trace_calls']})", file=out)
+    print(f"\n| op | seq | kernel | inline us | trace us | diff | >= {rep['min_kernel_us']:g} us |", file=out)
+    print("|---|---|---|---|---|---|---|", file=out)
+    for r in rep["calls"]:
+        print(f"| {r['op']} | {r['seq']} | {r['kernel'][:48]} | {r['inline_us']:.2f} | {r['trace_us']:.2f} | "
+              f"{100 * r['relative']:+.1f}% | {'yes' if r['gated'] else 'no'}{' (within)' if r['within'] else ''} |",
+              file=out)
+    for m in rep["kernel_count_mismatches"]:
+        print(f"not compared: {m['op']} (seq {m['seq']}) launched {m['inline']} kernel(s) inline, {m['trace']} in the "
+              "trace", file=out)
+    if rep["fraction_within"] is None:
+        print(f"\nno kernel of at least {rep['min_kernel_us']:g} us to compare", file=out)
+    else:
+        print(f"\n{rep['within']} of {rep['gated_kernels']} kernels >= {rep['min_kernel_us']:g} us within "
+              f"{100 * rep['tolerance']:g}% ({100 * rep['fraction_within']:.1f}%): gate "
+              f"{'passed' if rep['gate'] else 'failed'} (90%)", file=out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="lingprobe validate RUN_DIR --against-trace")
+    ap.add_argument("run_dir", type=pathlib.Path)
+    ap.add_argument("--against-trace", required=True, type=pathlib.Path)
+    ap.add_argument("--min-kernel-us", type=float, default=20.0)
+    ap.add_argument("--tolerance", type=float, default=0.03)
+    ap.add_argument("--json", type=pathlib.Path)
+    a = ap.parse_args(argv)
+    try:
+        rep = validate(a.run_dir, a.against_trace, a.min_kernel_us, a.tolerance)
+    except (BadInput, OSError, ValueError, KeyError) as e:
+        print(f"lingprobe validate: {e}", file=sys.stderr)
+        return 2
+    print_report(rep)
+    if a.json:
+        a.json.write_text(json.dumps(rep, indent=1) + "\n")
+    return 0 if rep["gate"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

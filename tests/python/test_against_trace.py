@@ -1,0 +1,111 @@
+"""`lingprobe validate RUN_DIR --against-trace TRACE` (issue 26 item 6): the
+inline kernel time of each profiled call against the same call's kernels in
+torch.profiler's trace of an unprofiled run, matched per thread by top-level
+call order. The kernel comparison is checked on a constructed run and trace
+(no GPU here); the matching by order on a real CPU model's run and trace."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import metadata
+
+TIME = "gpu__time_duration.sum"
+
+
+def fake_run(tmp, linear_us):
+    """A run of three top-level calls on one thread: empty (not in the trace), linear and relu, both profiled."""
+    run = tmp / "run"
+    (run / "metadata").mkdir(parents=True)
+    sig = lambda i, op: {"kind": "signature", "id": i, "sha256": f"{i:064x}",
+                         "signature_json": json.dumps({"op": op, "args": [], "kwargs": {}, "stage": "unstaged"})}
+    lines = [sig(0, "aten.empty.memory_format"), sig(1, "aten.linear.default"), sig(2, "aten.relu.default")]
+    for seq, i in enumerate((0, 1, 2)):
+        lines.append({"kind": "call", "depth": 0, "id": i, "seq": seq, "t0_ns": 1000 * seq, "t1_ns": 1000 * seq + 500,
+                      "tid": 42})
+    lines.append({"kind": "call", "depth": 1, "id": 0, "seq": 9, "t0_ns": 1100, "t1_ns": 1200, "tid": 42})
+    for seq, stem, us in ((1, "linear", linear_us), (2, "relu", 12.0)):
+        lines.append({"kind": "profile", "id": seq, "seq": seq, "path": f"profiles/{stem}", "status": "passed"})
+        (run / "profiles" / stem).mkdir(parents=True)
+        (run / "profiles" / stem / "kernels.json").write_text(json.dumps(
+            [{"name": f"{stem}_kernel", "metrics": {TIME: {"value": us, "unit": "us"}}}]))
+    (run / "metadata" / "metadata_rank0_pid1.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+    return run
+
+
+def fake_trace(tmp):
+    """The same program without lingprobe: linear (with a nested addmm) launches a 100 us kernel, relu a 10 us one."""
+    ev = lambda **k: {"ph": "X", "pid": 1, **k}
+    events = [
+        ev(cat="cpu_op", name="aten::linear", tid=7, ts=0, dur=100),
+        ev(cat="cpu_op", name="aten::addmm", tid=7, ts=10, dur=80),
+        ev(cat="cuda_runtime", name="cudaLaunchKernel", tid=7, ts=50, dur=5, args={"correlation": 1}),
+        ev(cat="cpu_op", name="aten::relu", tid=7, ts=200, dur=50),
+        ev(cat="cuda_runtime", name="cudaLaunchKernel", tid=7, ts=210, dur=5, args={"correlation": 2}),
+        ev(cat="kernel", name="linear_kernel", tid=9, ts=60, dur=100.0, args={"correlation": 1}),
+        ev(cat="kernel", name="relu_kernel", tid=9, ts=220, dur=10.0, args={"correlation": 2}),
+    ]
+    path = tmp / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+@pytest.mark.parametrize("linear_us,status,within", [(102.0, 0, "1 of 1"), (110.0, 1, "0 of 1")])
+def test_each_profiled_call_against_the_same_call_in_the_trace(cli, tmp_path, linear_us, status, within):
+    run, trace = fake_run(tmp_path, linear_us), fake_trace(tmp_path)
+    out = tmp_path / "report.json"
+    p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace), "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == status, p.stdout + p.stderr
+    assert "2 of 3 top-level calls matched by order (the trace has 2)" in p.stdout, p.stdout
+    assert f"{within} kernels >= 20 us within 3%" in p.stdout, p.stdout
+    rep = json.loads(out.read_text())
+    rows = {r["op"]: r for r in rep["calls"]}
+    assert rows["aten::linear"]["trace_us"] == 100.0 and rows["aten::linear"]["gated"]
+    assert rows["aten::relu"]["trace_us"] == 10.0 and not rows["aten::relu"]["gated"]  # under 20 us: shown, not gated
+
+
+def test_bad_input_is_one_line(cli, tmp_path):
+    p = subprocess.run([cli, "validate", str(tmp_path), "--against-trace", str(tmp_path / "t.json")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "no metadata" in p.stderr, p.stderr
+
+
+def test_a_real_run_and_its_trace_match_call_by_call(cli, build_dir, tmp_path):
+    pytest.importorskip("torchvision")
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent("""
+        import sys, torch, torchvision
+        torch.manual_seed(0)
+        model = torchvision.models.resnet18(num_classes=10).eval()
+        x = torch.randn(2, 3, 64, 64)
+        def forwards():
+            with torch.no_grad():
+                for _ in range(2):
+                    model(x)
+        if len(sys.argv) > 1:
+            from torch.profiler import profile, ProfilerActivity
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                forwards()
+            prof.export_chrome_trace(sys.argv[1])
+        else:
+            forwards()
+    """))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("LD_PRELOAD", "PYTHONPATH")}
+    trace = tmp_path / "trace.json"
+    subprocess.run([sys.executable, str(job), str(trace)], check=True, env={**clean, "OMP_NUM_THREADS": "2"}, timeout=300)
+    subprocess.run([sys.executable, str(job)], check=True, timeout=300,
+                   env={**clean, "LD_PRELOAD": str(build_dir / "liblingprobe_preload.so"),
+                        "LINGPROBE_OUT": str(tmp_path / "out"), "OMP_NUM_THREADS": "2"})
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace)], capture_output=True, text=True,
+                       timeout=300)
+    # the run holds the model's construction too; every call of the traced forwards is found in it, in order
+    line = p.stdout.splitlines()[0]
+    matched, trace_calls = line.split(" of ")[0].split(": ")[1], line.split("the trace has ")[1].rstrip(")")
+    assert matched == trace_calls and int(matched) > 100, p.stdout
+    assert p.returncode == 1 and "no kernel of at least 20 us to compare" in p.stdout, p.stdout

@@ -60,9 +60,90 @@ RESNET = textwrap.dedent("""
     print("ok", y.dtype)
 """)
 
+# T5 (encoder-decoder, its own matmul attention), built on the CPU and moved; no stage map.
+T5 = textwrap.dedent("""
+    import torch, transformers
+    torch.manual_seed(0)
+    cfg = transformers.T5Config(d_model=512, d_ff=2048, num_layers=4, num_decoder_layers=4, num_heads=8,
+                                vocab_size=32128)
+    model = transformers.T5ForConditionalGeneration(cfg).cuda().eval()
+    ids = torch.randint(0, 32128, (2, 256), device="cuda")
+    dec = torch.randint(0, 32128, (2, 64), device="cuda")
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        for _ in range(3):
+            y = model(input_ids=ids, decoder_input_ids=dec).logits
+    torch.cuda.synchronize()
+    print("ok", y.dtype)
+""")
+
+# A Hugging Face ViT, built directly on the GPU, with a stage map on its encoder.
+VIT = textwrap.dedent("""
+    import torch, transformers
+    torch.manual_seed(0)
+    cfg = transformers.ViTConfig(hidden_size=768, num_hidden_layers=4, num_attention_heads=12,
+                                 intermediate_size=3072, image_size=224, patch_size=16)
+    with torch.device("cuda"):
+        model = transformers.ViTModel(cfg).eval()
+    x = torch.randn(8, 3, 224, 224, device="cuda")
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        for _ in range(3):
+            y = model(pixel_values=x).last_hidden_state
+    torch.cuda.synchronize()
+    print("ok", y.dtype)
+""")
+
+# timm's ConvNeXt-Tiny (random init, no download).
+TIMM = textwrap.dedent("""
+    import torch, timm
+    torch.manual_seed(0)
+    model = timm.create_model("convnext_tiny", pretrained=False).cuda().eval()
+    x = torch.randn(8, 3, 224, 224, device="cuda")
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        for _ in range(3):
+            y = model(x)
+    torch.cuda.synchronize()
+    print("ok", y.dtype)
+""")
+
+# torch.nn.Transformer (encoder and decoder), batch first.
+NN_TRANSFORMER = textwrap.dedent("""
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Transformer(d_model=512, nhead=8, num_encoder_layers=3, num_decoder_layers=3,
+                                 dim_feedforward=2048, batch_first=True).cuda().eval()
+    src, tgt = torch.randn(4, 256, 512, device="cuda"), torch.randn(4, 128, 512, device="cuda")
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(128, device="cuda")
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        for _ in range(3):
+            y = model(src, tgt, tgt_mask=mask)
+    torch.cuda.synchronize()
+    print("ok", y.dtype)
+""")
+
+# A Hugging Face generate() decode loop: the KV cache grows every step, so attention keys are new at each step
+# (the stall budget bounds their windows); greedy, 24 new tokens.
+GENERATE = textwrap.dedent("""
+    import torch, transformers
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+                                   num_attention_heads=16, num_key_value_heads=8, vocab_size=32000)
+    model = transformers.LlamaForCausalLM(cfg).cuda().eval()
+    ids = torch.randint(0, 32000, (1, 32), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, min_new_tokens=24,
+                             do_sample=False, pad_token_id=0)
+    torch.cuda.synchronize()
+    print("ok", out.shape)
+""")
+
 MODELS = {
     "llama": (LLAMA, "transformers", {}),
     "resnet50": (RESNET, "torchvision", {"LINGPROBE_STAGE_MAP": "backbone=ResNet"}),
+    "t5": (T5, "transformers", {}),
+    "vit": (VIT, "transformers", {"LINGPROBE_STAGE_MAP": "encoder=ViTEncoder"}),
+    "timm_convnext": (TIMM, "timm", {}),
+    "nn_transformer": (NN_TRANSFORMER, "torch", {}),
+    "llama_generate": (GENERATE, "transformers", {}),
 }
 
 
@@ -120,6 +201,8 @@ def test_no_job_stands_above_its_roof(model_run):
     assert not over, over
     gemms = [j for j in jobs if j["signature"]["op"] in ("aten.linear.default", "aten.conv2d.default")
              and j["status"] == "passed"]
+    if name == "nn_transformer":  # its attention's projections are addmm/linear inside the MHA op; not all linear
+        gemms = gemms or [j for j in jobs if j["status"] == "passed" and j["flops_per_call"]]
     assert gemms and all(j["math_mode"] == "bf16" for j in gemms if j["signature"]["output"]["dtype"] == "torch.bfloat16")
 
 
@@ -172,3 +255,154 @@ def test_a_key_called_on_meta_then_cpu_then_cuda_gets_its_evidence_from_the_cuda
     refusals = {(r["evidence"], r["reason"]) for f in metadata.files(run) for r in metadata.read(f)
                 if r["kind"] == "refusal"}
     assert refusals == {("snapshot+counters", "no_storage"), ("snapshot+counters", "not_on_gpu")}, refusals
+
+
+# Two ranks on the one GPU (gloo for the collective: NCCL refuses two ranks on one device), each building the same
+# ViT in its own process: claims give each key to one rank, the counter lock serialises the windows.
+TWO_RANKS = textwrap.dedent("""
+    import torch, torch.distributed as dist, transformers
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    cfg = transformers.ViTConfig(hidden_size=512, num_hidden_layers=2, num_attention_heads=8,
+                                 intermediate_size=2048, image_size=224, patch_size=16)
+    model = transformers.ViTModel(cfg).cuda().eval()
+    x = torch.randn(4, 3, 224, 224, device="cuda")
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        for _ in range(2):
+            y = model(pixel_values=x).last_hidden_state
+            t = y.float().sum().cpu()
+            dist.all_reduce(t)
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+    print("ok", dist.get_rank() if dist.is_initialized() else "done")
+""")
+
+
+def test_two_ranks_share_the_claims_and_cover_the_flops(build_dir, cli, tmp_path):
+    if not has("transformers"):
+        pytest.skip("transformers is not installed here")
+    script = tmp_path / "job.py"
+    script.write_text(TWO_RANKS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
+    env.update(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "out"),
+               LINGPROBE_SNAPSHOTS="1", LINGPROBE_PROFILE="1")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+                        str(script)], env=env, capture_output=True, text=True, timeout=540)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    report = subprocess.run([cli, "report", str(run)], capture_output=True, text=True, timeout=300)
+    audit = subprocess.run([cli, "audit", str(run)], capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0 and audit.returncode == 0, report.stderr + audit.stderr
+    cov = json.loads((run / "reports" / "coverage_audit.json").read_text())
+    assert len(metadata.files(run)) == 2, metadata.files(run)
+    # one snapshot per signature in the launch, whichever rank reached it first; both ranks took some
+    paths = [r["path"] for f in metadata.files(run) for r in metadata.read(f) if r["kind"] == "snapshot"]
+    rows = [r for r in cov["rows"] if r["snapshot"]]
+    assert rows and len(paths) == len(set(paths)) == len({r["signature_sha256"] for r in rows}), (len(paths), len(rows))
+    whole = capability(run)["whole_run"]
+    share = whole["attributed_flops"] / whole["flops"]
+    print(f"two ranks: counters cover {share:.1%} of {whole['flops']:.3g} FLOPs")
+    assert share >= 0.95, whole
+
+
+# A Llama forward large enough for kernels of 20 us and more, run twice: under lingprobe with counters, and without
+# lingprobe under torch.profiler. Each profiled call's inline kernel time against the same call's kernels.
+TIMED = textwrap.dedent("""
+    import sys, torch, transformers
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=2,
+                                   num_attention_heads=16, num_key_value_heads=8, vocab_size=32000)
+    model = transformers.LlamaForCausalLM(cfg).cuda().eval()
+    ids = torch.randint(0, 32000, (1, 2048), device="cuda")
+    def forwards():
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            for _ in range(2):
+                model(ids)
+        torch.cuda.synchronize()
+    if len(sys.argv) > 1:
+        from torch.profiler import profile, ProfilerActivity
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            forwards()
+        prof.export_chrome_trace(sys.argv[1])
+    else:
+        forwards()
+    print("ok")
+""")
+
+
+def test_inline_first_call_time_matches_the_real_execution(build_dir, cli, tmp_path):
+    if not has("transformers"):
+        pytest.skip("transformers is not installed here")
+    script = tmp_path / "job.py"
+    script.write_text(TIMED)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
+    trace = tmp_path / "trace.json"
+    p = subprocess.run([sys.executable, str(script), str(trace)], env=clean, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=400,
+                       env={**clean, "LD_PRELOAD": str(build_dir / "liblingprobe_preload.so"),
+                            "LINGPROBE_OUT": str(tmp_path / "out"), "LINGPROBE_PROFILE": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    out = tmp_path / "against_trace.json"
+    v = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace), "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    keep = os.environ.get("LPTEST_KEEP")
+    if keep:
+        os.makedirs(os.path.join(keep, "third_party"), exist_ok=True)
+        with open(os.path.join(keep, "third_party", "against_trace.txt"), "w") as f:
+            f.write(v.stdout + v.stderr)
+        import shutil
+        shutil.copy(out, os.path.join(keep, "third_party", "against_trace.json")) if out.exists() else None
+    print(v.stdout[-4000:])
+    assert v.returncode == 0, v.stdout[-4000:] + v.stderr
+
+
+# What one snapshot of a DiT-sized linear costs (issue 26 item 5): [1,10560,5120] bf16 activation, [5120,5120]
+# weight and bias, [1,10560,5120] output.
+LARGE = textwrap.dedent("""
+    import json, time, torch
+    x = torch.randn(1, 10560, 5120, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(5120, 5120, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(5120, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    y = torch.nn.functional.linear(x, w, b)
+    torch.cuda.synchronize()
+    call_s = time.perf_counter() - t0
+    print(json.dumps({"call_s": call_s, "device_peak_extra": torch.cuda.max_memory_allocated() - base}))
+""")
+
+
+def test_the_cost_of_one_large_snapshot(build_dir, tmp_path):
+    import resource
+    import time
+    script = tmp_path / "job.py"
+    script.write_text(LARGE)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
+    figures = {}
+    for name, extra in (("without", {}), ("with", {"LD_PRELOAD": str(build_dir / "liblingprobe_preload.so"),
+                                                     "LINGPROBE_OUT": str(tmp_path / "out"), "LINGPROBE_SNAPSHOTS": "1",
+                                                     "LINGPROBE_SAMPLE_OPS": "aten::linear"})):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, str(script)], env={**clean, **extra}, capture_output=True, text=True,
+                           timeout=300)
+        wall = time.perf_counter() - t0
+        assert p.returncode == 0, p.stderr[-2000:]
+        figures[name] = {**json.loads(p.stdout.splitlines()[-1]), "process_s": wall,
+                         "max_rss_kib": max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)}
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    (snap,) = list((run / "snapshots").glob("*.pt"))
+    tensor_bytes = (2 * 10560 * 5120 + 5120 * 5120 + 5120) * 2
+    figures["snapshot_file_bytes"] = snap.stat().st_size
+    figures["tensor_bytes"] = tensor_bytes
+    print("large snapshot:", json.dumps(figures))
+    keep = os.environ.get("LPTEST_KEEP")
+    if keep:
+        os.makedirs(os.path.join(keep, "third_party"), exist_ok=True)
+        with open(os.path.join(keep, "third_party", "large_snapshot.json"), "w") as f:
+            json.dump(figures, f, indent=1)
+    assert tensor_bytes <= figures["snapshot_file_bytes"] < tensor_bytes + (1 << 20)

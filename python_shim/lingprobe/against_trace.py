@@ -7,11 +7,12 @@ RUN_DIR is a run recorded with LINGPROBE_PROFILE=1 (call records on, the
 default). TRACE is torch.profiler's Chrome trace (`prof.export_chrome_trace`)
 of the same program in a separate run without lingprobe. Top-level ATen calls
 are matched per thread by order (threads paired by the order of their first
-call; op names must agree, a bounded look-ahead skips calls only one side
-has), and each profiled call's inline kernels (kernels.json,
+call; the longest common subsequence of op names, so that calls only one
+side has shift nothing), and each profiled call's inline kernels (kernels.json,
 gpu__time_duration.sum) are set against the kernels that the same call
 launched in the trace (CUPTI Activity: correlation id -> its launch -> the
-top-level op around it), in launch order. The gate: at least 90% of the
+top-level op around it), in launch order (by name where one run launched
+a kernel the other did not). The gate: at least 90% of the
 kernels of at least --min-kernel-us in the trace are within --tolerance.
 Exit status 0 when the gate holds, 1 when it does not or nothing could be
 compared, 2 on bad input. The difference between the two is the first call's
@@ -19,13 +20,13 @@ history (cold caches, autotuning, clocks), not only the measurement: both
 sides are a key's first call in its process where the profiled call was."""
 import argparse
 import bisect
+import difflib
 import gzip
 import json
 import pathlib
 import sys
 
 TIME = "gpu__time_duration.sum"
-LOOKAHEAD = 64
 
 
 class BadInput(Exception):
@@ -112,26 +113,25 @@ def trace_calls(trace):
 
 
 def align(run_names, trace_names):
-    """Pairs (i, j) of equal names in order; a name missing on one side is skipped (bounded look-ahead)."""
-    pairs, i, j = [], 0, 0
-    while i < len(run_names) and j < len(trace_names):
-        if run_names[i] == trace_names[j]:
-            pairs.append((i, j))
-            i, j = i + 1, j + 1
-            continue
-        ahead = next((k for k in range(j + 1, min(j + LOOKAHEAD, len(trace_names))) if trace_names[k] == run_names[i]),
-                     None)
-        if ahead is not None:
-            j = ahead
-        else:
-            i += 1
-    return pairs
+    """Pairs (i, j) of equal names, in order: the longest common subsequence's blocks (difflib), so that calls only
+    one side has (the construction a trace did not cover, ops of a selective run) shift nothing."""
+    matcher = difflib.SequenceMatcher(None, run_names, trace_names, autojunk=False)
+    return [(blk.a + k, blk.b + k) for blk in matcher.get_matching_blocks() for k in range(blk.size)]
+
+
+def kernel_pairs(inline, traced):
+    """Index pairs: by launch order when both launched as many kernels, else kernels of equal names in order (a cast
+    or a workspace kernel only one run launched is left out, the others still compared)."""
+    if len(inline) == len(traced):
+        return list(zip(range(len(inline)), range(len(traced))))
+    return align([k["name"] for k in inline], [t["name"] for t in traced])
 
 
 def compare_kernels(inline, traced, min_us, tolerance):
-    """Rows for one call: inline kernels (kernels.json entries) against the trace's (events), by launch order."""
+    """Rows for one call: inline kernels (kernels.json entries) against the trace's (events)."""
     rows = []
-    for n, (k, t) in enumerate(zip(inline, traced)):
+    for n, m in kernel_pairs(inline, traced):
+        k, t = inline[n], traced[m]
         ours = k["metrics"][TIME]["value"]
         real = float(t["dur"])
         rel = (ours - real) / real if real > 0 else float("inf")
@@ -161,8 +161,8 @@ def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03):
             traced = top[j]["kernels"]
             if len(inline) != len(traced):
                 report["kernel_count_mismatches"].append({"op": calls[i][0], "seq": calls[i][1], "inline": len(inline),
-                                                          "trace": len(traced)})
-                continue
+                                                          "trace": len(traced),
+                                                          "compared": len(kernel_pairs(inline, traced))})
             for row in compare_kernels(inline, traced, min_us, tolerance):
                 report["calls"].append({"op": calls[i][0], "seq": calls[i][1], "profile": prof["path"], **row})
     gated = [r for r in report["calls"] if r["gated"]]
@@ -184,8 +184,8 @@ def print_report(rep, out=sys.stdout):
               f"{100 * r['relative']:+.1f}% | {'yes' if r['gated'] else 'no'}{' (within)' if r['within'] else ''} |",
               file=out)
     for m in rep["kernel_count_mismatches"]:
-        print(f"not compared: {m['op']} (seq {m['seq']}) launched {m['inline']} kernel(s) inline, {m['trace']} in the "
-              "trace", file=out)
+        print(f"{m['op']} (seq {m['seq']}) launched {m['inline']} kernel(s) inline, {m['trace']} in the trace: "
+              f"{m['compared']} of the same names compared", file=out)
     if rep["fraction_within"] is None:
         print(f"\nno kernel of at least {rep['min_kernel_us']:g} us to compare", file=out)
     else:

@@ -69,6 +69,20 @@ def test_each_profiled_call_against_the_same_call_in_the_trace(cli, tmp_path, li
     assert rows["aten::relu"]["trace_us"] == 10.0 and not rows["aten::relu"]["gated"]  # under 20 us: shown, not gated
 
 
+def test_calls_only_one_side_has_shift_nothing():
+    """A construction call whose name the traced region also uses must not pull the match forward (the GPU run of
+    issue 26 matched 27 of 306 calls with a greedy look-ahead)."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python_shim"))
+    from lingprobe.against_trace import align, kernel_pairs
+    run = ["aten::empty", "aten::mul", "aten::normal_", "aten::linear", "aten::mul", "aten::relu"]
+    trace = ["aten::linear", "aten::mul", "aten::relu"]
+    assert align(run, trace) == [(3, 0), (4, 1), (5, 2)]
+    # a kernel only one run launched (a cast) leaves the others compared by name, in order
+    k = lambda *names: [{"name": n} for n in names]
+    assert kernel_pairs(k("cast", "gemm"), k("gemm")) == [(1, 0)]
+    assert kernel_pairs(k("a", "b"), k("x", "y")) == [(0, 0), (1, 1)]
+
+
 def test_bad_input_is_one_line(cli, tmp_path):
     p = subprocess.run([cli, "validate", str(tmp_path), "--against-trace", str(tmp_path / "t.json")],
                        capture_output=True, text=True, timeout=120)

@@ -102,11 +102,23 @@ std::string math_mode(const JsonValue& sig, const JsonValue* policy) {
 
 namespace {
 
+// The call ran in an autocast region (its math policy, as the profile or its replay recorded it).
+bool autocast_on(const JsonValue* policy) {
+  if (!policy) return false;
+  for (const char* key : {"autocast_cuda", "autocast_cpu"})
+    if (const JsonValue* v = policy->find(key))
+      if ((v->kind() == JsonValue::Kind::Bool && v->as_bool()) ||
+          (v->kind() == JsonValue::Kind::String && v->as_string() == "true"))
+        return true;
+  return false;
+}
+
 struct Job {
   JsonValue json;
   std::string sha, stage, mode, h16;
   double est_us = 0, flops_per_s = 0, intensity = 0, peak_flops = 0, peak_dram = 0, frac_flops = -1, frac_dram = -1;
   double time_us = 0, dram_bytes_per_s = 0;
+  double cast_us = 0;          // of time_us, autocast's casts of the inputs (copy kernels in an arithmetic op's window)
   double recoverable_us = -1;  // est_us x (1 - the bounding roof's fraction); -1: no roof known
   uint64_t calls = 0;
   std::string label;
@@ -353,8 +365,11 @@ ReportOutcome run_report(const ReportOptions& options) {
       bytes += kernel_metric_si(k, "dram__bytes_read.sum").value_or(0.0) +
                kernel_metric_si(k, "dram__bytes_write.sum").value_or(0.0);
     const auto flops = format::flops_per_call(sig);
-    const double t = j.time_us * 1e-6;
-    if (flops && t > 0) j.flops_per_s = static_cast<double>(*flops) / t;
+    // Inside an autocast region an arithmetic op's window also holds the casts of its inputs: their time is
+    // reported apart, and the FLOP rate is the op's own kernels'.
+    if (flops && *flops > 0 && autocast_on(policy)) j.cast_us = copy_kernels_time_us(kernels);
+    const double t = j.time_us * 1e-6, own = (j.time_us - j.cast_us) * 1e-6;
+    if (flops && own > 0) j.flops_per_s = static_cast<double>(*flops) / own;
     if (t > 0) j.dram_bytes_per_s = bytes / t;
     if (flops && bytes > 0) j.intensity = static_cast<double>(*flops) / bytes;
     j.est_us = j.time_us * static_cast<double>(j.calls);
@@ -363,7 +378,7 @@ ReportOutcome run_report(const ReportOptions& options) {
     if (known) {
       j.peak_flops = peak.flops;
       j.peak_dram = peak.dram_bytes;
-      if (flops && *flops > 0 && t > 0) j.frac_flops = j.flops_per_s / peak.flops;
+      if (flops && *flops > 0 && own > 0) j.frac_flops = j.flops_per_s / peak.flops;
       if (t > 0) j.frac_dram = j.dram_bytes_per_s / peak.dram_bytes;
     }
     j.passed = str(identity.find("status")) == "passed";
@@ -411,6 +426,7 @@ ReportOutcome run_report(const ReportOptions& options) {
     job.set("calls", JsonValue::integer(static_cast<int64_t>(j.calls)));
     job.set("flops_per_call", flops ? JsonValue::integer(*flops) : JsonValue::null());
     job.set("kernel_time_us_per_call", JsonValue::floating(j.time_us));
+    job.set("cast_kernel_time_us_per_call", JsonValue::floating(j.cast_us));
     job.set("dram_bytes_per_call", JsonValue::floating(bytes));
     job.set("math_mode", JsonValue::string(j.mode));
     job.set("achieved_flops_per_second", j.flops_per_s > 0 ? JsonValue::floating(j.flops_per_s) : JsonValue::null());

@@ -48,4 +48,17 @@ std::optional<double> kernels_time_us(const JsonValue& doc) {
   return total;
 }
 
+double copy_kernels_time_us(const JsonValue& doc) {
+  const JsonValue* kernels = doc.kind() == JsonValue::Kind::Array ? &doc : doc.find("kernels");
+  double total = 0;
+  if (!kernels || kernels->kind() != JsonValue::Kind::Array) return total;
+  for (const auto& k : kernels->items()) {
+    const JsonValue* name = k.find("name");
+    if (!name || name->kind() != JsonValue::Kind::String || name->as_string().find("_copy_kernel") == std::string::npos)
+      continue;
+    total += metric_in(k, "gpu__time_duration.sum", "us", 1e-6).value_or(0.0);
+  }
+  return total;
+}
+
 }  // namespace lingprobe::audit

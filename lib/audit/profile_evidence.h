@@ -24,4 +24,10 @@ std::optional<double> kernel_metric_si(const format::JsonValue& kernel, const ch
 // there is no kernel or one has no time.
 std::optional<double> kernels_time_us(const format::JsonValue& kernels);
 
+// Kernel time (µs) of the dtype-converting copies among `kernels` (ATen's
+// *_copy_kernel_cuda: bfloat16_copy_kernel_cuda, direct_copy_kernel_cuda,
+// ...). Inside an autocast region these are the casts of an op's inputs,
+// which its window measures with the op's own kernels.
+double copy_kernels_time_us(const format::JsonValue& kernels);
+
 }  // namespace lingprobe::audit

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "audit/capability_report.h"
+#include "audit/profile_evidence.h"
 #include "format/json_parse.h"
 
 using lingprobe::audit::device_peak;
@@ -72,4 +73,17 @@ TEST_CASE("math mode: what ran, not the pre-cast inputs of an autocast region", 
   const auto cast = signature(R"({"op":"aten.to.dtype","args":[{"dtype":"torch.float32","shape":[4],"stride":[1]},"torch.bfloat16",
       false,false,null],"kwargs":{},"output":{"dtype":"torch.bfloat16","shape":[4],"stride":[1]},"stage":"s"})");
   CHECK(math_mode(cast, nullptr) == "fp32");
+}
+
+TEST_CASE("casts: the copy kernels of an autocast linear's window are told apart from its GEMM", "[report]") {
+  // The kernels a bf16 autocast linear on fp32 activations launched on the H200 (T5, docs/gpu/third-party-h200).
+  const auto kernels = signature(R"([
+      {"name":"void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1}>",
+       "metrics":{"gpu__time_duration.sum":{"value":3.5,"unit":"us"}}},
+      {"name":"void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)>",
+       "metrics":{"gpu__time_duration.sum":{"value":1500,"unit":"ns"}}},
+      {"name":"nvjet_sm90_tst_64x48_64x15_2x4_h_bz_TNT","metrics":{"gpu__time_duration.sum":{"value":20.0,"unit":"us"}}}])");
+  CHECK(lingprobe::audit::copy_kernels_time_us(kernels) == Approx(5.0));
+  CHECK(lingprobe::audit::kernels_time_us(kernels).value() == Approx(25.0));
+  CHECK(lingprobe::audit::copy_kernels_time_us(signature(R"([{"name":"nvjet","metrics":{}}])")) == 0.0);
 }

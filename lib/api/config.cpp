@@ -181,9 +181,10 @@ const std::vector<ConfigEntry>& config_table() {
        "Wall seconds one process may stall in counter windows (PROFILE); once spent, sampled calls keep their "
        "snapshots and are refused counters (budget_profile). Set-up calls (model construction and loading, "
        "docs/SNAPSHOTS.md) may use an eighth of it, as of SAMPLE_BUDGET_PROCESS."},
-      {"SAMPLE_DEVICES", "auto|any", "auto",
+      {"SAMPLE_DEVICES", "auto|any|gpu", "auto",
        "auto: on a machine with an NVIDIA GPU, only calls that run on it are sampled (a meta or CPU call of a key "
-       "leaves it to a later GPU call); elsewhere any call. any: the first due call, whatever its device."},
+       "leaves it to a later GPU call); elsewhere any call. any: the first due call, whatever its device. gpu: only "
+       "GPU calls, whatever the machine shows. A process whose keys all ran off the GPU says so at exit."},
       {"SAMPLE_PLAN", "path", "",
        "An earlier run directory (audited: RUN_DIR/reports/coverage_audit.json) or that file: sample only the input "
        "keys that dominated it (their share of its measured kernel time or FLOPs), in that order until the byte and "
@@ -267,7 +268,8 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
     const std::string u = upper(v);
     if (u == "AUTO") c.sample_devices = SampleDevices::Auto;
     else if (u == "ANY") c.sample_devices = SampleDevices::Any;
-    else err = "expected auto or any, got '" + v + "'";
+    else if (u == "GPU") c.sample_devices = SampleDevices::Gpu;
+    else err = "expected auto, any or gpu, got '" + v + "'";
   } else if (name == "LOG_LEVEL") {
     static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
     std::string lower = v;
@@ -361,7 +363,9 @@ format::JsonValue config_json(const Config& c) {
     o.set("sample_budget_process", JsonValue::integer(c.sample_budget_process));
     o.set("sample_budget_run", JsonValue::integer(c.sample_budget_run));
     o.set("sample_budget_device", JsonValue::integer(c.sample_budget_device));
-    o.set("sample_devices", JsonValue::string(c.sample_devices == SampleDevices::Auto ? "auto" : "any"));
+    o.set("sample_devices", JsonValue::string(c.sample_devices == SampleDevices::Auto  ? "auto"
+                                              : c.sample_devices == SampleDevices::Any ? "any"
+                                                                                       : "gpu"));
   }
   if (c.profile) o.set("profile_budget_s", JsonValue::floating(c.profile_budget_s));
   return o;

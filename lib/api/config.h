@@ -19,7 +19,7 @@ enum class SuppressNested { Auto, Always, Never };
 
 // Which calls may be sampled: auto (GPU calls only on a machine with an
 // NVIDIA GPU, any call elsewhere) or any.
-enum class SampleDevices { Auto, Any };
+enum class SampleDevices { Auto, Any, Gpu };
 
 struct Config {
   bool enable = true;

@@ -523,7 +523,7 @@ capture::SnapshotOptions snapshot_options(const Config& c, int64_t rank, const s
   o.rank = rank;
   o.run_id = run_id;
   o.gpu_on_machine = gpu;
-  o.gpu_calls_only = c.sample_devices == SampleDevices::Auto && o.gpu_on_machine;
+  o.gpu_calls_only = c.sample_devices == SampleDevices::Gpu || (c.sample_devices == SampleDevices::Auto && o.gpu_on_machine);
   o.profile_budget_s = c.profile_budget_s;
   return o;
 }
@@ -554,6 +554,7 @@ struct SamplingSession::Parts {
   std::unique_ptr<StageGpuTime> stage_time;  // PROFILE with STAGE_GPU_TIME
   std::unique_ptr<LoadedPlan> plan;          // SAMPLE_PLAN
   sink::MetadataWriter* metadata;
+  bool gpu_on_machine;
 
   Parts(const Config& c, int64_t rank, const std::string& who, const std::string& run_dir, const std::string& run_id,
         sink::MetadataWriter* metadata, bool gpu)
@@ -565,7 +566,8 @@ struct SamplingSession::Parts {
              run_dir + "/claims", c.profile_unguarded),
         snapshots(&sampler, &writer_sink, &broker, &cuda, snapshot_options(c, rank, run_id, gpu)),
         plan(load_sample_plan(c, gpu)),
-        metadata(metadata) {
+        metadata(metadata),
+        gpu_on_machine(gpu) {
     if (c.profile && c.stage_gpu_time)
       stage_time = std::make_unique<StageGpuTime>([this](int device) { return cuda.window_epoch(device); });
   }
@@ -654,8 +656,22 @@ void SamplingSession::finalize() {
   if (parts_->stage_time) parts_->stage_time->finalize();  // before the final counts record
   if (parts_->plan && !plan_written_.exchange(true))
     parts_->metadata->add_record(plan_record(*parts_->plan, parts_->sampler.plan_unmet()));
+  if (!exit_said_.exchange(true)) say_if_nothing_ran_on_the_gpu();
   parts_->writer.finalize();
 }
+// A program whose sampled keys all ran off the GPU while only GPU calls are sampled (a CPU job on a GPU machine)
+// ends with no evidence: said once, at exit, with the option that samples its calls.
+void SamplingSession::say_if_nothing_ran_on_the_gpu() {
+  uint64_t off_gpu = 0;
+  for (const auto& [reason, keys] : parts_->sampler.unsampled_reasons())
+    if (reason.size() > 11 && reason.compare(reason.size() - 11, 11, ":not_on_gpu") == 0) off_gpu += keys;
+  if (off_gpu == 0 || parts_->sampler.stats().sampled > 0) return;
+  log_warn(std::to_string(off_gpu) + " input key(s) were not sampled: their calls ran on the CPU or the meta device, "
+           "and only GPU calls are sampled (LINGPROBE_SAMPLE_DEVICES=" +
+           std::string(parts_->gpu_on_machine ? "auto on a machine with an NVIDIA GPU" : "gpu") +
+           "); set LINGPROBE_SAMPLE_DEVICES=any to sample them");
+}
+
 void SamplingSession::after_fork() {
   if (parts_->stage_time) parts_->stage_time->after_fork();
 }

@@ -46,8 +46,10 @@ class SamplingSession {
  private:
   struct Parts;
   explicit SamplingSession(std::unique_ptr<Parts> parts);
+  void say_if_nothing_ran_on_the_gpu();
   std::unique_ptr<Parts> parts_;
   std::atomic<bool> plan_written_{false};  // the plan record, once (finalize may run twice)
+  std::atomic<bool> exit_said_{false};     // the exit warning, once
 };
 
 // Process-wide, with or without a sampling session: while held (another

@@ -202,3 +202,22 @@ def test_a_plan_that_cannot_be_read_is_one_clear_line(build_dir, tmp_path):
     assert p.returncode == 0 and "2.0" in p.stdout, p.stderr
     lines = [l for l in p.stderr.splitlines() if "SAMPLE_PLAN" in l]
     assert len(lines) == 1 and "lingprobe audit" in lines[0] and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_cpu_program_where_only_gpu_calls_are_sampled_says_so_at_exit(build_dir, tmp_path):
+    """On a GPU machine the default samples GPU calls only; a CPU job there would end with no evidence and no word.
+    LINGPROBE_SAMPLE_DEVICES=gpu stands in for that machine here."""
+    script = tmp_path / "job.py"
+    script.write_text("import torch\nprint(torch.mm(torch.ones(3, 5), torch.ones(5, 7)).sum().item())\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=env(tmp_path, build_dir, LINGPROBE_SAMPLE_DEVICES="gpu"))
+    assert p.returncode == 0 and "105.0" in p.stdout, p.stderr
+    lines = [l for l in p.stderr.splitlines() if "not sampled" in l]
+    assert len(lines) == 1 and "LINGPROBE_SAMPLE_DEVICES=any" in lines[0], p.stderr
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    assert not (run / "snapshots").exists() or not list((run / "snapshots").glob("*.pt"))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=env(tmp_path / "any", build_dir, LINGPROBE_SAMPLE_DEVICES="any"))
+    assert p.returncode == 0 and "not sampled" not in p.stderr, p.stderr
+    (run,) = metadata.run_dirs(tmp_path / "any" / "out")
+    assert list((run / "snapshots").glob("*.pt"))

@@ -8,15 +8,13 @@
 
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/config.h"
 #include "api/log.h"
+#include "api/program_calls.h"
 #include "api/session.h"
-#include "capture/nvtx_stages.h"
-#include "capture/stages.h"
-#include "format/canonical_json.h"
-#include "format/json_parse.h"
 
 namespace {
 
@@ -78,9 +76,8 @@ LINGPROBE_API lingprobe_status lingprobe_hash_signature(const char* json, size_t
   if (!json || !out_hex) return LINGPROBE_ERROR_INVALID_ARGUMENT;
   if (out_size < 65) return LINGPROBE_ERROR_BUFFER_TOO_SMALL;
   try {
-    auto parsed = lingprobe::format::parse_json(std::string_view(json, len));
-    if (!parsed.ok || parsed.value.kind() != lingprobe::format::JsonValue::Kind::Object) return LINGPROBE_ERROR_PARSE;
-    const std::string hex = lingprobe::format::canonical_sha256(parsed.value);
+    std::string hex;
+    if (!lingprobe::api::hash_signature_json(std::string_view(json, len), hex)) return LINGPROBE_ERROR_PARSE;
     std::memcpy(out_hex, hex.c_str(), 65);
     return LINGPROBE_OK;
   } catch (...) {
@@ -177,7 +174,7 @@ LINGPROBE_API lingprobe_status lingprobe_stage_push(const char* name) {
   if (!name || !*name) return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "stage name must be a non-empty string");
   if (lingprobe::api::session_in_forked_child()) return LINGPROBE_OK;  // stages still nest in the program's code
   try {
-    lingprobe::capture::push_stage(lingprobe::capture::intern_stage(name));
+    lingprobe::api::push_stage(name);
     return LINGPROBE_OK;
   } catch (...) {
     return fail(LINGPROBE_ERROR_INTERNAL, "stage push failed");
@@ -186,7 +183,7 @@ LINGPROBE_API lingprobe_status lingprobe_stage_push(const char* name) {
 
 LINGPROBE_API lingprobe_status lingprobe_stage_pop(void) {
   if (lingprobe::api::session_in_forked_child()) return LINGPROBE_OK;
-  return lingprobe::capture::pop_stage() ? LINGPROBE_OK
+  return lingprobe::api::pop_stage() ? LINGPROBE_OK
                                           : fail(LINGPROBE_ERROR_STAGE_UNDERFLOW, "stage pop on an empty stack");
 }
 
@@ -231,7 +228,7 @@ LINGPROBE_API lingprobe_status lingprobe_hold_counters(int hold) {
 LINGPROBE_API void lingprobe_nvtx_range_push(const char* name) {
   if (lingprobe::api::session_in_forked_child()) return;
   try {
-    lingprobe::capture::nvtx_range_push(name);
+    lingprobe::api::nvtx_range_push(name);
   } catch (...) {
   }
 }
@@ -239,7 +236,7 @@ LINGPROBE_API void lingprobe_nvtx_range_push(const char* name) {
 LINGPROBE_API void lingprobe_nvtx_range_pop(void) {
   if (lingprobe::api::session_in_forked_child()) return;
   try {
-    lingprobe::capture::nvtx_range_pop();
+    lingprobe::api::nvtx_range_pop();
   } catch (...) {
   }
 }

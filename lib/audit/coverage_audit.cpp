@@ -25,7 +25,6 @@
 #include "format/json_parse.h"
 #include "format/sha256.h"
 #include "format/signature_fields.h"
-#include "sink/metadata_writer.h"
 #include "sink/run_directory.h"
 
 namespace lingprobe::audit {

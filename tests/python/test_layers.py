@@ -1,0 +1,39 @@
+"""The layer table is enforced by a check, not by goodwill (issue 27): scripts/check-includes.py fails on an include
+that crosses lib/layers.txt, and docs/ARCHITECTURE.md shows that table as it is."""
+import pathlib
+import shutil
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CHECK = ROOT / "scripts" / "check-includes.py"
+
+
+def run(root):
+    return subprocess.run([sys.executable, str(CHECK), str(root)], capture_output=True, text=True, timeout=120)
+
+
+def test_the_tree_keeps_the_table():
+    p = run(ROOT)
+    assert p.returncode == 0, p.stdout
+
+
+def test_a_crossing_include_fails_with_its_file_and_line(tmp_path):
+    for part in ("lib", "capi", "tools", "include"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    sink = tmp_path / "lib" / "sink" / "claims.cpp"
+    sink.write_text('#include "capture/sampler.h"\n' + sink.read_text())  # sink may not know capture
+    fmt = tmp_path / "lib" / "format" / "glob.cpp"
+    fmt.write_text(fmt.read_text() + "\n#include <ATen/ATen.h>\n")  # format is torch-free
+    p = run(tmp_path)
+    assert p.returncode == 1, p.stdout
+    assert 'lib/sink/claims.cpp:1: layer sink includes "capture/sampler.h" (layer capture); it may include format' \
+        in p.stdout, p.stdout
+    assert "lib/format/glob.cpp" in p.stdout and "<ATen/ATen.h>" in p.stdout
+    assert "2 include(s) crossing" in p.stdout
+
+
+def test_architecture_shows_the_table():
+    table = [l for l in (ROOT / "lib" / "layers.txt").read_text().splitlines() if l and not l.startswith("#")]
+    doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    assert "\n".join(table) in doc, "docs/ARCHITECTURE.md's layer table is stale: paste lib/layers.txt into it"

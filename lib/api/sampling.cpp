@@ -29,6 +29,7 @@
 #include "sink/claims.h"
 #include "sink/run_directory.h"
 #include "sink/snapshot_writer.h"
+#include "runtime/snapshot_job.h"
 
 namespace lingprobe::api {
 namespace {
@@ -476,7 +477,7 @@ class Broker : public capture::ClaimBroker, public capture::RunBudget {
 class WriterSink : public capture::SnapshotSink {
  public:
   explicit WriterSink(sink::SnapshotWriter* w) : w_(w) {}
-  void submit(format::SnapshotJob job) override { w_->submit(std::move(job)); }
+  void submit(runtime::SnapshotJob job) override { w_->submit(std::move(job)); }
 
  private:
   sink::SnapshotWriter* w_;

@@ -78,7 +78,7 @@ class WriterSink : public capture::RecorderSink {
     keep_ = false;
     sampling_.store(sampling);
   }
-  format::RecordBuffer* register_thread_buffer(size_t capacity) override { return writer_->register_buffer(capacity); }
+  runtime::RecordBuffer* register_thread_buffer(size_t capacity) override { return writer_->register_buffer(capacity); }
   void on_new_signature(uint32_t id, const std::string& sha, const std::string& json) override {
     if (SamplingSession* sampling = sampling_.load()) {
       sampling->on_new_signature(id, sha, json);  // the snapshot writer names files by it

@@ -134,7 +134,7 @@ struct ThreadState {
   uint32_t others_recheck = 0;   // suppressions left before the global callbacks are looked at again
   bool others_global = false;    // another global callback was registered at the last look
   std::atomic<Counter*> counts[kMaxChunks] = {};  // per-signature calls of this thread
-  format::RecordBuffer* buffer = nullptr;
+  runtime::RecordBuffer* buffer = nullptr;
   bool buffer_requested = false;
   uint32_t timed_changes = ~0u;  // the stage stack's `changes` the stage clock is done with (began, or gave up)
   uint32_t timed_seen = ~0u;     // ... and the one timed_tries counts for
@@ -668,8 +668,8 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     const format::CallRecord rec{seq, f.t0, t1, id, ts->tid, ts->depth};
     for (;;) {
       const auto pushed = ts->buffer->push(rec);
-      if (pushed == format::RecordBuffer::Push::kPushed) break;
-      if (pushed == format::RecordBuffer::Push::kReachedHalf) {
+      if (pushed == runtime::RecordBuffer::Push::kPushed) break;
+      if (pushed == runtime::RecordBuffer::Push::kReachedHalf) {
         G.sink->on_buffer_half_full();
         break;
       }

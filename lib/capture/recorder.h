@@ -15,7 +15,7 @@
 
 #include "capture/op_selection.h"
 #include "capture/sampler.h"
-#include "format/record_buffer.h"
+#include "runtime/record_buffer.h"
 #include "format/records.h"
 
 namespace lingprobe::capture {
@@ -28,7 +28,7 @@ class RecorderSink {
   virtual ~RecorderSink() = default;
   // A buffer for the calling thread's call records (nullptr: none; records
   // of that thread are then counted as dropped).
-  virtual format::RecordBuffer* register_thread_buffer(size_t capacity) = 0;
+  virtual runtime::RecordBuffer* register_thread_buffer(size_t capacity) = 0;
   virtual void on_new_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json) = 0;
   // A push found the buffer full. Return true to retry (block policy: the
   // sink woke the writer and waited a little), false to drop the record.

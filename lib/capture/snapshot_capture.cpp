@@ -24,6 +24,7 @@
 #include "format/float_repr.h"
 #include "format/op_traits.h"
 #include "format/tensor_layout.h"
+#include "runtime/snapshot_job.h"
 
 namespace lingprobe::capture {
 
@@ -553,7 +554,7 @@ void SnapshotCapture::charge_window(const Pending& p, double seconds) {
   if (p.setup) setup_window_us_.fetch_add(us);
 }
 
-void SnapshotCapture::close_window(Pending& p, format::SnapshotJob& job) {
+void SnapshotCapture::close_window(Pending& p, runtime::SnapshotJob& job) {
   job.profiled = true;
   job.profile = p.window->close();
   p.window.reset();
@@ -565,7 +566,7 @@ void SnapshotCapture::close_window(Pending& p, format::SnapshotJob& job) {
 
 void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id,
                              uint64_t seq) {
-  format::SnapshotJob job;
+  runtime::SnapshotJob job;
   if (p->window) close_window(*p, job);  // first, so that lingprobe's own copies stay outside the window
   job.snapshot = p->snapshot;
   if (!p->snapshot) {  // counters only (a refused snapshot, or snapshots off)
@@ -669,7 +670,7 @@ format::PickleValue SnapshotCapture::snapshot_document(Pending& p, c10::ArrayRef
   return doc;
 }
 
-void SnapshotCapture::submit(std::unique_ptr<Pending> p, format::SnapshotJob job, uint32_t signature_id, uint64_t seq) {
+void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob job, uint32_t signature_id, uint64_t seq) {
   job.signature_id = signature_id;
   job.seq = seq;
   job.stage = stage_name(p->stage);
@@ -684,13 +685,13 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, format::SnapshotJob job
   SampleKey* key = p->key;
   Sampler* sampler = sampler_;
   SnapshotCapture* self = this;
-  job.done = [=](format::SnapshotJob::Result r, const std::string& what, const std::string& sha, uint8_t kept) {
-    using Result = format::SnapshotJob::Result;
+  job.done = [=](runtime::SnapshotJob::Result r, const std::string& what, const std::string& sha, uint8_t kept) {
+    using Result = runtime::SnapshotJob::Result;
     if (r == Result::Kept) {
-      const bool snapshot_kept = kept & format::SnapshotJob::kKeptSnapshot;
+      const bool snapshot_kept = kept & runtime::SnapshotJob::kKeptSnapshot;
       if (!snapshot_kept) self->give_back(reserved, setup);
       const uint8_t got = static_cast<uint8_t>((snapshot_kept ? kSnapshot : 0) |
-                                               (counters_passed && (kept & format::SnapshotJob::kKeptProfile) ? kCounters : 0));
+                                               (counters_passed && (kept & runtime::SnapshotJob::kKeptProfile) ? kCounters : 0));
       sampler->finished(key, signature_id, sha, SampleResult::Kept, snapshot_kept ? reserved : 0, got, settled);
       return;
     }

@@ -37,13 +37,14 @@
 #include "capture/sampler.h"
 #include "format/records.h"
 #include "format/snapshot_file.h"
+#include "runtime/snapshot_job.h"
 
 namespace lingprobe::capture {
 
 class SnapshotSink {
  public:
   virtual ~SnapshotSink() = default;
-  virtual void submit(format::SnapshotJob job) = 0;
+  virtual void submit(runtime::SnapshotJob job) = 0;
 };
 
 // The launch-wide byte budget (through the claims directory).
@@ -97,14 +98,14 @@ class SnapshotCapture : public SampledCallHooks {
   // Nothing of this call is kept: the key waits for a later call.
   void give_up(std::unique_ptr<Pending> p);
   void open_window(Pending& p, const SampledCall& call);
-  void close_window(Pending& p, format::SnapshotJob& job);
+  void close_window(Pending& p, runtime::SnapshotJob& job);
   // Adds a window's (or a refused window's) wall seconds to the stall budget and, for a set-up call, its share.
   void charge_window(const Pending& p, double seconds);
   void copy_written_arguments(Pending& p, const SampledCall& call);
   void finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id, uint64_t seq);
   format::PickleValue snapshot_document(Pending& p, c10::ArrayRef<const c10::IValue> outputs, uint64_t seq,
                                         std::vector<std::unique_ptr<format::BlobSource>>& blobs);
-  void submit(std::unique_ptr<Pending> p, format::SnapshotJob job, uint32_t signature_id, uint64_t seq);
+  void submit(std::unique_ptr<Pending> p, runtime::SnapshotJob job, uint32_t signature_id, uint64_t seq);
 
   Sampler* sampler_;
   SnapshotSink* sink_;

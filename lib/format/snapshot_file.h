@@ -66,29 +66,6 @@ struct TensorMeta {
 PickleValue tensor_value(const TensorMeta& meta, size_t blob_index, int64_t stored_numel);
 PickleValue typed_value(const std::string& kind, const std::string& repr);
 
-// One sampled call on its way from capture to the sink's writer: its
-// snapshot (the document, to which the sink adds "signature" and
-// "signature_sha256" from its signature table, and its tensors' bytes), its
-// profile (counters), and what to tell the sampler.
-struct SnapshotJob {
-  enum class Result { Kept, Duplicate, Dropped };
-  uint32_t signature_id = 0;
-  uint64_t seq = 0;
-  std::string stage;
-  int64_t rank = 0;
-  bool snapshot = true;  // a snapshot file (document, blobs)
-  PickleValue document;
-  std::vector<std::unique_ptr<BlobSource>> blobs;
-  bool profiled = false;  // a profile directory
-  ProfileData profile;
-  uint64_t bytes = 0;  // of the tensors
-  // Called once, on the writer thread: kept (path relative to the run
-  // directory; `kept` says which files: kKeptSnapshot, kKeptProfile), a
-  // duplicate of a signature sampled elsewhere, or dropped (reason; kept 0).
-  static constexpr uint8_t kKeptSnapshot = 1, kKeptProfile = 2;
-  std::function<void(Result, const std::string& path_or_reason, const std::string& signature_sha, uint8_t kept)> done;
-};
-
 // Writes the archive: data.pkl (the document), data/{i} for blob i, version,
 // byteorder. "" or the error.
 std::string write_snapshot_archive(const PickleValue& document, const std::vector<BlobSource*>& blobs,

@@ -17,13 +17,13 @@
 #include <thread>
 #include <vector>
 
-#include "format/record_buffer.h"
+#include "runtime/record_buffer.h"
 #include "sink/run_directory.h"
 
 namespace lingprobe::sink {
 
 using format::CallRecord;
-using format::RecordBuffer;
+using runtime::RecordBuffer;
 using format::CountsSnapshot;
 using format::DropCounts;
 

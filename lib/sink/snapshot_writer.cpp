@@ -14,6 +14,7 @@
 #include "format/file_names.h"
 #include "format/sha256.h"
 #include "sink/run_directory.h"
+#include "runtime/snapshot_job.h"
 
 namespace lingprobe::sink {
 
@@ -38,11 +39,11 @@ void SnapshotWriter::set_who(const std::string& who) {
   who_ = who;
 }
 
-void SnapshotWriter::submit(format::SnapshotJob job) {
+void SnapshotWriter::submit(runtime::SnapshotJob job) {
   std::unique_lock<std::mutex> lock(mu_);
   if (stop_) {
     lock.unlock();
-    if (job.done) job.done(format::SnapshotJob::Result::Dropped, "finalized", "", 0);
+    if (job.done) job.done(runtime::SnapshotJob::Result::Dropped, "finalized", "", 0);
     return;
   }
   if (!started_) {
@@ -51,7 +52,7 @@ void SnapshotWriter::submit(format::SnapshotJob job) {
       started_ = true;
     } catch (const std::exception&) {  // no thread: nothing can be written; say so to the sampler
       lock.unlock();
-      if (job.done) job.done(format::SnapshotJob::Result::Dropped, "no_writer_thread", "", 0);
+      if (job.done) job.done(runtime::SnapshotJob::Result::Dropped, "no_writer_thread", "", 0);
       return;
     }
   }
@@ -64,7 +65,7 @@ void SnapshotWriter::run() {
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) break;  // stop_ and drained
-    format::SnapshotJob job = std::move(queue_.front());
+    runtime::SnapshotJob job = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
     lock.unlock();
@@ -72,7 +73,7 @@ void SnapshotWriter::run() {
       write_one(job);
     } catch (...) {  // never let the writer thread take the process down
       try {
-        if (job.done) job.done(format::SnapshotJob::Result::Dropped, "internal_error", "", 0);
+        if (job.done) job.done(runtime::SnapshotJob::Result::Dropped, "internal_error", "", 0);
       } catch (...) {
       }
     }
@@ -158,7 +159,7 @@ int64_t monotonic_seconds() {
 }  // namespace
 
 // snapshots/{stem}.pt through a temporary name; "" or the drop reason.
-std::string SnapshotWriter::write_snapshot(format::SnapshotJob& job, const std::string& stem, std::string& file_sha,
+std::string SnapshotWriter::write_snapshot(runtime::SnapshotJob& job, const std::string& stem, std::string& file_sha,
                                            uint64_t& bytes) {
   if (!make_directories(run_dir_).empty()) return "write_error";
   const DirFd dir(open_directory_beneath(run_dir_, "snapshots", true));
@@ -203,7 +204,7 @@ std::string SnapshotWriter::write_snapshot(format::SnapshotJob& job, const std::
 }
 
 // profiles/{stem}/ through a temporary directory renamed at the end; "" or the drop reason.
-std::string SnapshotWriter::write_profile(const format::SnapshotJob& job, const std::string& stem, const std::string& sha,
+std::string SnapshotWriter::write_profile(const runtime::SnapshotJob& job, const std::string& stem, const std::string& sha,
                                           const std::string& text, const std::string& snapshot_rel,
                                           std::string& manifest_sha) {
   using format::JsonValue;
@@ -277,8 +278,8 @@ void SnapshotWriter::pause_for_full_disk() {
   }
 }
 
-void SnapshotWriter::write_one(format::SnapshotJob& job) {
-  using Result = format::SnapshotJob::Result;
+void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
+  using Result = runtime::SnapshotJob::Result;
   std::string sha, text, who;
   bool already_mine = false;
   {
@@ -366,8 +367,8 @@ void SnapshotWriter::write_one(format::SnapshotJob& job) {
     bytes_ += snapshot_kept ? bytes : 0;
   }
   job.done(Result::Kept, snapshot_kept ? snapshot_rel : "profiles/" + stem, sha,
-           static_cast<uint8_t>((snapshot_kept ? format::SnapshotJob::kKeptSnapshot : 0) |
-                                (profile_kept ? format::SnapshotJob::kKeptProfile : 0)));
+           static_cast<uint8_t>((snapshot_kept ? runtime::SnapshotJob::kKeptSnapshot : 0) |
+                                (profile_kept ? runtime::SnapshotJob::kKeptProfile : 0)));
 }
 
 uint64_t SnapshotWriter::written() const {

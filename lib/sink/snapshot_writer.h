@@ -25,6 +25,7 @@
 #include "format/snapshot_file.h"
 #include "sink/claims.h"
 #include "sink/metadata_writer.h"
+#include "runtime/snapshot_job.h"
 
 namespace lingprobe::sink {
 
@@ -34,7 +35,7 @@ class SnapshotWriter {
   ~SnapshotWriter();
 
   void add_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json);
-  void submit(format::SnapshotJob job);
+  void submit(runtime::SnapshotJob job);
   // Writes everything queued, then stops the thread. Idempotent.
   void finalize();
   void set_who(const std::string& who);
@@ -45,10 +46,10 @@ class SnapshotWriter {
 
  private:
   void run();
-  void write_one(format::SnapshotJob& job);
+  void write_one(runtime::SnapshotJob& job);
   void pause_for_full_disk();
-  std::string write_snapshot(format::SnapshotJob& job, const std::string& stem, std::string& file_sha, uint64_t& bytes);
-  std::string write_profile(const format::SnapshotJob& job, const std::string& stem, const std::string& sha,
+  std::string write_snapshot(runtime::SnapshotJob& job, const std::string& stem, std::string& file_sha, uint64_t& bytes);
+  std::string write_profile(const runtime::SnapshotJob& job, const std::string& stem, const std::string& sha,
                             const std::string& text, const std::string& snapshot_rel, std::string& manifest_sha);
 
   std::string run_dir_, who_;
@@ -56,7 +57,7 @@ class SnapshotWriter {
   Claims* claims_;
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
-  std::deque<format::SnapshotJob> queue_;
+  std::deque<runtime::SnapshotJob> queue_;
   bool busy_ = false, stop_ = false, started_ = false;
   std::thread thread_;
   std::unordered_map<uint32_t, std::pair<std::string, std::string>> signatures_;  // id -> (sha, text)

@@ -56,7 +56,7 @@ TEST_CASE("the writer writes header, signature, calls and final counts in order"
     });
     auto* b = w.register_buffer(16);
     w.add_signature(0, "ab", "{\"op\":\"aten.add.Tensor\"}");
-    for (uint64_t i = 0; i < 3; ++i) REQUIRE(b->push({i, 1, 2, 0, 9, 0}) != format::RecordBuffer::Push::kFull);
+    for (uint64_t i = 0; i < 3; ++i) REQUIRE(b->push({i, 1, 2, 0, 9, 0}) != runtime::RecordBuffer::Push::kFull);
     w.finalize();
   }
   std::ifstream f(path);
@@ -124,7 +124,7 @@ TEST_CASE("a write refused part-way leaves whole lines, retries signatures and c
   });
   auto* b = w.register_buffer(64);
   auto push = [&](uint32_t id, int n) {
-    for (int i = 0; i < n; ++i, ++pushed) REQUIRE(b->push({pushed, 1, 2, id, 9, 0}) != format::RecordBuffer::Push::kFull);
+    for (int i = 0; i < n; ++i, ++pushed) REQUIRE(b->push({pushed, 1, 2, id, 9, 0}) != runtime::RecordBuffer::Push::kFull);
   };
   w.add_signature(0, "aa", "{\"op\":\"aten.add.Tensor\"}");
   push(0, 3);

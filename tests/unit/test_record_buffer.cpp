@@ -6,10 +6,10 @@
 #include <thread>
 #include <vector>
 
-#include "format/record_buffer.h"
+#include "runtime/record_buffer.h"
 
 using lingprobe::format::CallRecord;
-using lingprobe::format::RecordBuffer;
+using lingprobe::runtime::RecordBuffer;
 using Push = RecordBuffer::Push;
 
 namespace {

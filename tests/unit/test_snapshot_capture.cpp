@@ -18,9 +18,10 @@
 
 #include "capture/autocast_state.h"
 #include "capture/snapshot_capture.h"
+#include "runtime/snapshot_job.h"
 
 using namespace lingprobe::capture;
-using lingprobe::format::SnapshotJob;
+using lingprobe::runtime::SnapshotJob;
 
 namespace {
 

@@ -13,6 +13,7 @@
 #include "format/snapshot_file.h"
 #include "sink/metadata_writer.h"
 #include "sink/snapshot_writer.h"
+#include "runtime/snapshot_job.h"
 
 using namespace lingprobe;
 
@@ -34,22 +35,22 @@ TEST_CASE("a profile-only job counts as a profile, not as a snapshot", "[sink][s
   const std::string sha(64, 'a');
   writer.add_signature(0, sha, "{\"op\":\"aten.mm.default\"}");
   std::string kept;
-  format::SnapshotJob job;
+  runtime::SnapshotJob job;
   job.signature_id = 0;
   job.stage = "dit";
   job.snapshot = false;
   job.profiled = true;
   job.profile.status = "passed";
   uint8_t files = 0;
-  job.done = [&](format::SnapshotJob::Result r, const std::string& path, const std::string&, uint8_t which) {
-    if (r == format::SnapshotJob::Result::Kept) kept = path;
+  job.done = [&](runtime::SnapshotJob::Result r, const std::string& path, const std::string&, uint8_t which) {
+    if (r == runtime::SnapshotJob::Result::Kept) kept = path;
     files = which;
   };
   writer.submit(std::move(job));
   writer.finalize();
   metadata.finalize();
   CHECK(kept == "profiles/dit_rank0_" + sha.substr(0, 16));
-  CHECK(files == format::SnapshotJob::kKeptProfile);
+  CHECK(files == runtime::SnapshotJob::kKeptProfile);
   CHECK(exists(run + "/" + kept + "/manifest.json"));
   CHECK(writer.written() == 0);
   CHECK(writer.profiles_written() == 1);

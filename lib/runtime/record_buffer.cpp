@@ -1,6 +1,6 @@
-#include "format/record_buffer.h"
+#include "runtime/record_buffer.h"
 
-namespace lingprobe::format {
+namespace lingprobe::runtime {
 
 RecordBuffer::RecordBuffer(size_t min_capacity) {
   size_t c = 16;
@@ -10,4 +10,4 @@ RecordBuffer::RecordBuffer(size_t min_capacity) {
   slots_.reset(new CallRecord[c]);
 }
 
-}  // namespace lingprobe::format
+}  // namespace lingprobe::runtime

@@ -12,7 +12,9 @@
 
 #include "format/records.h"
 
-namespace lingprobe::format {
+namespace lingprobe::runtime {
+
+using format::CallRecord;
 
 class RecordBuffer {
  public:
@@ -58,4 +60,4 @@ class RecordBuffer {
   std::atomic<bool> closed_{false};
 };
 
-}  // namespace lingprobe::format
+}  // namespace lingprobe::runtime

@@ -555,7 +555,7 @@ struct SamplingSession::Parts {
   std::unique_ptr<StageGpuTime> stage_time;  // PROFILE with STAGE_GPU_TIME
   std::unique_ptr<LoadedPlan> plan;          // SAMPLE_PLAN
   sink::MetadataWriter* metadata;
-  bool gpu_on_machine;
+  SampleDevices sample_devices;
 
   Parts(const Config& c, int64_t rank, const std::string& who, const std::string& run_dir, const std::string& run_id,
         sink::MetadataWriter* metadata, bool gpu)
@@ -568,7 +568,7 @@ struct SamplingSession::Parts {
         snapshots(&sampler, &writer_sink, &broker, &cuda, snapshot_options(c, rank, run_id, gpu)),
         plan(load_sample_plan(c, gpu)),
         metadata(metadata),
-        gpu_on_machine(gpu) {
+        sample_devices(c.sample_devices) {
     if (c.profile && c.stage_gpu_time)
       stage_time = std::make_unique<StageGpuTime>([this](int device) { return cuda.window_epoch(device); });
   }
@@ -657,19 +657,23 @@ void SamplingSession::finalize() {
   if (parts_->stage_time) parts_->stage_time->finalize();  // before the final counts record
   if (parts_->plan && !plan_written_.exchange(true))
     parts_->metadata->add_record(plan_record(*parts_->plan, parts_->sampler.plan_unmet()));
-  if (!exit_said_.exchange(true)) say_if_nothing_ran_on_the_gpu();
   parts_->writer.finalize();
+  if (!exit_said_.exchange(true)) say_if_nothing_ran_on_the_gpu();  // after the drain: the samples' verdicts are in
 }
-// A program whose sampled keys all ran off the GPU while only GPU calls are sampled (a CPU job on a GPU machine)
-// ends with no evidence: said once, at exit, with the option that samples its calls.
+// A program whose due keys all ran off the GPU while only GPU calls are sampled (a CPU job on a GPU machine) ends
+// with no evidence: said once, at exit, with the option that samples its calls. Not when any key was sampled, here
+// or by another process, or stays unsampled for another reason.
 void SamplingSession::say_if_nothing_ran_on_the_gpu() {
-  uint64_t off_gpu = 0;
+  uint64_t off_gpu = 0, other = 0;
+  const std::string suffix = ":not_on_gpu";
   for (const auto& [reason, keys] : parts_->sampler.unsampled_reasons())
-    if (reason.size() > 11 && reason.compare(reason.size() - 11, 11, ":not_on_gpu") == 0) off_gpu += keys;
-  if (off_gpu == 0 || parts_->sampler.stats().sampled > 0) return;
+    (reason.size() > suffix.size() && reason.compare(reason.size() - suffix.size(), suffix.size(), suffix) == 0
+         ? off_gpu
+         : other) += keys;
+  if (off_gpu == 0 || other > 0 || parts_->sampler.stats().sampled > 0) return;
   log_warn(std::to_string(off_gpu) + " input key(s) were not sampled: their calls ran on the CPU or the meta device, "
            "and only GPU calls are sampled (LINGPROBE_SAMPLE_DEVICES=" +
-           std::string(parts_->gpu_on_machine ? "auto on a machine with an NVIDIA GPU" : "gpu") +
+           std::string(parts_->sample_devices == SampleDevices::Gpu ? "gpu" : "auto, on a machine with an NVIDIA GPU") +
            "); set LINGPROBE_SAMPLE_DEVICES=any to sample them");
 }
 

@@ -102,15 +102,12 @@ std::string math_mode(const JsonValue& sig, const JsonValue* policy) {
 
 namespace {
 
-// The call ran in an autocast region (its math policy, as the profile or its replay recorded it).
+// The call ran in a CUDA autocast region (its math policy, as the profile or its replay recorded it; profiles are
+// of CUDA calls, so CPU autocast casts nothing in their windows).
 bool autocast_on(const JsonValue* policy) {
-  if (!policy) return false;
-  for (const char* key : {"autocast_cuda", "autocast_cpu"})
-    if (const JsonValue* v = policy->find(key))
-      if ((v->kind() == JsonValue::Kind::Bool && v->as_bool()) ||
-          (v->kind() == JsonValue::Kind::String && v->as_string() == "true"))
-        return true;
-  return false;
+  const JsonValue* v = policy ? policy->find("autocast_cuda") : nullptr;
+  return v && ((v->kind() == JsonValue::Kind::Bool && v->as_bool()) ||
+               (v->kind() == JsonValue::Kind::String && v->as_string() == "true"));
 }
 
 struct Job {

@@ -64,8 +64,13 @@ std::string build_sample_plan(const JsonValue& audit, const PlanBudgets& budgets
     all_measured = all_measured && r.measured;
     ranked.push_back(std::move(r));
   }
+  // One basis for every key: measured kernel time where the earlier run measured every ranked key, else FLOPs (a
+  // time share over the measured keys alone would put each of a few profiled keys near 1).
+  const bool by_time = all_measured && total_time > 0;
   for (auto& r : ranked)
-    r.key.share = std::max(total_time > 0 ? r.time_us / total_time : 0, total_flops > 0 ? r.flops / total_flops : 0);
+    r.key.share = by_time ? r.time_us / total_time : total_flops > 0 ? r.flops / total_flops : 0;
+  ranked.erase(std::remove_if(ranked.begin(), ranked.end(), [](const Ranked& r) { return r.key.share <= 0; }),
+               ranked.end());
   std::sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
     if (a.key.share != b.key.share) return a.key.share > b.key.share;
     if (a.calls != b.calls) return a.calls > b.calls;
@@ -73,7 +78,7 @@ std::string build_sample_plan(const JsonValue& audit, const PlanBudgets& budgets
   });
   out = SamplePlan{};
   out.ranked = ranked.size();
-  out.basis = all_measured && total_time > 0 ? "measured_time" : "flops";
+  out.basis = by_time ? "measured_time" : "flops";
   const double window_s = mean_window_seconds(audit);
   uint64_t bytes_left = budgets.snapshot_bytes;
   double stall_left = budgets.stall_seconds;
@@ -86,8 +91,7 @@ std::string build_sample_plan(const JsonValue& audit, const PlanBudgets& budgets
     }
     if (snapshot) bytes_left -= r.key.snapshot_bytes;
     if (counters) stall_left -= window_s;
-    const double basis_total = out.basis == "measured_time" ? total_time : total_flops;
-    out.covered_share += basis_total > 0 ? (out.basis == "measured_time" ? r.time_us : r.flops) / basis_total : 0;
+    out.covered_share += r.key.share;
     out.keys.push_back(r.key);
   }
   return "";

@@ -3,8 +3,9 @@
 // tool). The earlier run's audit (RUN_DIR/reports/coverage_audit.json) gives
 // each signature's calls, FLOPs per call and, where counters ran, measured
 // kernel time per call. Rows are joined per input key (the signature without
-// its output: the sampler's key), ranked by the larger of their share of the
-// run's measured time and of its FLOPs, and taken in that order while their
+// its output: the sampler's key), ranked by their share of the run's measured
+// kernel time where every ranked key was measured, else of its FLOPs, and
+// taken in that order while their
 // estimated cost fits: the snapshot's tensor bytes against the process's byte
 // budget, one counter window (the earlier run's mean, else kDefaultWindowS)
 // against the stall budget. A key that fits neither is passed over; a
@@ -22,7 +23,7 @@ namespace lingprobe::capture {
 
 struct PlannedKey {
   std::string input_sha, op, stage;
-  double share = 0;           // of the earlier run's measured time or FLOPs, whichever is larger
+  double share = 0;           // of the earlier run's measured kernel time, or of its FLOPs (SamplePlan::basis)
   uint64_t snapshot_bytes = 0;  // its tensors' stored bytes, inputs and outputs
 };
 

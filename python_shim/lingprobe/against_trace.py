@@ -1,13 +1,14 @@
 """Inline kernel time against the real execution, call by call.
 
     lingprobe validate RUN_DIR --against-trace TRACE.json[.gz] [--min-kernel-us 20] [--tolerance 0.03]
-                       [--json OUT]
+                       [--rank R] [--json OUT]
 
 RUN_DIR is a run recorded with LINGPROBE_PROFILE=1 (call records on, the
 default). TRACE is torch.profiler's Chrome trace (`prof.export_chrome_trace`)
 of the same program in a separate run without lingprobe. Top-level ATen calls
-are matched per thread by order (threads paired by the order of their first
-call; the longest common subsequence of op names, so that calls only one
+of one process (--rank, default 0, or the single process) are matched per
+thread by order (each run thread paired with the trace thread whose calls
+align best; difflib's matching blocks of the op names, so that calls only one
 side has shift nothing), and each profiled call's inline kernels (kernels.json,
 gpu__time_duration.sum) are set against the kernels that the same call
 launched in the trace (CUPTI Activity: correlation id -> its launch -> the
@@ -39,33 +40,42 @@ def load_json(path):
         return json.load(f)
 
 
-def run_calls(run_dir):
-    """Per thread: the top-level calls in order, as [op name, seq]; and per seq the profile record."""
+def run_calls(run_dir, rank=0):
+    """The chosen rank's (or the single process's) top-level calls per thread, in order, as [op name, seq]; and per
+    seq its profile record. A trace is one process: other ranks' and children's files are not paired with it."""
     files = sorted((run_dir / "metadata").glob("*.jsonl"))
     if not files:
         raise BadInput(f"{run_dir} is not a run directory (no metadata/*.jsonl)")
-    threads, profiles, first_t0 = {}, {}, {}
+    threads, profiles, first_t0, chosen = {}, {}, {}, None
     for f in files:
-        names = {}
+        names, header, calls, file_profiles = {}, None, {}, {}
         for line in f.read_text().splitlines():
             try:
                 r = json.loads(line)
             except ValueError:
                 continue  # a torn last line
             kind = r.get("kind")
-            if kind == "signature":
+            if kind == "header":
+                header = r
+            elif kind == "signature":
                 names[r["id"]] = json.loads(r["signature_json"])["op"]
             elif kind == "call" and r["depth"] == 0:
-                key = (f.name, r["tid"])
-                threads.setdefault(key, []).append([aten_name(names.get(r["id"], "?")), r["seq"]])
-                first_t0.setdefault(key, r["t0_ns"])
+                calls.setdefault(r["tid"], []).append((r["id"], r["seq"], r["t0_ns"]))
             elif kind == "profile":
-                profiles[(f.name, r["seq"])] = r
+                file_profiles[r["seq"]] = r
+        role = (header or {}).get("role", "single")
+        if role not in ("rank", "single") or (header or {}).get("rank", 0) != rank:
+            continue
+        chosen, profiles = f.name, file_profiles
+        for tid, cs in calls.items():
+            threads[tid] = [[aten_name(names.get(i, "?")), seq] for i, seq, _ in cs]
+            first_t0[tid] = cs[0][2]
+        break
+    if chosen is None:
+        raise BadInput(f"{run_dir} has no metadata file of rank {rank} (--rank picks another)")
     if not any(threads.values()):
         raise BadInput(f"{run_dir} has no call records (LINGPROBE_CALL_RECORDS=0?): calls cannot be matched by order")
-    ordered = [threads[k] for k in sorted(threads, key=lambda k: (k[0], first_t0[k]))]
-    keys = [k for k in sorted(threads, key=lambda k: (k[0], first_t0[k]))]
-    return [(k[0], calls) for k, calls in zip(keys, ordered)], profiles
+    return chosen, [threads[t] for t in sorted(threads, key=lambda t: first_t0[t])], profiles
 
 
 def aten_name(op):
@@ -109,12 +119,13 @@ def trace_calls(trace):
         if i >= 0 and launch["ts"] <= top[i]["end"]:
             top[i]["kernels"].extend(sorted(ks, key=lambda k: k["ts"]))
     threads.sort(key=lambda t: t[1][0]["ts"] if t[1] else float("inf"))
-    return [top for _, top in threads if top]
+    return [top for _, top in threads if top], bool(kernels)
 
 
 def align(run_names, trace_names):
-    """Pairs (i, j) of equal names, in order: the longest common subsequence's blocks (difflib), so that calls only
-    one side has (the construction a trace did not cover, ops of a selective run) shift nothing."""
+    """Pairs (i, j) of equal names, in order: difflib's matching blocks (the longest matching run, then recursively
+    on either side of it), so that calls only one side has (the construction a trace did not cover, ops of a
+    selective run) shift nothing. Not a true LCS; near it on programs that repeat the same call sequence."""
     matcher = difflib.SequenceMatcher(None, run_names, trace_names, autojunk=False)
     return [(blk.a + k, blk.b + k) for blk in matcher.get_matching_blocks() for k in range(blk.size)]
 
@@ -132,28 +143,54 @@ def compare_kernels(inline, traced, min_us, tolerance):
     rows = []
     for n, m in kernel_pairs(inline, traced):
         k, t = inline[n], traced[m]
-        ours = k["metrics"][TIME]["value"]
-        real = float(t["dur"])
-        rel = (ours - real) / real if real > 0 else float("inf")
+        ours, real = kernel_us(k), float(t["dur"])
+        if ours is None or real <= 0:
+            continue  # no time on one side: nothing to set against
+        rel = (ours - real) / real
         rows.append({"index": n, "kernel": k["name"][:80], "trace_kernel": t["name"][:80],
                      "inline_us": ours, "trace_us": real, "relative": rel,
                      "gated": real >= min_us, "within": abs(rel) <= tolerance})
     return rows
 
 
-def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03):
-    run_threads, profiles = run_calls(run_dir)
-    trace = trace_calls(load_json(trace_path))
+def pair_threads(run_threads, trace_threads, probe=2000):
+    """Each run thread (the busiest first) with the trace thread whose first calls align best with its own."""
+    pairs, free = [], list(range(len(trace_threads)))
+    for calls in sorted(run_threads, key=len, reverse=True):
+        if not free:
+            break
+        names = [c[0] for c in calls[:probe]]
+        best = max(free, key=lambda j: len(align(names, [c["name"] for c in trace_threads[j][:probe]])))
+        free.remove(best)
+        pairs.append((calls, trace_threads[best]))
+    return pairs
+
+
+def kernel_us(kernel):
+    """A kernels.json entry's gpu__time_duration.sum in us, whatever its time unit; None when absent."""
+    m = kernel.get("metrics", {}).get(TIME)
+    if not m or m.get("value") is None:
+        return None
+    return m["value"] * {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
+                         "s": 1e6, "second": 1e6}.get(m.get("unit", "us"), 1.0)
+
+
+def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0):
+    fname, run_threads, profiles = run_calls(run_dir, rank)
+    trace, has_kernels = trace_calls(load_json(trace_path))
     if not trace:
         raise BadInput(f"{trace_path}: no cpu_op events (a torch.profiler Chrome trace with CPU and CUDA activities?)")
-    report = {"run": str(run_dir), "trace": str(trace_path), "min_kernel_us": min_us, "tolerance": tolerance,
-              "threads": [], "calls": [], "kernel_count_mismatches": []}
-    for (fname, calls), top in zip(run_threads, trace):
+    if not has_kernels and any(p.get("status") == "passed" for p in profiles.values()):
+        raise BadInput(f"{trace_path}: no kernel events; record it with activities=[ProfilerActivity.CPU, "
+                       "ProfilerActivity.CUDA]")
+    report = {"run": str(run_dir), "trace": str(trace_path), "file": fname, "min_kernel_us": min_us,
+              "tolerance": tolerance, "threads": [], "calls": [], "kernel_count_mismatches": []}
+    for calls, top in pair_threads(run_threads, trace):
         pairs = align([c[0] for c in calls], [c["name"] for c in top])
         report["threads"].append({"file": fname, "run_calls": len(calls), "trace_calls": len(top),
                                   "matched": len(pairs)})
         for i, j in pairs:
-            prof = profiles.get((fname, calls[i][1]))
+            prof = profiles.get(calls[i][1])
             if not prof or prof.get("status") != "passed":
                 continue
             kernels = load_json(run_dir / prof["path"] / "kernels.json")
@@ -200,10 +237,11 @@ def main(argv=None):
     ap.add_argument("--against-trace", required=True, type=pathlib.Path)
     ap.add_argument("--min-kernel-us", type=float, default=20.0)
     ap.add_argument("--tolerance", type=float, default=0.03)
+    ap.add_argument("--rank", type=int, default=0, help="the rank whose calls the trace's process made (default 0)")
     ap.add_argument("--json", type=pathlib.Path)
     a = ap.parse_args(argv)
     try:
-        rep = validate(a.run_dir, a.against_trace, a.min_kernel_us, a.tolerance)
+        rep = validate(a.run_dir, a.against_trace, a.min_kernel_us, a.tolerance, a.rank)
     except (BadInput, OSError, ValueError, KeyError) as e:
         print(f"lingprobe validate: {e}", file=sys.stderr)
         return 2

@@ -23,7 +23,8 @@ def fake_run(tmp, linear_us):
     (run / "metadata").mkdir(parents=True)
     sig = lambda i, op: {"kind": "signature", "id": i, "sha256": f"{i:064x}",
                          "signature_json": json.dumps({"op": op, "args": [], "kwargs": {}, "stage": "unstaged"})}
-    lines = [sig(0, "aten.empty.memory_format"), sig(1, "aten.linear.default"), sig(2, "aten.relu.default")]
+    lines = [{"kind": "header", "role": "single", "rank": 0},
+             sig(0, "aten.empty.memory_format"), sig(1, "aten.linear.default"), sig(2, "aten.relu.default")]
     for seq, i in enumerate((0, 1, 2)):
         lines.append({"kind": "call", "depth": 0, "id": i, "seq": seq, "t0_ns": 1000 * seq, "t1_ns": 1000 * seq + 500,
                       "tid": 42})
@@ -32,7 +33,7 @@ def fake_run(tmp, linear_us):
         lines.append({"kind": "profile", "id": seq, "seq": seq, "path": f"profiles/{stem}", "status": "passed"})
         (run / "profiles" / stem).mkdir(parents=True)
         (run / "profiles" / stem / "kernels.json").write_text(json.dumps(
-            [{"name": f"{stem}_kernel", "metrics": {TIME: {"value": us, "unit": "us"}}}]))
+            [{"name": f"{stem}_kernel", "metrics": {TIME: {"value": us * 1000, "unit": "ns"}}}]))
     (run / "metadata" / "metadata_rank0_pid1.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
     return run
 
@@ -81,6 +82,35 @@ def test_calls_only_one_side_has_shift_nothing():
     k = lambda *names: [{"name": n} for n in names]
     assert kernel_pairs(k("cast", "gemm"), k("gemm")) == [(1, 0)]
     assert kernel_pairs(k("a", "b"), k("x", "y")) == [(0, 0), (1, 1)]
+
+
+def test_a_trace_without_kernels_is_refused_in_one_line(cli, tmp_path):
+    run, trace = fake_run(tmp_path, 102.0), fake_trace(tmp_path)
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e["cat"] == "cpu_op"]
+    trace.write_text(json.dumps({"traceEvents": events}))
+    p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and "ProfilerActivity.CUDA" in p.stderr and len(p.stderr.strip().splitlines()) == 1, \
+        p.stdout + p.stderr
+
+
+def test_the_trace_is_set_against_one_rank(cli, tmp_path):
+    """A second rank's file (same tids, other calls) changes nothing; --rank 1 picks it."""
+    run, trace = fake_run(tmp_path, 102.0), fake_trace(tmp_path)
+    other = [{"kind": "header", "role": "rank", "rank": 1},
+             {"kind": "signature", "id": 0, "sha256": "0" * 64,
+              "signature_json": json.dumps({"op": "aten.mm.default", "args": [], "kwargs": {}, "stage": "unstaged"})},
+             {"kind": "call", "depth": 0, "id": 0, "seq": 1, "t0_ns": 0, "t1_ns": 5, "tid": 42}]
+    (run / "metadata" / "metadata_rank1_pid2.jsonl").write_text("".join(json.dumps(l) + "\n" for l in other))
+    p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and "2 of 3 top-level calls matched" in p.stdout, p.stdout + p.stderr
+    p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace), "--rank", "1"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 1 and "0 of 1 top-level calls matched" in p.stdout, p.stdout + p.stderr
+    p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace), "--rank", "5"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "no metadata file of rank 5" in p.stderr, p.stderr
 
 
 def test_bad_input_is_one_line(cli, tmp_path):

@@ -99,6 +99,20 @@ TEST_CASE("plan: measured time ranks where every key has it; windows bound the c
   CHECK(plan.over_budget == 1);
 }
 
+TEST_CASE("plan: where only some keys were measured, FLOPs rank them all", "[plan]") {
+  // a was profiled (a short time), b was not: a time share over the measured keys alone would put a first
+  const std::string a = linear(16, 256, 256), bkey = linear(1024, 1024, 1024);
+  const JsonValue audit = audit_of({row(a, 10, "2097152", "3.0"), row(bkey, 10, "2147483648")});
+  capture::PlanBudgets b;
+  b.counters = true;
+  b.stall_seconds = 1.5;  // one window of the default 1 s
+  capture::SamplePlan plan;
+  REQUIRE(build_sample_plan(audit, b, plan).empty());
+  CHECK(plan.basis == "flops");
+  REQUIRE(plan.keys.size() == 1);
+  CHECK(plan.keys[0].input_sha == format::input_key_sha256(sig(bkey)));
+}
+
 TEST_CASE("plan: a file that is not an audit is refused with its reason", "[plan]") {
   capture::SamplePlan plan;
   CHECK(build_sample_plan(format::parse_json("{\"jobs\":[]}").value, {}, plan) == "no `rows` (not a coverage_audit.json)");

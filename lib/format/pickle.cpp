@@ -153,8 +153,8 @@ class Reader {
       const size_t at = pos_;
       const char op = b_[pos_++];
       std::string err = step(op, out);
-      if (err == "stop") return "";
       if (!err.empty()) return "pickle offset " + std::to_string(at) + ": " + err;
+      if (stopped_) return "";
     }
     return fail("truncated (no STOP)");
   }
@@ -214,7 +214,8 @@ class Reader {
       case STOP:
         if (stack_.size() != 1 || stack_[0].kind != Cell::Kind::Value) return "STOP with a malformed stack";
         out = std::move(stack_[0].value);
-        return "stop";
+        stopped_ = true;
+        return "";
       case MARK: {
         if (++marks_ > 64) return "nested too deeply";
         Cell c;
@@ -406,6 +407,7 @@ class Reader {
 
   const std::string& b_;
   size_t pos_ = 0;
+  bool stopped_ = false;  // STOP read: the value is out
   size_t count_ = 0;
   int marks_ = 0;
   std::vector<Cell> stack_;

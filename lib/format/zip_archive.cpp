@@ -33,22 +33,24 @@ uint32_t get32(const unsigned char* p) {
 
 }  // namespace
 
+bool ZipWriter::fail(Error code, const char* message) {
+  if (code_ == Error::None) {
+    code_ = code;
+    error_ = message;
+  }
+  return false;
+}
+
 bool ZipWriter::emit(const void* data, size_t n) {
   if (n == 0) return true;
-  if (!out_(data, n)) {
-    if (error_.empty()) error_ = "write failed";
-    return false;
-  }
+  if (!out_(data, n)) return fail(Error::WriteFailed, "write failed");
   offset_ += n;
   return true;
 }
 
 bool ZipWriter::begin_entry(const std::string& name) {
-  if (open_ || finished_ || !error_.empty()) return false;
-  if (name.empty() || name.size() > 0xFFFF) {
-    error_ = "bad entry name";
-    return false;
-  }
+  if (open_ || finished_ || code_ != Error::None) return false;
+  if (name.empty() || name.size() > 0xFFFF) return fail(Error::BadName, "bad entry name");
   Entry e;
   e.name = name;
   e.header_offset = offset_;
@@ -78,19 +80,17 @@ bool ZipWriter::begin_entry(const std::string& name) {
 }
 
 bool ZipWriter::write(const void* data, size_t n) {
-  if (!open_) return false;
+  if (!open_ || code_ != Error::None) return false;
   Entry& e = entries_.back();
+  // Refused before any byte is read or written: the archive has no ZIP64.
+  if (e.size + n > kZip32Max || offset_ + n > kZip32Max) return fail(Error::TooLarge, "archive larger than 4 GiB (no ZIP64)");
   e.crc = crc32_update(e.crc, data, n);
   e.size += n;
-  if (e.size > kZip32Max || offset_ + n > kZip32Max) {
-    error_ = "archive larger than 4 GiB (no ZIP64)";
-    return false;
-  }
   return emit(data, n);
 }
 
 bool ZipWriter::end_entry() {
-  if (!open_) return false;
+  if (!open_ || code_ != Error::None) return false;
   open_ = false;
   const Entry& e = entries_.back();
   std::string d;
@@ -106,7 +106,7 @@ bool ZipWriter::add(const std::string& name, const void* data, size_t n) {
 }
 
 bool ZipWriter::finish() {
-  if (open_ || finished_) return false;
+  if (open_ || finished_ || code_ != Error::None) return false;
   const uint64_t cd_start = offset_;
   std::string cd;
   for (const Entry& e : entries_) {
@@ -129,10 +129,8 @@ bool ZipWriter::finish() {
     put32(cd, static_cast<uint32_t>(e.header_offset));
     cd += e.name;
   }
-  if (entries_.size() > 0xFFFF || cd_start + cd.size() > kZip32Max) {
-    error_ = "too many entries or archive too large (no ZIP64)";
-    return false;
-  }
+  if (entries_.size() > 0xFFFF || cd_start + cd.size() > kZip32Max)
+    return fail(Error::TooLarge, "too many entries or archive too large (no ZIP64)");
   put32(cd, kEndSig);
   put16(cd, 0);
   put16(cd, 0);

@@ -30,6 +30,9 @@ class ZipWriter {
   bool finish();
 
   uint64_t bytes_written() const { return offset_; }
+  // Why the last call failed: a code callers switch on, and its message.
+  enum class Error { None, TooLarge, WriteFailed, BadName };
+  Error error_code() const { return code_; }
   const std::string& error() const { return error_; }
 
  private:
@@ -44,7 +47,9 @@ class ZipWriter {
   std::vector<Entry> entries_;
   bool open_ = false, finished_ = false;
   uint64_t offset_ = 0;
+  Error code_ = Error::None;
   std::string error_;
+  bool fail(Error code, const char* message);
 };
 
 // Random access to the archive's bytes.

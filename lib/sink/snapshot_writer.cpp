@@ -196,7 +196,8 @@ std::string SnapshotWriter::write_snapshot(runtime::SnapshotJob& job, const std:
   if (err.empty() && !rename_new(dir.fd, tmp, final_name)) err = std::strerror(errno);
   if (!err.empty()) {
     ::unlinkat(dir.fd, tmp.c_str(), 0);
-    return err.find("4 GiB") != std::string::npos ? "too_large" : write_errno == ENOSPC ? "disk_full" : "write_error";
+    if (zip.error_code() == format::ZipWriter::Error::TooLarge) return "too_large";
+    return write_errno == ENOSPC ? "disk_full" : "write_error";
   }
   file_sha = hex_of(digest.get());
   bytes = zip.bytes_written();

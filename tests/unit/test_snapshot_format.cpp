@@ -91,6 +91,26 @@ TEST_CASE("zip: written front to back, data 64-byte aligned, read back with CRCs
   CHECK(ZipReader().open(tsrc).find("not a ZIP") != std::string::npos);
 }
 
+TEST_CASE("zip: a failure carries a code (the writer tells an archive over 4 GiB from a full disk by it)", "[snapshot]") {
+  using lingprobe::format::ZipWriter;
+  std::string sink;
+  ZipWriter zip([&](const void* d, size_t n) { sink.append(static_cast<const char*>(d), n); return true; });
+  REQUIRE(zip.begin_entry("archive/data/0"));
+  const char byte = 0;
+  // 4 GiB and one byte: refused before a byte is read (the pointer holds one) or written
+  CHECK_FALSE(zip.write(&byte, (size_t{1} << 32) + 1));
+  CHECK(zip.error_code() == ZipWriter::Error::TooLarge);
+  const size_t written = sink.size();
+  CHECK_FALSE(zip.write(&byte, 1));  // the first failure stands
+  CHECK(sink.size() == written);
+  ZipWriter full([](const void*, size_t) { return false; });
+  CHECK_FALSE(full.begin_entry("archive/data/0"));
+  CHECK(full.error_code() == ZipWriter::Error::WriteFailed);
+  ZipWriter named([](const void*, size_t) { return true; });
+  CHECK_FALSE(named.begin_entry(""));
+  CHECK(named.error_code() == ZipWriter::Error::BadName);
+}
+
 TEST_CASE("pickle: lingprobe's subset round-trips, integers of every width", "[snapshot]") {
   PickleTensor t;
   t.storage_class = "BFloat16Storage";

@@ -11,6 +11,7 @@
 
 #include "audit/metadata_reader.h"
 #include "audit/profile_evidence.h"
+#include "audit/run_paths.h"
 #include "audit/stage_time.h"
 #include "audit/summary_file.h"
 #include "format/canonical_json.h"
@@ -41,11 +42,6 @@ double num(const JsonValue* v) {
 }
 
 std::string str(const JsonValue* v) { return v && v->kind() == JsonValue::Kind::String ? v->as_string() : ""; }
-
-std::string basename(const std::string& p) {
-  const size_t s = p.find_last_of('/');
-  return s == std::string::npos ? p : p.substr(s + 1);
-}
 
 std::string human(double x, const char* unit) {
   const char* prefixes[] = {"", "K", "M", "G", "T", "P"};

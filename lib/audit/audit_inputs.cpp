@@ -1,0 +1,110 @@
+#include <cstdio>
+
+#include "audit/audit_run.h"
+#include "audit/run_paths.h"
+#include "sink/run_directory.h"
+
+namespace lingprobe::audit {
+
+// 1. Files and the run directory.
+bool find_inputs(AuditRun& a) {
+  const AuditOptions& options = a.options;
+  AuditOutcome& outcome = a.outcome;
+  auto& files = a.files;
+  auto& run_dir = a.run_dir;
+  auto add_run = [&](const std::string& dir) {
+    if (run_dir.empty()) run_dir = dir;
+    for (const auto& f : sink::metadata_files(dir)) files.push_back(f);
+  };
+  for (const auto& raw : options.inputs) {
+    const std::string in = strip_slash(raw);
+    if (is_dir(in + "/metadata")) {
+      add_run(in);
+    } else if (is_dir(in) && basename(in) == "metadata") {
+      add_run(parent(in));
+    } else if (is_dir(in)) {
+      std::vector<std::string> launches;
+      for (const auto& name : list_dir(in))
+        if (!is_symlink(in + "/" + name) && is_dir(in + "/" + name + "/metadata")) launches.push_back(name);
+      if (launches.size() > 1 && !options.allow_mixed_runs) {
+        std::string names;
+        for (size_t i = 0; i < launches.size(); ++i) names += (i ? ", " : "") + launches[i];
+        outcome.error = in + " holds " + std::to_string(launches.size()) + " launches (" + names +
+                        "): audit one run directory (" + in + "/" + launches.back() + ", or " + in +
+                        "/latest for the newest), or pass --allow-mixed-runs";
+        return false;
+      }
+      for (const auto& name : launches) add_run(in + "/" + name);
+      if (launches.empty()) {
+        outcome.error = "no metadata files (*.jsonl) found in " + in + " (neither " + in + "/metadata nor " + in +
+                        "/{run_id}/metadata exists)";
+        return false;
+      }
+    } else {
+      if (run_dir.empty()) {
+        const std::string dir = parent(in);
+        run_dir = basename(dir) == "metadata" ? parent(dir) : dir;
+      }
+      files.push_back(in);
+    }
+  }
+  if (files.empty()) {
+    outcome.error = "no metadata files (*.jsonl) found in " + options.inputs.front();
+    return false;
+  }
+
+  return true;
+}
+
+bool read_inputs(AuditRun& a) {
+  const AuditOptions& options = a.options;
+  AuditOutcome& outcome = a.outcome;
+  // 2. Read every file (streaming) and validate it; then sort the processes:
+  // ranks make the rows; children (and, beside ranks, plain parents such as
+  // mp.spawn's) are reported apart; launchers wrote nothing to count.
+  auto& summaries = a.summaries;
+  auto& run_ids = a.run_ids;
+  for (const auto& path : a.files) {
+    FileSummary f;
+    auto progress = [&](uint64_t done) {
+      if (options.progress)
+        std::fprintf(stderr, "\r[lingprobe audit] %s: %.0f MiB", basename(path).c_str(), static_cast<double>(done) / (1 << 20));
+    };
+    ReadResult rr = read_metadata_file(path, f, progress);
+    if (options.progress && f.bytes >= (64u << 20)) std::fprintf(stderr, "\n");
+    if (!rr.ok) {
+      outcome.error = rr.error;
+      return false;
+    }
+    a.bytes_total += f.bytes;
+    if (f.bytes == 0 || !f.has_header) {
+      outcome.warnings.push_back(path + ": " + (f.bytes == 0 ? "empty file" : "no header record") + "; skipped");
+      continue;
+    }
+    if (f.format != "lingprobe.metadata/1") {
+      outcome.error = path + ": format '" + f.format + "' is not lingprobe.metadata/1; refusing to mix formats";
+      return false;
+    }
+    if (f.role == "launcher") {
+      outcome.warnings.push_back(path + ": written by a launcher process; skipped");
+      continue;
+    }
+    run_ids.insert(f.run_id);
+    a.any_rank = a.any_rank || f.role == "rank";
+    summaries.push_back(std::move(f));
+  }
+  if (run_ids.size() > 1) {
+    std::string ids;
+    for (const auto& id : run_ids) ids += (ids.empty() ? "'" : ", '") + id + "'";
+    if (!options.allow_mixed_runs) {
+      outcome.error = "these files belong to " + std::to_string(run_ids.size()) + " launches (run_id " + ids +
+                      "); audit one launch's run directory, or pass --allow-mixed-runs to sum them";
+      return false;
+    }
+    outcome.warnings.push_back("--allow-mixed-runs: summing " + std::to_string(run_ids.size()) + " launches (" + ids + ")");
+  }
+
+  return true;
+}
+
+}  // namespace lingprobe::audit

@@ -1,0 +1,96 @@
+// The coverage audit's phases and the state they hand on (run_audit, in
+// coverage_audit.cpp, runs them in order): 1-2 the inputs found and read
+// (audit_inputs.cpp), 2b the ranks' totals, 3 the evidence checked, 4 the
+// report (coverage_audit.cpp), 5 the summary and the files written
+// (audit_summary.cpp). Internal to the audit layer.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "audit/coverage_audit.h"
+#include "audit/key_evidence.h"
+#include "audit/metadata_reader.h"
+#include "audit/rank_view.h"
+#include "format/json_value.h"
+
+namespace lingprobe::audit {
+
+using format::JsonValue;
+
+struct Signature {
+  std::string sha;
+  JsonValue value;
+  std::string stage, op;
+  std::optional<int64_t> flops;
+  std::map<int64_t, uint64_t> calls_by_rank;
+  uint64_t calls = 0;
+  std::vector<Evidence> snapshots;
+  std::vector<Evidence> profiles;          // with counters
+  std::optional<double> kernel_time_us;    // measured, per call (first profile)
+};
+
+// Each rank's stall caused by counter windows (its profile records and counts).
+struct WindowStall {
+  uint64_t windows = 0;
+  std::map<std::string, uint64_t> by_status;
+  double window_s = 0, lock_wait_s = 0, max_window_s = 0;
+  int64_t stall_us = -1;  // the counts record's total: refused waits for the lock included
+};
+
+// The audit's state from one phase to the next.
+struct AuditRun {
+  AuditRun(const AuditOptions& o, AuditOutcome& out) : options(o), outcome(out) {}
+  const AuditOptions& options;
+  AuditOutcome& outcome;
+  // 1. inputs
+  std::vector<std::string> files;
+  std::string run_dir;
+  // 2. the files read
+  std::vector<FileSummary> summaries;
+  uint64_t bytes_total = 0;
+  std::set<std::string> run_ids;
+  bool any_rank = false;
+  // 2b. the ranks' totals
+  std::map<std::string, Signature> sigs;
+  std::set<int64_t> ranks;
+  std::string run_id;
+  int64_t world_size = -1;
+  uint64_t dropped_total = 0;
+  std::map<std::string, uint64_t> nested;        // calls nested below recorded ones (LINGPROBE_SUPPRESS_NESTED)
+  std::map<std::string, uint64_t> compile_time;  // compile-time calls on fake tensors
+  std::map<std::string, std::map<std::string, uint64_t>> dropped;
+  std::map<std::string, uint64_t> sampling, unsampled;  // summed over the ranks' files
+  std::vector<Refusal> refusals;                        // every rank's refusal records
+  std::vector<PlanRecord> plans;                        // every process's sample plan record
+  JsonValue sources = JsonValue::array();
+  JsonValue others = JsonValue::array();
+  uint64_t other_calls = 0;
+  std::vector<std::pair<std::string, std::string>> source_rows;
+  size_t used_files = 0;
+  std::vector<const FileSummary*> row_files;  // the files whose calls make the rows
+  std::map<int64_t, WindowStall> stalls;
+  RankView ranks_view;
+  // 3. evidence
+  JsonValue rejected = JsonValue::array(), foreign = JsonValue::array(), unrecorded = JsonValue::array();
+  // 4. the report
+  std::vector<const Signature*> all;
+  std::map<std::string, std::vector<const Signature*>> by_stage;
+  JsonValue stages = JsonValue::array(), overall, report = JsonValue::object();
+  std::vector<KeyEvidence> refused_keys;
+  std::string stall_table;
+};
+
+bool find_inputs(AuditRun& a);      // 1. the metadata files and the run directory; false: outcome.error says why
+bool read_inputs(AuditRun& a);      // 2. every file read and validated; false: outcome.error
+bool total_ranks(AuditRun& a);      // 2b. the ranks' files summed; false: outcome.error
+void check_evidence(AuditRun& a);   // 3. only this run's own, unaltered evidence counts
+void build_report(AuditRun& a);     // 4. coverage_audit.json's document
+void write_outputs(AuditRun& a);    // 5. summary.md's audit part, then the files (outcome.ok on success)
+
+}  // namespace lingprobe::audit

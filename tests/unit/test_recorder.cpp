@@ -1,0 +1,133 @@
+// The recorder's parts (the signature table, nested-call learning, the
+// thread registry) and the recorder itself in this process: torch ops called
+// from C++ with a test sink in place of the writer.
+#include "capture/torch_guard.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "capture/nested_suppression.h"
+#include "capture/op_registry.h"
+#include "capture/recorder.h"
+#include "capture/signature_builder.h"
+#include "capture/signature_table.h"
+
+using namespace lingprobe;
+using namespace lingprobe::capture;
+
+namespace {
+
+const c10::FunctionSchema& add_schema() {
+  return c10::Dispatcher::singleton().findSchemaOrThrow("aten::add", "Tensor").schema();
+}
+
+struct TestSink : RecorderSink {
+  std::mutex mu;
+  std::vector<std::pair<uint32_t, std::string>> signatures;  // id, canonical JSON
+  std::vector<std::unique_ptr<runtime::RecordBuffer>> buffers;
+  runtime::RecordBuffer* register_thread_buffer(size_t capacity) override {
+    std::lock_guard<std::mutex> lock(mu);
+    buffers.push_back(std::make_unique<runtime::RecordBuffer>(capacity));
+    return buffers.back().get();
+  }
+  void on_new_signature(uint32_t id, const std::string&, const std::string& json) override {
+    std::lock_guard<std::mutex> lock(mu);
+    signatures.emplace_back(id, json);
+  }
+  bool on_buffer_full() override { return false; }
+  void on_buffer_half_full() override {}
+  std::vector<format::CallRecord> drain() {
+    std::vector<format::CallRecord> out;
+    for (auto& b : buffers) b->drain([&](const format::CallRecord& r) { out.push_back(r); });
+    return out;
+  }
+};
+
+uint64_t total_calls(const format::CountsSnapshot& snap) {
+  uint64_t n = 0;
+  for (const auto& [id, calls] : snap.calls) n += calls;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("signature table: a full key is interned once and its SHA-256 handed back", "[recorder]") {
+  SignatureTable table;
+  TestSink sink;
+  RecorderOptions options;
+  OpInfo op(add_schema(), 0, 0);
+  const at::Tensor x = at::ones({2, 3});
+  const std::vector<c10::IValue> inputs{x, x, c10::IValue(1)};
+  const format::JsonValue arguments = build_arguments(op.schema, c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size()));
+  const std::vector<c10::IValue> outputs{x};
+  const SignatureTable::Call call{&op, &arguments, c10::ArrayRef<const c10::IValue>(outputs.data(), outputs.size()), 0};
+  const uint64_t key_a[3] = {1, 2, 3}, key_b[3] = {1, 2, 4};
+  uint32_t first = 99, again = 99, other = 99;
+  std::string sha_first, sha_again;
+  REQUIRE(table.resolve(key_a, 3, call, sink, first, &sha_first));
+  REQUIRE(table.resolve(key_a, 3, call, sink, again, &sha_again));
+  REQUIRE(table.resolve(key_b, 3, call, sink, other));
+  CHECK(first == 0);
+  CHECK(again == 0);
+  CHECK(other == 1);
+  CHECK(sha_first.size() == 64);
+  CHECK(sha_again == sha_first);
+  CHECK(table.assigned().load() == 2);
+  REQUIRE(sink.signatures.size() == 2);  // the sink hears of each id once
+  CHECK(sink.signatures[0].second.find("\"aten.add.Tensor\"") != std::string::npos);
+}
+
+TEST_CASE("nested suppression is decided once, from an op's first 8 calls", "[recorder][suppress]") {
+  OpInfo many(add_schema(), -1, 0), few(add_schema(), -1, 0), never(add_schema(), 0, 0);
+  for (int i = 0; i < 7; ++i) learn_nested_calls(&many, 4, 4);
+  CHECK(many.suppress.load() == -1);  // still learning
+  learn_nested_calls(&many, 4, 4);
+  CHECK(many.suppress.load() == 1);  // 32 nested calls in 8 calls: at least 4 per call
+  for (int i = 0; i < 8; ++i) learn_nested_calls(&few, 3, 4);
+  CHECK(few.suppress.load() == 0);
+  for (int i = 0; i < 8; ++i) learn_nested_calls(&never, 100, 4);
+  CHECK(never.suppress.load() == 0);  // NESTED or never: not learning, not changed
+}
+
+// The recorder is one per process: one test case, installed once.
+TEST_CASE("recorder: one signature per distinct call, counted per call, a record per call in order",
+          "[recorder]") {
+  static TestSink sink;
+  RecorderOptions options;
+  options.buffer_records = 1024;
+  install_recorder(options, &sink);
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({4});
+  const format::CountsSnapshot before = recorder_counts();
+  set_recording(true);
+  for (int i = 0; i < 5; ++i) at::add(a, a);
+  at::add(b, b);
+  std::thread other([&] {  // a thread that exits: its counts stay in the totals
+    for (int i = 0; i < 3; ++i) at::add(a, a);
+  });
+  other.join();
+  set_recording(false);
+  at::add(a, a);  // not recorded
+  const format::CountsSnapshot after = recorder_counts();
+  CHECK(total_calls(after) - total_calls(before) == 9);
+  std::vector<std::string> adds;
+  for (const auto& [id, json] : sink.signatures)
+    if (json.find("\"aten.add.Tensor\"") != std::string::npos) adds.push_back(json);
+  CHECK(adds.size() == 2);  // [2,3] and [4]; the other thread's calls found the same signature
+  const std::vector<format::CallRecord> records = sink.drain();
+  REQUIRE(records.size() == 9);
+  for (size_t i = 0; i < records.size(); ++i) {
+    CHECK(records[i].depth == 0);
+    CHECK(records[i].t1_ns >= records[i].t0_ns);
+    if (i > 0 && records[i].tid == records[i - 1].tid) CHECK(records[i].seq > records[i - 1].seq);
+  }
+  const RecorderStats stats = recorder_stats();
+  CHECK(stats.calls_seen >= 9);
+  CHECK(stats.dropped == 0);
+}

@@ -10,22 +10,14 @@
 #include "capture/sampler.h"
 #include "format/canonical_json.h"
 #include "capture/snapshot_capture.h"
+#include "gpu/counter_windows.h"
 #include "gpu/cuda_driver.h"
 #ifdef LINGPROBE_HAVE_CUPTI
-#include "gpu/cupti_profiler.h"
-#include "gpu/nvml_guard.h"
+#include "gpu/cupti_profiler.h"  // seed_metrics
 #endif
 
-#include <cxxabi.h>
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
-#include <cerrno>
-#include <chrono>
 #include <cstdlib>
-#include <thread>
-#include <atomic>
-#include <condition_variable>
 #include "sink/claims.h"
 #include "sink/run_directory.h"
 #include "sink/snapshot_writer.h"
@@ -34,77 +26,30 @@
 namespace lingprobe::api {
 namespace {
 
-// hold_counters' state: the holds, and whether a window is opening or open.
-std::mutex g_hold_mu;
-std::condition_variable g_hold_cv;
-int g_holds = 0;
-bool g_window_busy = false;
-
-// Marks a window opening (refused while held); clears the mark unless kept by a Window.
-class WindowSlot {
- public:
-  // "" or why not: profiler_active (held), window_busy (another window of this process is open).
-  std::string acquire() {
-    std::lock_guard<std::mutex> lock(g_hold_mu);
-    if (g_holds > 0) return "profiler_active";
-    if (g_window_busy) return "window_busy";
-    g_window_busy = owned_ = true;
-    return "";
+// The reason a refused window gives in the sampler's records.
+std::string refusal_reason(gpu::WindowRefusal r, const std::string& detail) {
+  switch (r) {
+    case gpu::WindowRefusal::NoDriver: return detail;
+    case gpu::WindowRefusal::ProfilerActive: return "profiler_active";
+    case gpu::WindowRefusal::WindowBusy: return "window_busy";
+    case gpu::WindowRefusal::SubscriberHeld: return "subscriber_held";
+    case gpu::WindowRefusal::HardwareBusy: return "hardware_busy";
+    case gpu::WindowRefusal::Unavailable: return "counters_unavailable";
+    case gpu::WindowRefusal::NotBuilt: return "not_built_with_cupti";
+    case gpu::WindowRefusal::NotOpened:
+    case gpu::WindowRefusal::None: break;
   }
-  void keep() { owned_ = false; }
-  static void release() {
-    {
-      std::lock_guard<std::mutex> lock(g_hold_mu);
-      g_window_busy = false;
-    }
-    g_hold_cv.notify_all();
-  }
-  ~WindowSlot() {
-    if (owned_) release();
-  }
-
- private:
-  bool owned_ = false;
-};
-
-std::string demangle(const std::string& mangled) {
-  int status = 0;
-  char* d = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
-  std::string out = status == 0 && d ? d : mangled;
-  std::free(d);
-  return out;
+  return "window_not_opened";
 }
 
-// The physical GPU index behind a CUDA ordinal (CUDA_VISIBLE_DEVICES), as text.
-std::string physical_index(int ordinal) {
-  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (!v || !*v) return std::to_string(ordinal);
-  std::string list = v;
-  size_t pos = 0;
-  for (int i = 0; i <= ordinal; ++i) {
-    const size_t end = list.find(',', pos);
-    const std::string item = list.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-    if (i == ordinal) return item;
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
-  return std::to_string(ordinal);
-}
-
-// capture's GPU needs, over the CUDA driver and CUPTI (loaded on first use).
+// capture's GPU needs over gpu: the CUDA driver (loaded on first use) and the process's counter windows.
 class CudaAccess : public capture::DeviceAccess {
  public:
-  // `on_probe` gets the counters probe's result once, as a metadata record line.
-  // `lock_dir`: where the per-GPU lock that serialises the launch's counter
-  // windows lives (the ranks of one launch share one GPU on small machines,
-  // and the counter hardware serves one profiling session at a time).
-  // `unguarded`: windows even while another tool holds CUPTI's subscriber (PROFILE_UNGUARDED).
+  // `lock_dir`: RUN_DIR/claims, where the launch's per-GPU counter locks live
+  // (opened beneath the run directory without following a symlink).
   CudaAccess(std::vector<std::string> metrics, std::function<void(std::string)> on_probe, std::string lock_dir,
              bool unguarded)
-      : metrics_(std::move(metrics)), on_probe_(std::move(on_probe)), lock_dir_(std::move(lock_dir)),
-        unguarded_(unguarded) {
-    for (auto& fd : epoch_fds_) fd.store(-1);
-  }
+      : windows_({std::move(metrics), std::move(on_probe), lock_directory(std::move(lock_dir)), unguarded}) {}
   Capture stream_capture(void* stream) override {
     gpu::CudaDriver* d = gpu::CudaDriver::get();
     if (!d) return Capture::Unknown;
@@ -128,306 +73,38 @@ class CudaAccess : public capture::DeviceAccess {
     if (!ev) return nullptr;
     return std::make_unique<Transfer>(d, device, ev, ptr, n);
   }
-
   std::unique_ptr<capture::CounterWindow> open_counters(int device, void* stream, std::string& reason) override {
-#ifdef LINGPROBE_HAVE_CUPTI
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!unavailable_.empty()) {
-      reason = "counters_unavailable";
+    gpu::WindowRefusal refusal = gpu::WindowRefusal::None;
+    std::string detail;
+    std::unique_ptr<gpu::OpenCounterWindow> w = windows_.open(device, stream, refusal, detail);
+    if (!w) {
+      reason = refusal_reason(refusal, detail);
       return nullptr;
     }
-    WindowSlot slot;
-    if (std::string why = slot.acquire(); !why.empty()) {  // torch.profiler starting or running, or a window open
-      reason = why;
-      return nullptr;
-    }
-    // Kineto keeps CUPTI's subscriber once it has run: refused before the GPU lock and the NVML thread.
-    if (set_ready_ && !unguarded_ && cupti_->subscriber_held_elsewhere()) {
-      reason = "subscriber_held";
-      return nullptr;
-    }
-    gpu::CudaDriver* d = gpu::CudaDriver::get(&reason);
-    if (!d) return nullptr;
-    void* ctx = d->primary_context(device);
-    const auto t0 = std::chrono::steady_clock::now();
-    // Waits (bounded) while another process of the launch profiles this GPU.
-    // Bounded: that process's window may be waiting on this rank (its
-    // context synchronisation covers NCCL streams whose peers are here), so an
-    // unbounded wait could deadlock the job; a refused window is retried at a
-    // later call of the key (hardware_busy is transient).
-    const int lock_fd = lock_gpu(d, device);
-    const auto t_locked = std::chrono::steady_clock::now();
-    if (lock_fd == kLockTimedOut) {
-      add_stall(t_locked - t0);
-      reason = "hardware_busy";
-      log_ += "window not opened: the GPU's counter lock stayed held for " + std::to_string(kLockWaitSeconds) + " s\n";
-      return nullptr;
-    }
-    // The probe too runs under the lock: while another process profiles, the
-    // counter hardware answers HARDWARE_BUSY (seen on the H200 with 4 ranks).
-    if (!set_ready_ && !prepare(d, device, ctx)) {
-      unlock_gpu(lock_fd);
-      add_stall(std::chrono::steady_clock::now() - t0);
-      reason = unavailable_.empty() ? "hardware_busy" : "counters_unavailable";
-      return nullptr;
-    }
-    // Who else computes on the GPU before, during and after the window (NVML, its own thread).
-    std::unique_ptr<gpu::NvmlGuard> guard;
-    try {
-      guard = std::make_unique<gpu::NvmlGuard>(d->device_uuid(device));
-    } catch (...) {  // no thread for it (EAGAIN): the window goes on without the guard, the lock still released
-    }
-    gpu::Cupti::Refusal refusal;
-    std::string why = cupti_->begin_window(ctx, stream, set_, unguarded_, refusal);
-    if (!why.empty()) {
-      unlock_gpu(lock_fd);
-      add_stall(std::chrono::steady_clock::now() - t0);
-      using R = gpu::Cupti::Refusal;
-      if (refusal == R::Unavailable) unavailable_ = why;  // for the process; a held subscriber or busy hardware is not
-      reason = refusal == R::Unavailable      ? "counters_unavailable"
-               : refusal == R::HardwareBusy   ? "hardware_busy"
-               : refusal == R::SubscriberHeld ? "subscriber_held"
-                                              : "window_not_opened";
-      log_ += "window not opened: " + why + "\n";
-      return nullptr;
-    }
-    slot.keep();  // the Window releases it
-    local_epoch_.fetch_add(1);  // odd while the window is open (the Window bumps it back)
-    return std::make_unique<Window>(this, d, device, ctx, t0, t_locked, lock_fd, std::move(guard));
-#else
-    (void)device;
-    (void)stream;
-    reason = "not_built_with_cupti";
-    return nullptr;
-#endif
+    return std::make_unique<Window>(std::move(w));
   }
-
-  // The window epoch of `device`'s GPU for the stage clock: the lock file's counter (every process of the GPU's
-  // windows, see bump_epoch) in the high half, this process's own windows in the low half (those too when the
-  // lock file could not be used); odd halves while a window is open (gpu::StageClock::kWindowOpenBits).
-  uint64_t window_epoch(int device) {
-#ifndef LINGPROBE_HAVE_CUPTI
-    (void)device;
-    return 0;  // no windows without CUPTI
-#else
-    const uint64_t own = local_epoch_.load() & 0xffffffffu;
-    gpu::CudaDriver* d = gpu::CudaDriver::loaded();
-    if (!d || device < 0 || device >= 64) return own;
-    int fd = epoch_fds_[device].load();
-    if (fd < 0) {  // opened once per device (created as the lock is: the first window may come later)
-      std::lock_guard<std::mutex> lock(epoch_mu_);
-      fd = epoch_fds_[device].load();
-      if (fd < 0) {
-        fd = open_lock_file(d, device);
-        if (fd >= 0) epoch_fds_[device].store(fd);
-      }
-      if (fd < 0) return own;
-    }
-    uint64_t n = 0;
-    if (::pread(fd, &n, sizeof n, 0) != static_cast<ssize_t>(sizeof n)) n = 0;
-    return (n & 0xffffffffu) << 32 | own;
-#endif
-  }
-
-  // Windows closed and the wall time the calling threads spent on them (lock waits included).
-  uint64_t windows() const { return windows_.load(); }
-  uint64_t stall_us() const { return stall_us_.load(); }
-
-  // Why counters cannot be read here ("" while they can); the probe's result.
-  std::string unavailable() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return unavailable_;
-  }
+  uint64_t window_epoch(int device) { return windows_.window_epoch(device); }
+  uint64_t windows() const { return windows_.windows(); }
+  uint64_t stall_us() const { return windows_.stall_us(); }
 
  private:
-#ifdef LINGPROBE_HAVE_CUPTI
-  // Once per process: CUPTI, the chip, the counter availability, the config image.
-  bool prepare(gpu::CudaDriver* d, int device, void* ctx) {
-    std::string err;
-    cupti_ = gpu::Cupti::get(&err);
-    std::string chip;
-    std::vector<uint8_t> availability;
-    if (cupti_ && err.empty()) err = cupti_->device_chip(device, chip);
-    if (cupti_ && err.empty()) err = cupti_->counter_availability(ctx, availability);
-    if (cupti_ && err.empty()) err = cupti_->build_metric_set(chip, metrics_, availability, set_);
-    if (const char* inj = std::getenv("CUDA_INJECTION64_PATH"); err.empty() && inj && *inj)
-      err = std::string("held by another tool (CUDA_INJECTION64_PATH=") + inj + ")";
-    if (err.find("HARDWARE_BUSY") != std::string::npos) return false;  // transient: probed again at the next window
-    format::JsonValue probe = format::JsonValue::object();
-    probe.set("kind", format::JsonValue::string("counters_probe"));
-    probe.set("device", format::JsonValue::integer(device));
-    probe.set("available", format::JsonValue::boolean(err.empty()));
-    probe.set("chip", format::JsonValue::string(chip));
-    probe.set("passes", format::JsonValue::integer(static_cast<int64_t>(set_.passes)));
-    probe.set("reason", format::JsonValue::string(err));
-    if (on_probe_) on_probe_(format::canonical_json(probe) + "\n");
-    if (!err.empty()) {
-      unavailable_ = err;
-      return false;
-    }
-    identity_ = format::JsonValue::object();
-    identity_.set("gpu_name", format::JsonValue::string(d->device_name(device)));
-    identity_.set("gpu_uuid", format::JsonValue::string(d->device_uuid(device)));
-    identity_.set("chip", format::JsonValue::string(chip));
-    identity_.set("compute_capability", format::JsonValue::string(d->compute_capability(device)));
-    identity_.set("driver_version", format::JsonValue::integer(d->driver_version()));
-    identity_.set("driver", format::JsonValue::string(gpu::NvmlGuard::driver_version()));
-    identity_.set("cuda_runtime_version", format::JsonValue::integer(gpu::CudaDriver::runtime_version()));
-    identity_.set("cupti_version", format::JsonValue::integer(cupti_->version()));
-    identity_.set("sm_clock_khz", format::JsonValue::integer(d->clock_rate_khz(device)));
-    format::JsonValue m = format::JsonValue::array();
-    for (const auto& x : set_.metrics) m.push_back(format::JsonValue::string(x));
-    identity_.set("metrics", std::move(m));
-    set_ready_ = true;
-    return true;
+  static gpu::CounterLock::OpenDirectory lock_directory(std::string lock_dir) {
+    return [lock_dir = std::move(lock_dir)]() -> int {
+      const size_t cut = lock_dir.rfind('/');
+      const std::string root = cut == std::string::npos ? "." : lock_dir.substr(0, cut);
+      if (!sink::make_directories(root).empty()) return -1;
+      return sink::open_directory_beneath(root, lock_dir.substr(cut + 1), true);
+    };
   }
 
   class Window : public capture::CounterWindow {
    public:
-    Window(CudaAccess* owner, gpu::CudaDriver* d, int device, void* ctx, std::chrono::steady_clock::time_point t0,
-           std::chrono::steady_clock::time_point t_locked, int lock_fd, std::unique_ptr<gpu::NvmlGuard> guard)
-        : owner_(owner), d_(d), device_(device), ctx_(ctx), t0_(t0), t_locked_(t_locked), lock_fd_(lock_fd),
-          guard_(std::move(guard)) {}
-    // A window that was never closed (its op threw past the capture) still
-    // releases the GPU's lock, so the other ranks are not blocked by it.
-    ~Window() override {
-      if (!closed_) try {
-          owner_->cupti_->end_window([this] { return d_->synchronize(ctx_); });
-        } catch (...) {  // nothing escapes into the op's unwinding
-        }
-      owner_->unlock_gpu(lock_fd_);
-      if (!closed_) {
-        owner_->local_epoch_.fetch_add(1);
-        owner_->add_stall(std::chrono::steady_clock::now() - t0_, true);
-        WindowSlot::release();
-      }
-    }
-    format::ProfileData close() override {
-      gpu::WindowResult w = owner_->cupti_->end_window([this] { return d_->synchronize(ctx_); });
-      closed_ = true;
-      owner_->unlock_gpu(lock_fd_);
-      owner_->local_epoch_.fetch_add(1);
-      lock_fd_ = -1;
-      WindowSlot::release();
-      format::JsonValue guard = guard_ ? guard_->finish() : format::JsonValue::null();
-      format::ProfileData p;
-      p.status = gpu::status_name(w.status);
-      p.reason = w.reason;
-      p.metrics = owner_->set_.metrics;
-      p.passes = owner_->set_.passes;
-      p.compute_capability = d_->compute_capability(device_);
-      p.foreign_kernels = w.foreign;
-      for (size_t i = 0; i < w.kernels.size(); ++i) {
-        const gpu::KernelLaunch& k = w.kernels[i];
-        format::ProfiledKernel pk;
-        pk.mangled_name = k.mangled;
-        pk.name = demangle(k.mangled);
-        pk.device = device_;
-        for (int j = 0; j < 3; ++j) pk.grid[j] = k.grid[j], pk.block[j] = k.block[j];
-        pk.registers_per_thread = k.registers;
-        pk.shared_bytes_per_block = static_cast<int64_t>(k.static_shared) + k.dynamic_shared + 1024;
-        if (i < w.values.size()) pk.values = w.values[i];
-        p.kernels.push_back(std::move(pk));
-      }
-      const auto t1 = std::chrono::steady_clock::now();
-      p.window_seconds = std::chrono::duration<double>(t1 - t0_).count();
-      p.lock_wait_seconds = std::chrono::duration<double>(t_locked_ - t0_).count();
-      owner_->add_stall(t1 - t0_, true);
-      p.identity = owner_->identity_;
-      if (const format::JsonValue* c = guard.find("clocks_mhz_before")) p.identity.set("clocks_mhz", *c);
-      if (const format::JsonValue* v = guard.find("verdict")) p.identity.set("gpu_shared", *v);
-      p.guard = std::move(guard);
-      p.identity.set("cuda_device", format::JsonValue::string(std::to_string(device_)));
-      p.identity.set("allocated", format::JsonValue::string(physical_index(device_)));
-      p.identity.set("launch_guard", format::JsonValue::boolean(w.launch_guard));
-      p.identity.set("ranges", format::JsonValue::integer(static_cast<int64_t>(w.ranges)));
-      p.identity.set("launches_held", format::JsonValue::integer(w.launches_held));
-      p.log = "ranges " + std::to_string(w.ranges) + ", kernels " + std::to_string(w.kernels.size()) + ", passes " +
-              std::to_string(p.passes) + ", launch guard " + (w.launch_guard ? "armed" : "not armed (subscriber held, PROFILE_UNGUARDED)") +
-              ", other threads' launches held until the window closed " + std::to_string(w.launches_held) + "\n";
-      return p;
-    }
+    explicit Window(std::unique_ptr<gpu::OpenCounterWindow> w) : w_(std::move(w)) {}
+    format::ProfileData close() override { return w_->close(); }
 
    private:
-    CudaAccess* owner_;
-    gpu::CudaDriver* d_;
-    int device_;
-    void* ctx_;
-    std::chrono::steady_clock::time_point t0_, t_locked_;
-    int lock_fd_;
-    std::unique_ptr<gpu::NvmlGuard> guard_;
-    bool closed_ = false;
+    std::unique_ptr<gpu::OpenCounterWindow> w_;
   };
-
-  // `window`: a window that opened (else a refused attempt's wait).
-  void add_stall(std::chrono::steady_clock::duration d, bool window = false) {
-    if (window) windows_.fetch_add(1);
-    stall_us_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count()));
-  }
-
-  static constexpr int kLockTimedOut = -2;
-  static constexpr int kLockWaitSeconds = 30;
-  // The lock's fd; -1 without a shared directory (windows of different
-  // processes are then not serialised); kLockTimedOut after kLockWaitSeconds.
-  // RUN_DIR/claims/counters-{uuid}.lock, opened (created) without following a symlink below RUN_DIR.
-  int open_lock_file(gpu::CudaDriver* d, int device) {
-    std::string uuid = d->device_uuid(device);
-    if (uuid.empty()) uuid = "device" + std::to_string(device);
-    const size_t cut = lock_dir_.rfind('/');
-    const std::string root = cut == std::string::npos ? "." : lock_dir_.substr(0, cut);
-    if (!sink::make_directories(root).empty()) return -1;
-    const int dir = sink::open_directory_beneath(root, lock_dir_.substr(cut + 1), true);
-    if (dir < 0) return -1;
-    const int fd = ::openat(dir, ("counters-" + uuid + ".lock").c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    ::close(dir);
-    return fd;
-  }
-  // The GPU's window epoch: the lock file's first 8 bytes, bumped by the lock's holder when it takes and
-  // when it gives back the lock (odd while a window is open), read by every process's stage clock.
-  static void bump_epoch(int fd) {
-    uint64_t n = 0;
-    if (::pread(fd, &n, sizeof n, 0) != static_cast<ssize_t>(sizeof n)) n = 0;
-    ++n;
-    (void)!::pwrite(fd, &n, sizeof n, 0);
-  }
-  int lock_gpu(gpu::CudaDriver* d, int device) {
-    const int fd = open_lock_file(d, device);
-    if (fd < 0) return -1;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kLockWaitSeconds);
-    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      if ((errno != EWOULDBLOCK && errno != EINTR) || std::chrono::steady_clock::now() >= deadline) {
-        const bool timed_out = errno == EWOULDBLOCK || errno == EINTR;
-        ::close(fd);
-        return timed_out ? kLockTimedOut : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    bump_epoch(fd);
-    return fd;
-  }
-  void unlock_gpu(int fd) {
-    if (fd < 0) return;
-    bump_epoch(fd);
-    ::flock(fd, LOCK_UN);
-    ::close(fd);
-  }
-
-  gpu::Cupti* cupti_ = nullptr;
-  gpu::MetricSet set_;
-  bool set_ready_ = false;
-  format::JsonValue identity_;
-#endif
-  std::vector<std::string> metrics_;
-  std::function<void(std::string)> on_probe_;
-  std::string lock_dir_;
-  bool unguarded_;
-  std::mutex mu_;
-  std::string unavailable_;
-  std::string log_;
-  std::atomic<uint64_t> windows_{0}, stall_us_{0};
-  std::atomic<uint64_t> local_epoch_{0};  // this process's windows (see window_epoch)
-  std::mutex epoch_mu_;
-  std::atomic<int> epoch_fds_[64];        // the lock files, kept open for the epoch reads; -1 until opened
 
   class Transfer : public capture::DeviceTransfer {
    public:
@@ -445,6 +122,8 @@ class CudaAccess : public capture::DeviceAccess {
     const void* ptr_;
     size_t n_;
   };
+
+  gpu::CounterWindows windows_;
 };
 
 class Broker : public capture::ClaimBroker, public capture::RunBudget {
@@ -642,15 +321,7 @@ void SamplingSession::set_identity(int64_t rank, int64_t world_size, const std::
   parts_->claims.set_rank(rank);
 }
 
-bool hold_counters(bool hold, int wait_seconds) {
-  std::unique_lock<std::mutex> lock(g_hold_mu);
-  if (!hold) {
-    if (g_holds > 0) --g_holds;
-    return true;
-  }
-  ++g_holds;
-  return g_hold_cv.wait_for(lock, std::chrono::seconds(wait_seconds), [] { return !g_window_busy; });
-}
+bool hold_counters(bool hold, int wait_seconds) { return gpu::hold_counters(hold, wait_seconds); }
 
 void SamplingSession::finalize() {
   if (gpu::CudaDriver* d = gpu::CudaDriver::loaded()) d->set_finishing();  // no exit hangs behind a stuck stream

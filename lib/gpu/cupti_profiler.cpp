@@ -1,5 +1,7 @@
 #include "gpu/cupti_profiler.h"
 
+#include "format/scope_guard.h"
+
 #include <cupti_activity.h>
 #include <cupti_callbacks.h>
 #include <cupti_driver_cbid.h>
@@ -39,16 +41,6 @@ const std::vector<std::string>& seed_metrics() {
   return m;
 }
 
-const char* status_name(WindowResult::Status s) {
-  switch (s) {
-    case WindowResult::Status::Passed: return "passed";
-    case WindowResult::Status::Abandoned: return "abandoned";
-    case WindowResult::Status::Contaminated: return "contaminated";
-    case WindowResult::Status::Unavailable: return "counters_unavailable";
-    case WindowResult::Status::Failed: break;
-  }
-  return "failed";
-}
 
 struct Cupti::Api {
   CUptiResult (*GetResultString)(CUptiResult, const char**);
@@ -178,7 +170,6 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 // the window has closed: under kernel replay it would be replayed inside the
 // window (and a RangeStop from that thread, tried first, crashed the process
 // on the H200). After kHoldSeconds it proceeds and the window is abandoned.
-constexpr int kHoldSeconds = 20;
 
 void release_held_launches(Window& w) {
   {
@@ -320,13 +311,24 @@ int Cupti::version() {
   return api_->GetVersion(&v) == CUPTI_SUCCESS ? static_cast<int>(v) : -1;
 }
 
+namespace {
+
+// CUPTI's answer as a code: whether counters can ever be read here, or later.
+format::StatusCode code_of(CUptiResult r) {
+  if (r == CUPTI_ERROR_HARDWARE_BUSY) return format::StatusCode::kBusy;
+  if (r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES || r == CUPTI_ERROR_NOT_SUPPORTED) return format::StatusCode::kUnsupported;
+  return format::StatusCode::kFailed;
+}
+
+}  // namespace
+
 std::string Cupti::describe(int r) const {
   const char* s = nullptr;
   if (api_ && api_->GetResultString(static_cast<CUptiResult>(r), &s) == CUPTI_SUCCESS && s) return s;
   return "CUPTI error " + std::to_string(r);
 }
 
-std::string Cupti::build_metric_set(const std::string& chip, const std::vector<std::string>& metrics,
+format::Status Cupti::build_metric_set(const std::string& chip, const std::vector<std::string>& metrics,
                                     const std::vector<uint8_t>& availability, MetricSet& out) {
   std::lock_guard<std::mutex> lock(host_mu_);
   if (host_object_ && (host_chip_ != chip || host_metrics_ != metrics)) {
@@ -341,7 +343,7 @@ std::string Cupti::build_metric_set(const std::string& chip, const std::vector<s
     init.pChipName = chip.c_str();
     init.pCounterAvailabilityImage = availability.empty() ? nullptr : availability.data();
     if (CUptiResult r = api_->HostInitialize(&init); r != CUPTI_SUCCESS)
-      return "cuptiProfilerHostInitialize(" + chip + "): " + describe(r);
+      return {code_of(r), "cuptiProfilerHostInitialize(" + chip + "): " + describe(r)};
     host_object_ = init.pHostObject;
     host_chip_ = chip;
     host_metrics_ = metrics;
@@ -353,12 +355,12 @@ std::string Cupti::build_metric_set(const std::string& chip, const std::vector<s
     add.numMetrics = names.size();
     if (CUptiResult r = api_->HostConfigAddMetrics(&add); r != CUPTI_SUCCESS) {
       host_metrics_.clear();
-      return "metrics not accepted on " + chip + ": " + describe(r);
+      return {code_of(r), "metrics not accepted on " + chip + ": " + describe(r)};
     }
   }
   auto size = params<CUpti_Profiler_Host_GetConfigImageSize_Params>(CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE);
   size.pHostObject = static_cast<CUpti_Profiler_Host_Object*>(host_object_);
-  if (CUptiResult r = api_->HostGetConfigImageSize(&size); r != CUPTI_SUCCESS) return "config image size: " + describe(r);
+  if (CUptiResult r = api_->HostGetConfigImageSize(&size); r != CUPTI_SUCCESS) return {code_of(r), "config image size: " + describe(r)};
   out.chip = chip;
   out.metrics = metrics;
   out.config_image.assign(size.configImageSize, 0);
@@ -366,34 +368,34 @@ std::string Cupti::build_metric_set(const std::string& chip, const std::vector<s
   image.pHostObject = size.pHostObject;
   image.configImageSize = out.config_image.size();
   image.pConfigImage = out.config_image.data();
-  if (CUptiResult r = api_->HostGetConfigImage(&image); r != CUPTI_SUCCESS) return "config image: " + describe(r);
+  if (CUptiResult r = api_->HostGetConfigImage(&image); r != CUPTI_SUCCESS) return {code_of(r), "config image: " + describe(r)};
   auto passes = params<CUpti_Profiler_Host_GetNumOfPasses_Params>(CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE);
   passes.configImageSize = out.config_image.size();
   passes.pConfigImage = out.config_image.data();
-  if (CUptiResult r = api_->HostGetNumOfPasses(&passes); r != CUPTI_SUCCESS) return "passes: " + describe(r);
+  if (CUptiResult r = api_->HostGetNumOfPasses(&passes); r != CUPTI_SUCCESS) return {code_of(r), "passes: " + describe(r)};
   out.passes = passes.numOfPasses;
-  return "";
+  return format::Status::Ok();
 }
 
-std::string Cupti::device_chip(int device, std::string& chip) {
+format::Status Cupti::device_chip(int device, std::string& chip) {
   auto init = params<CUpti_Profiler_Initialize_Params>(CUpti_Profiler_Initialize_Params_STRUCT_SIZE);
-  if (CUptiResult r = api_->ProfilerInitialize(&init); r != CUPTI_SUCCESS) return "cuptiProfilerInitialize: " + describe(r);
+  if (CUptiResult r = api_->ProfilerInitialize(&init); r != CUPTI_SUCCESS) return {code_of(r), "cuptiProfilerInitialize: " + describe(r)};
   auto p = params<CUpti_Device_GetChipName_Params>(CUpti_Device_GetChipName_Params_STRUCT_SIZE);
   p.deviceIndex = static_cast<size_t>(device);
   if (CUptiResult r = api_->DeviceGetChipName(&p); r != CUPTI_SUCCESS || !p.pChipName)
-    return "cuptiDeviceGetChipName: " + describe(r);
+    return {code_of(r), "cuptiDeviceGetChipName: " + describe(r)};
   chip = p.pChipName;
-  return "";
+  return format::Status::Ok();
 }
 
-std::string Cupti::counter_availability(void* ctx, std::vector<uint8_t>& image) {
+format::Status Cupti::counter_availability(void* ctx, std::vector<uint8_t>& image) {
   auto p = params<CUpti_Profiler_GetCounterAvailability_Params>(CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE);
   p.ctx = static_cast<CUcontext>(ctx);
-  if (CUptiResult r = api_->GetCounterAvailability(&p); r != CUPTI_SUCCESS) return "counter availability: " + describe(r);
+  if (CUptiResult r = api_->GetCounterAvailability(&p); r != CUPTI_SUCCESS) return {code_of(r), "counter availability: " + describe(r)};
   image.assign(p.counterAvailabilityImageSize, 0);
   p.pCounterAvailabilityImage = image.data();
-  if (CUptiResult r = api_->GetCounterAvailability(&p); r != CUPTI_SUCCESS) return "counter availability: " + describe(r);
-  return "";
+  if (CUptiResult r = api_->GetCounterAvailability(&p); r != CUPTI_SUCCESS) return {code_of(r), "counter availability: " + describe(r)};
+  return format::Status::Ok();
 }
 
 bool Cupti::subscriber_held_elsewhere() {
@@ -406,26 +408,63 @@ bool Cupti::subscriber_held_elsewhere() {
   return r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
 }
 
-std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, bool unguarded, Refusal& refusal) {
+namespace {
+
+// The counter data image and the range configuration of an enabled window: auto range, kernel replay.
+format::Status configure_range(const Cupti& cupti, Cupti::Api* api_, Window& w, const MetricSet& set) {
+  std::vector<const char*> names;
+  for (const auto& m : set.metrics) names.push_back(m.c_str());
+  auto size = params<CUpti_RangeProfiler_GetCounterDataSize_Params>(CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE);
+  size.pRangeProfilerObject = w.object;
+  size.pMetricNames = names.data();
+  size.numMetrics = names.size();
+  size.maxNumOfRanges = kMaxRanges;
+  size.maxNumRangeTreeNodes = kMaxRanges;
+  if (CUptiResult r = api_->RangeGetCounterDataSize(&size); r != CUPTI_SUCCESS)
+    return {code_of(r), "counter data size: " + cupti.describe(r)};
+  w.counter_data.assign(size.counterDataSize, 0);
+  auto init = params<CUpti_RangeProfiler_CounterDataImage_Initialize_Params>(
+      CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE);
+  init.pRangeProfilerObject = w.object;
+  init.counterDataSize = w.counter_data.size();
+  init.pCounterData = w.counter_data.data();
+  if (CUptiResult r = api_->RangeCounterDataImageInitialize(&init); r != CUPTI_SUCCESS)
+    return {code_of(r), "counter data image: " + cupti.describe(r)};
+  auto config = params<CUpti_RangeProfiler_SetConfig_Params>(CUpti_RangeProfiler_SetConfig_Params_STRUCT_SIZE);
+  config.pRangeProfilerObject = w.object;
+  config.configSize = set.config_image.size();
+  config.pConfig = set.config_image.data();
+  config.counterDataImageSize = w.counter_data.size();
+  config.pCounterDataImage = w.counter_data.data();
+  config.range = CUPTI_AutoRange;
+  config.replayMode = CUPTI_KernelReplay;
+  config.maxRangesPerPass = kMaxRanges;
+  config.numNestingLevels = 1;
+  config.minNestingLevel = 1;
+  config.passIndex = 0;
+  config.targetNestingLevel = 1;
+  if (CUptiResult r = api_->RangeSetConfig(&config); r != CUPTI_SUCCESS)
+    return {code_of(r), "cuptiRangeProfilerSetConfig: " + cupti.describe(r)};
+  return format::Status::Ok();
+}
+
+}  // namespace
+
+format::Status Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, bool unguarded) {
   Window& w = window();
-  refusal = Refusal::Other;
   {
     std::lock_guard<std::mutex> lock(w.mu);
-    if (w.open) return "another window is open";
+    if (w.open) return {format::StatusCode::kFailed, "another window is open"};
     w.open = true;
     w.records.clear();
     w.dropped_records = 0;
   }
-  // `r`: CUPTI's answer, which says whether counters can ever be read here, or later.
-  auto fail = [&](const std::string& why, CUptiResult r) {
-    refusal = r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES || r == CUPTI_ERROR_NOT_SUPPORTED ? Refusal::Unavailable
-              : r == CUPTI_ERROR_HARDWARE_BUSY                                          ? Refusal::HardwareBusy
-                                                                                        : Refusal::Other;
+  // Each step's undo is declared right after it; on a failure they run in reverse order (scope guards).
+  format::ScopeGuard not_open([&] {
     release_held_launches(w);
     std::lock_guard<std::mutex> lock(w.mu);
     w.open = false;
-    return why;
-  };
+  });
   w.ctx = static_cast<CUcontext>(ctx);
   w.set = &set;
   w.stopped.store(false);
@@ -443,69 +482,25 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, b
   w.subscriber = nullptr;
   if (const CUptiResult r = api_->Subscribe(&w.subscriber, on_driver_api, nullptr); r != CUPTI_SUCCESS) {
     w.subscriber = nullptr;
-    if (!unguarded) {
-      const std::string why = fail("CUPTI's callback subscriber is held by another tool (" + describe(r) + ")", r);
-      refusal = Refusal::SubscriberHeld;
-      return why;
-    }
+    if (!unguarded)
+      return {format::StatusCode::kHeld, "CUPTI's callback subscriber is held by another tool (" + describe(r) + ")"};
   }
-  auto unsubscribe = [&] {
+  format::ScopeGuard unsubscribed([&] {
     if (w.subscriber) api_->Unsubscribe(w.subscriber);
     w.subscriber = nullptr;
-  };
+  });
   auto enable = params<CUpti_RangeProfiler_Enable_Params>(CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE);
   enable.ctx = w.ctx;
-  if (CUptiResult r = api_->RangeEnable(&enable); r != CUPTI_SUCCESS) {
-    unsubscribe();
-    return fail("cuptiRangeProfilerEnable: " + describe(r) + " (" + std::to_string(r) + ")", r);
-  }
+  if (CUptiResult r = api_->RangeEnable(&enable); r != CUPTI_SUCCESS)
+    return {code_of(r), "cuptiRangeProfilerEnable: " + describe(r) + " (" + std::to_string(r) + ")"};
   w.object = enable.pRangeProfilerObject;
-  auto disable = [&] {
+  format::ScopeGuard disabled([&] {
     auto d = params<CUpti_RangeProfiler_Disable_Params>(CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE);
     d.pRangeProfilerObject = w.object;
     api_->RangeDisable(&d);
     w.object = nullptr;
-    unsubscribe();
-  };
-  std::vector<const char*> names;
-  for (const auto& m : set.metrics) names.push_back(m.c_str());
-  auto size = params<CUpti_RangeProfiler_GetCounterDataSize_Params>(CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE);
-  size.pRangeProfilerObject = w.object;
-  size.pMetricNames = names.data();
-  size.numMetrics = names.size();
-  size.maxNumOfRanges = kMaxRanges;
-  size.maxNumRangeTreeNodes = kMaxRanges;
-  if (CUptiResult r = api_->RangeGetCounterDataSize(&size); r != CUPTI_SUCCESS) {
-    disable();
-    return fail("counter data size: " + describe(r), r);
-  }
-  w.counter_data.assign(size.counterDataSize, 0);
-  auto init = params<CUpti_RangeProfiler_CounterDataImage_Initialize_Params>(
-      CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE);
-  init.pRangeProfilerObject = w.object;
-  init.counterDataSize = w.counter_data.size();
-  init.pCounterData = w.counter_data.data();
-  if (CUptiResult r = api_->RangeCounterDataImageInitialize(&init); r != CUPTI_SUCCESS) {
-    disable();
-    return fail("counter data image: " + describe(r), r);
-  }
-  auto config = params<CUpti_RangeProfiler_SetConfig_Params>(CUpti_RangeProfiler_SetConfig_Params_STRUCT_SIZE);
-  config.pRangeProfilerObject = w.object;
-  config.configSize = set.config_image.size();
-  config.pConfig = set.config_image.data();
-  config.counterDataImageSize = w.counter_data.size();
-  config.pCounterDataImage = w.counter_data.data();
-  config.range = CUPTI_AutoRange;
-  config.replayMode = CUPTI_KernelReplay;
-  config.maxRangesPerPass = kMaxRanges;
-  config.numNestingLevels = 1;
-  config.minNestingLevel = 1;
-  config.passIndex = 0;
-  config.targetNestingLevel = 1;
-  if (CUptiResult r = api_->RangeSetConfig(&config); r != CUPTI_SUCCESS) {
-    disable();
-    return fail("cuptiRangeProfilerSetConfig: " + describe(r), r);
-  }
+  });
+  if (format::Status s = configure_range(*this, api_, w, set); !s.ok()) return s;
   // Launch attributes, for this window only (the callbacks are process-global:
   // registered again each window, as Kineto does at each session).
   api_->ActivityRegisterCallbacks(buffer_requested, buffer_completed);
@@ -514,18 +509,20 @@ std::string Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, b
     w.collecting = true;
   }
   api_->ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  format::ScopeGuard activity_off([&] {
+    api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    release_held_launches(w);  // before the unsubscribe, as at the window's end
+  });
   if (w.subscriber)
     for (CUpti_CallbackId cbid : kLaunchCallbacks) api_->EnableCallback(1, w.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
   auto start = params<CUpti_RangeProfiler_Start_Params>(CUpti_RangeProfiler_Start_Params_STRUCT_SIZE);
   start.pRangeProfilerObject = w.object;
-  if (CUptiResult r = api_->RangeStart(&start); r != CUPTI_SUCCESS) {
-    api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    release_held_launches(w);  // before the unsubscribe, as at the window's end
-    disable();
-    return fail("cuptiRangeProfilerStart: " + describe(r), r);
-  }
-  refusal = Refusal::None;
-  return "";
+  if (CUptiResult r = api_->RangeStart(&start); r != CUPTI_SUCCESS) return {code_of(r), "cuptiRangeProfilerStart: " + describe(r)};
+  activity_off.dismiss();
+  disabled.dismiss();
+  unsubscribed.dismiss();
+  not_open.dismiss();
+  return format::Status::Ok();
 }
 
 WindowResult Cupti::end_window(const std::function<bool()>& synchronize) {
@@ -599,44 +596,14 @@ WindowResult Cupti::end_window(const std::function<bool()>& synchronize) {
     std::lock_guard<std::mutex> lock(w.mu);
     w.open = false;
   }
-  // This context's launches, once each, in launch order; others are foreign.
-  std::sort(records.begin(), records.end(), [](const KernelLaunch& a, const KernelLaunch& b) { return a.correlation < b.correlation; });
-  uint32_t last = 0;
-  bool graph = w.graph_launched.load();
-  for (auto& k : records) {
-    if (!res.kernels.empty() && k.correlation == last) continue;
-    if (k.graph || k.device_launched) graph = true;
-    if ((w.context_id && k.context != w.context_id) || (w.stream_id && k.stream != w.stream_id)) {
-      res.foreign.push_back(k.mangled);
-      continue;
-    }
-    last = k.correlation;
-    res.kernels.push_back(std::move(k));
-  }
-  if (!res.reason.empty()) {
-    res.status = WindowResult::Status::Failed;
-  } else if (taken_over) {
-    res.status = WindowResult::Status::Abandoned;
-    res.reason = "another CUPTI client registered its Activity callbacks during the window (torch.profiler started on "
-                 "another thread?): the launch records went to it; its tracing was left enabled";
-  } else if (w.hold_timeouts.load()) {
-    res.status = WindowResult::Status::Abandoned;
-    res.reason = std::to_string(w.hold_timeouts.load()) + " launch(es) of other threads waited " +
-                 std::to_string(kHoldSeconds) + " s for the window to close, then ran inside it";
-  } else if (graph) {
-    res.status = WindowResult::Status::Abandoned;
-    res.reason = "a CUDA graph (or a device-side launch) ran inside the window: kernel replay profiles only its first "
-                 "node";
-  } else if (!res.foreign.empty()) {
-    res.status = WindowResult::Status::Contaminated;
-    res.reason = std::to_string(res.foreign.size()) + " kernel(s) of other streams or contexts ran inside the window";
-  } else if (res.ranges != res.kernels.size() || res.dropped_ranges) {
-    res.status = WindowResult::Status::Contaminated;
-    res.reason = std::to_string(res.ranges) + " range(s) for " + std::to_string(res.kernels.size()) +
-                 " kernel launch(es) of the op" + (res.dropped_ranges ? " (ranges dropped)" : "");
-  } else {
-    res.status = WindowResult::Status::Passed;
-  }
+  WindowObservations seen;
+  seen.records = std::move(records);
+  seen.context_id = w.context_id;
+  seen.stream_id = w.stream_id;
+  seen.graph_launched = w.graph_launched.load();
+  seen.hold_timeouts = w.hold_timeouts.load();
+  seen.taken_over = taken_over;
+  decide_window(std::move(seen), res);
   return res;
 }
 

@@ -17,6 +17,8 @@
 // image, passes) needs no GPU: it runs in CI. No torch.
 #pragma once
 
+#include "format/status.h"
+#include "gpu/window_verdict.h"
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -38,28 +40,6 @@ struct MetricSet {
 // The eight counter metrics of ../shared/seeds/capability_report.seed.json.
 const std::vector<std::string>& seed_metrics();
 
-struct KernelLaunch {
-  std::string mangled;  // as CUPTI reports it
-  uint32_t correlation = 0, stream = 0, device = 0, context = 0, graph = 0;
-  int32_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
-  uint32_t registers = 0;
-  int32_t static_shared = 0, dynamic_shared = 0;
-  bool device_launched = false;
-};
-
-struct WindowResult {
-  enum class Status { Passed, Abandoned, Contaminated, Failed, Unavailable };
-  Status status = Status::Failed;
-  std::string reason;                        // why not passed
-  std::vector<KernelLaunch> kernels;         // this window's kernels, in launch order
-  std::vector<std::vector<double>> values;   // per range (kernel): one value per metric of the set
-  size_t ranges = 0, dropped_ranges = 0, dropped_records = 0;
-  std::vector<std::string> foreign;          // kernels of other streams or contexts seen in the window
-  bool launch_guard = false;                 // the launch callback (CUPTI's subscriber) was armed
-  uint32_t launches_held = 0;                // other threads' kernel/graph launches held at their entry until the window closed
-};
-
-const char* status_name(WindowResult::Status s);
 
 class Cupti {
  public:
@@ -68,22 +48,24 @@ class Cupti {
 
   // Host side (no device needed): the config image and pass count of
   // `metrics` on `chip` ("GH100"); `availability` may be empty.
-  std::string build_metric_set(const std::string& chip, const std::vector<std::string>& metrics,
-                               const std::vector<uint8_t>& availability, MetricSet& out);
+  // Each step's Status: kBusy while another session holds the counter
+  // hardware (HARDWARE_BUSY: try again later), kUnsupported when counters can
+  // never be read here (privileges, an unsupported device), else kFailed.
+  format::Status build_metric_set(const std::string& chip, const std::vector<std::string>& metrics,
+                                  const std::vector<uint8_t>& availability, MetricSet& out);
   // Target side: the chip of CUDA device `device`, and its counter
   // availability image on context `ctx` (before any window).
-  std::string device_chip(int device, std::string& chip);
-  std::string counter_availability(void* ctx, std::vector<uint8_t>& image);
+  format::Status device_chip(int device, std::string& chip);
+  format::Status counter_availability(void* ctx, std::vector<uint8_t>& image);
 
   // Opens a window on `ctx` (the op's device's primary context) before the
   // op; kernels on `stream` (a CUstream) are the op's. "" or why no window
   // opened (then end_window must not be called). One window at a time per
   // process. While it is open, CUPTI's callback subscriber holds other
   // threads' kernel and graph launches at their entry until it closes; when
-  // another tool holds the subscriber the window is refused
-  // (SubscriberHeld) unless `unguarded`. `refusal` says which kind of "no".
-  enum class Refusal { None, SubscriberHeld, HardwareBusy, Unavailable, Other };
-  std::string begin_window(void* ctx, void* stream, const MetricSet& set, bool unguarded, Refusal& refusal);
+  // another tool holds the subscriber the window is refused (kHeld) unless
+  // `unguarded`. Otherwise kBusy, kUnsupported or kFailed, as above.
+  format::Status begin_window(void* ctx, void* stream, const MetricSet& set, bool unguarded);
   // Closes it after the op: stops, decodes, evaluates every range, collects
   // the launches. `synchronize` makes the context idle first (the caller's
   // CUDA driver call, e.g. cuCtxSynchronize).

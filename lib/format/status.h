@@ -1,0 +1,56 @@
+// One way to fail: a code that callers switch on, and a message for people.
+// Never classify a failure by searching its message. Header only, no
+// dependencies (the base layer); the C ABI maps codes to lingprobe_status in
+// one place (capi/lingprobe_capi.cpp).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace lingprobe::format {
+
+enum class StatusCode {
+  kOk,
+  kBusy,         // transient: the resource is in use now; a later attempt may succeed (hardware busy, a lock held)
+  kHeld,         // another tool holds what this needs (CUPTI's subscriber, the counters)
+  kUnsupported,  // cannot work in this process (no privileges, not supported here, not built)
+  kTooLarge,     // over a size limit or budget
+  kIoFailed,     // a read or write failed
+  kBadInput,     // malformed input (a name, a file)
+  kFailed,       // anything else
+};
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // ok
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return {}; }
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+// A value, or the Status that says why there is none.
+template <typename T>
+class [[nodiscard]] Expected {
+ public:
+  Expected(T value) : v_(std::move(value)) {}                     // NOLINT: implicit, as a return value
+  Expected(Status error) : v_(std::move(error)) {}                // NOLINT: must not be ok
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  T& value() { return std::get<T>(v_); }
+  const T& value() const { return std::get<T>(v_); }
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(v_);
+  }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+}  // namespace lingprobe::format

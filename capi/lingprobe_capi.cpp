@@ -38,7 +38,8 @@ lingprobe_status copy_path(lingprobe_status (*get)(std::string&), char* buf, siz
     std::string path;
     lingprobe_status st = get(path);
     if (st != LINGPROBE_OK) return fail(st, lingprobe_status_string(st));
-    if (path.size() + 1 > size) return fail(LINGPROBE_ERROR_BUFFER_TOO_SMALL, "need " + std::to_string(path.size() + 1) + " bytes");
+    if (path.size() + 1 > size)
+      return fail(LINGPROBE_ERROR_BUFFER_TOO_SMALL, "need " + std::to_string(path.size() + 1) + " bytes");
     std::memcpy(buf, path.c_str(), path.size() + 1);
     return LINGPROBE_OK;
   } catch (...) {
@@ -53,12 +54,15 @@ extern "C" {
 LINGPROBE_API const char* lingprobe_status_string(lingprobe_status status) {
   switch (status) {
     case LINGPROBE_OK: return "ok";
-    case LINGPROBE_ERROR_INVALID_ARGUMENT: return "invalid argument (NULL pointer, wrong struct size or value out of range)";
-    case LINGPROBE_ERROR_INVALID_CONFIG: return "invalid configuration; recording is off (run `lingprobe config` for the options)";
+    case LINGPROBE_ERROR_INVALID_ARGUMENT:
+      return "invalid argument (NULL pointer, wrong struct size or value out of range)";
+    case LINGPROBE_ERROR_INVALID_CONFIG:
+      return "invalid configuration; recording is off (run `lingprobe config` for the options)";
     case LINGPROBE_ERROR_NOT_INITIALIZED: return "lingprobe is not initialized; call lingprobe_init() first";
     case LINGPROBE_ERROR_FINALIZED: return "lingprobe was finalized; the call did nothing";
     case LINGPROBE_ERROR_IO: return "a file or directory could not be created or written (see the log)";
-    case LINGPROBE_ERROR_TORCH_MISMATCH: return "this process's libtorch is not the one lingprobe was built against; recording is off";
+    case LINGPROBE_ERROR_TORCH_MISMATCH:
+      return "this process's libtorch is not the one lingprobe was built against; recording is off";
     case LINGPROBE_ERROR_UNAVAILABLE: return "feature not available in this build or on this machine";
     case LINGPROBE_ERROR_BUFFER_TOO_SMALL: return "output buffer too small";
     case LINGPROBE_ERROR_STAGE_UNDERFLOW: return "stage pop without a matching push on this thread";
@@ -71,8 +75,7 @@ LINGPROBE_API const char* lingprobe_status_string(lingprobe_status status) {
 
 LINGPROBE_API const char* lingprobe_version(void) { return LINGPROBE_VERSION_STRING; }
 
-LINGPROBE_API lingprobe_status lingprobe_hash_signature(const char* json, size_t len, char* out_hex,
-                                                        size_t out_size) {
+LINGPROBE_API lingprobe_status lingprobe_hash_signature(const char* json, size_t len, char* out_hex, size_t out_size) {
   if (!json || !out_hex) return LINGPROBE_ERROR_INVALID_ARGUMENT;
   if (out_size < 65) return LINGPROBE_ERROR_BUFFER_TOO_SMALL;
   try {
@@ -86,10 +89,11 @@ LINGPROBE_API lingprobe_status lingprobe_hash_signature(const char* json, size_t
 }
 
 // The forked child's answer, before any lock is taken (see session_in_forked_child).
-#define LINGPROBE_NOT_IN_FORKED_CHILD()                                                                      \
-  if (lingprobe::api::session_in_forked_child())                                                           \
-    return fail(LINGPROBE_ERROR_UNAVAILABLE, "this is a forked child; lingprobe records only in the process " \
-                                             "that initialised it")
+#define LINGPROBE_NOT_IN_FORKED_CHILD()                                        \
+  if (lingprobe::api::session_in_forked_child())                               \
+  return fail(LINGPROBE_ERROR_UNAVAILABLE,                                     \
+              "this is a forked child; lingprobe records only in the process " \
+              "that initialised it")
 
 LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options) {
   LINGPROBE_NOT_IN_FORKED_CHILD();
@@ -129,7 +133,8 @@ LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options) 
       }
     }
     if (!err.empty()) {
-      lingprobe::api::log_error(err + "; recording is off, the program runs on (run `lingprobe config` for the options)");
+      lingprobe::api::log_error(err +
+                                "; recording is off, the program runs on (run `lingprobe config` for the options)");
       lingprobe::api::session_init_invalid();
       return fail(LINGPROBE_ERROR_INVALID_CONFIG, err);
     }
@@ -149,21 +154,31 @@ LINGPROBE_API lingprobe_status lingprobe_preload_attach(void) {
   return lingprobe_init(&options);
 }
 
-#define LINGPROBE_GUARDED(call)                                  \
-  try {                                                          \
-    std::string err;                                             \
-    return done(call, err);                                      \
-  } catch (const std::exception& e) {                            \
-    return fail(LINGPROBE_ERROR_INTERNAL, e.what());             \
-  } catch (...) {                                                \
-    return fail(LINGPROBE_ERROR_INTERNAL, "unknown exception");  \
+#define LINGPROBE_GUARDED(call)                                 \
+  try {                                                         \
+    std::string err;                                            \
+    return done(call, err);                                     \
+  } catch (const std::exception& e) {                           \
+    return fail(LINGPROBE_ERROR_INTERNAL, e.what());            \
+  } catch (...) {                                               \
+    return fail(LINGPROBE_ERROR_INTERNAL, "unknown exception"); \
   }
 
-LINGPROBE_API lingprobe_status lingprobe_start(void) { LINGPROBE_NOT_IN_FORKED_CHILD(); LINGPROBE_GUARDED(lingprobe::api::session_set_recording(true, err)) }
-LINGPROBE_API lingprobe_status lingprobe_stop(void) { LINGPROBE_NOT_IN_FORKED_CHILD(); LINGPROBE_GUARDED(lingprobe::api::session_set_recording(false, err)) }
-LINGPROBE_API lingprobe_status lingprobe_flush(void) { LINGPROBE_NOT_IN_FORKED_CHILD(); LINGPROBE_GUARDED(lingprobe::api::session_flush(err)) }
-LINGPROBE_API lingprobe_status lingprobe_finalize(void) { LINGPROBE_GUARDED(lingprobe::api::session_finalize()) }
-LINGPROBE_API lingprobe_status lingprobe_set_rank(int64_t rank, int64_t local_rank, int64_t world_size) {
+LINGPROBE_API lingprobe_status lingprobe_start(void) {
+  LINGPROBE_NOT_IN_FORKED_CHILD();
+  LINGPROBE_GUARDED(lingprobe::api::session_set_recording(true, err))
+}
+LINGPROBE_API lingprobe_status lingprobe_stop(void) {
+  LINGPROBE_NOT_IN_FORKED_CHILD();
+  LINGPROBE_GUARDED(lingprobe::api::session_set_recording(false, err))
+}
+LINGPROBE_API lingprobe_status lingprobe_flush(void) {
+  LINGPROBE_NOT_IN_FORKED_CHILD();
+  LINGPROBE_GUARDED(lingprobe::api::session_flush(err))
+}
+LINGPROBE_API lingprobe_status lingprobe_finalize(void){
+    LINGPROBE_GUARDED(lingprobe::api::session_finalize())} LINGPROBE_API lingprobe_status
+    lingprobe_set_rank(int64_t rank, int64_t local_rank, int64_t world_size) {
   LINGPROBE_NOT_IN_FORKED_CHILD();
   LINGPROBE_GUARDED(lingprobe::api::session_set_rank(rank, local_rank, world_size, err))
 }
@@ -184,7 +199,7 @@ LINGPROBE_API lingprobe_status lingprobe_stage_push(const char* name) {
 LINGPROBE_API lingprobe_status lingprobe_stage_pop(void) {
   if (lingprobe::api::session_in_forked_child()) return LINGPROBE_OK;
   return lingprobe::api::pop_stage() ? LINGPROBE_OK
-                                          : fail(LINGPROBE_ERROR_STAGE_UNDERFLOW, "stage pop on an empty stack");
+                                     : fail(LINGPROBE_ERROR_STAGE_UNDERFLOW, "stage pop on an empty stack");
 }
 
 LINGPROBE_API lingprobe_status lingprobe_get_stats(lingprobe_stats* out) {
@@ -204,7 +219,6 @@ LINGPROBE_API lingprobe_status lingprobe_get_stats(lingprobe_stats* out) {
   }
 }
 
-
 LINGPROBE_API lingprobe_status lingprobe_get_metadata_path(char* buf, size_t size) {
   return copy_path(lingprobe::api::session_metadata_path, buf, size);
 }
@@ -218,8 +232,9 @@ LINGPROBE_API lingprobe_status lingprobe_hold_counters(int hold) {
   try {
     return lingprobe::api::session_hold_counters(hold != 0)
                ? LINGPROBE_OK
-               : fail(LINGPROBE_ERROR_UNAVAILABLE, "a counter window on another thread stayed open for 30 s; the hold "
-                                                   "is taken, later windows wait for its release");
+               : fail(LINGPROBE_ERROR_UNAVAILABLE,
+                      "a counter window on another thread stayed open for 30 s; the hold "
+                      "is taken, later windows wait for its release");
   } catch (...) {
     return fail(LINGPROBE_ERROR_INTERNAL, "hold_counters failed");
   }

@@ -40,14 +40,18 @@ const std::string& other_run() {
     if (!f) return d;
     static const char kRun[] =
         R"({"format":"lingprobe.metadata/1","kind":"header","pid":2,"rank":0,"role":"single","run_id":"other",)"
-        R"("start_mono_ns":1000,"start_unix_ns":1700000000000000000,"world_size":1})" "\n"
+        R"("start_mono_ns":1000,"start_unix_ns":1700000000000000000,"world_size":1})"
+        "\n"
         R"({"id":0,"kind":"signature","sha256":"%s","signature_json":)"
         R"("{\"args\":[{\"dtype\":\"torch.bfloat16\",\"shape\":[1,7,64],\"stride\":[448,64,1]},)"
         R"({\"dtype\":\"torch.bfloat16\",\"shape\":[64,64],\"stride\":[64,1]}],\"kwargs\":{},)"
         R"(\"op\":\"aten.linear.default\",\"output\":{\"dtype\":\"torch.bfloat16\",\"shape\":[1,7,64],)"
-        R"(\"stride\":[448,64,1]},\"stage\":\"dit\"}"})" "\n"
-        R"({"depth":0,"id":0,"kind":"call","seq":0,"t0_ns":2000,"t1_ns":3000,"tid":2})" "\n"
-        R"({"calls":{"0":1},"dropped":{},"final":true,"kind":"counts"})" "\n";
+        R"(\"stride\":[448,64,1]},\"stage\":\"dit\"}"})"
+        "\n"
+        R"({"depth":0,"id":0,"kind":"call","seq":0,"t0_ns":2000,"t1_ns":3000,"tid":2})"
+        "\n"
+        R"({"calls":{"0":1},"dropped":{},"final":true,"kind":"counts"})"
+        "\n";
     std::fprintf(f, kRun, "1111111111111111111111111111111111111111111111111111111111111111");
     std::fclose(f);
     return d;

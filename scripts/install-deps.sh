@@ -14,6 +14,7 @@ PACKAGES=(
   python3-pytest                      # ctypes, CLI and integration tests
   valgrind                            # callgrind instruction counts (bench/cpu_bench.py, its CI test)
   clang-14 libclang-rt-14-dev         # libFuzzer, ASan and UBSan (scripts/fuzz.sh)
+  clang-format                        # the C/C++ layout (.clang-format, scripts/check-format.sh)
 )
 
 missing=()

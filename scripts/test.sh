@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: installs dependencies, builds, checks the includes against the layer table
-# (lib/layers.txt), runs every tier through ctest (the C++ and C tiers, then the
+# (lib/layers.txt) and the C/C++ layout (.clang-format), runs every tier through ctest (the C++ and C tiers, then the
 # Python tier, one ctest entry per file), then the libFuzzer targets (regression inputs, and LINGPROBE_FUZZ_SECONDS,
 # default 20, of fuzzing each), then the sanitizer tiers: the torch-free unit tier under ASan+UBSan and TSan, the
 # torch tiers under ASan+UBSan and the recorder under TSan (scripts/sanitize.sh).
@@ -37,6 +37,7 @@ step "install dependencies" "$root/scripts/install-deps.sh" || exit 1
 step "build" "$root/scripts/build.sh" || exit 1
 failed=0
 step "include check (lib/layers.txt)" python3 "$root/scripts/check-includes.py" || failed=1
+step "format check (.clang-format)" "$root/scripts/check-format.sh" || failed=1
 step "ctest: C++ and C tiers" env -C "$build" ctest --output-on-failure --no-tests=error --timeout 1500 -LE python \
   || failed=1
 step "ctest: Python tier" env -C "$build" ctest --output-on-failure --no-tests=error --timeout 1500 -L python || failed=1

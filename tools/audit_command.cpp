@@ -12,11 +12,12 @@ namespace lingprobe::tools {
 namespace {
 
 int usage() {
-  std::cerr << "usage: lingprobe audit [-o FILE] [--allow-mixed-runs] [--quiet] PATH...\n"
-               "  PATH: a run directory OUT/{run_id} (its metadata/*.jsonl), an OUT holding one launch, or metadata\n"
-               "  JSONL files. Files of several launches are refused unless --allow-mixed-runs.\n"
-               "  Writes RUN/reports/coverage_audit.json and RUN/reports/summary.md (or -o FILE and summary.md beside it)\n"
-               "  and prints the summary.\n";
+  std::cerr
+      << "usage: lingprobe audit [-o FILE] [--allow-mixed-runs] [--quiet] PATH...\n"
+         "  PATH: a run directory OUT/{run_id} (its metadata/*.jsonl), an OUT holding one launch, or metadata\n"
+         "  JSONL files. Files of several launches are refused unless --allow-mixed-runs.\n"
+         "  Writes RUN/reports/coverage_audit.json and RUN/reports/summary.md (or -o FILE and summary.md beside it)\n"
+         "  and prints the summary.\n";
   return 2;
 }
 

@@ -100,30 +100,40 @@ int cmd_version(int, char**) {
 }
 
 const Command kCommands[] = {
-    {"hash-signature", "read JSON signatures (one per line) on stdin, print their canonical SHA-256", cmd_hash_signature},
+    {"hash-signature", "read JSON signatures (one per line) on stdin, print their canonical SHA-256",
+     cmd_hash_signature},
 #ifdef LINGPROBE_HAVE_AUDIT
     {"audit", "coverage audit of a run: lingprobe audit [-o FILE] [--allow-mixed-runs] RUN_DIR",
      lingprobe::tools::audit_command},
     {"report", "capability report of a profiled run: lingprobe report [--generated-at TIME] [RUN_DIR]",
      lingprobe::tools::report_command},
-    {"trace", "a run's calls as a Perfetto/Chrome trace: lingprobe trace RUN_DIR [-o FILE] [--ranks LIST] [--from T] [--to T] [--max-events N]",
+    {"trace",
+     "a run's calls as a Perfetto/Chrome trace: lingprobe trace RUN_DIR [-o FILE] [--ranks LIST] [--from T] [--to T] "
+     "[--max-events N]",
      lingprobe::tools::trace_command},
     {"diff", "compare two runs' signatures and calls: lingprobe diff RUN_A RUN_B [--json] [-o FILE] [--stage S]",
      lingprobe::tools::diff_command},
 #endif
-    {"replay", "rerun snapshots in isolation and check them: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--profile]",
+    {"replay",
+     "rerun snapshots in isolation and check them: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] "
+     "[--profile]",
      cmd_replay},
-    {"validate", "inline counters against Nsight Compute on replays: lingprobe validate RUN_DIR [--top N] [--signatures H16,...] [--random N [--seed S] [--min-kernel-us US]] [--runs N] [--json OUT]; "
-                 "or against the real execution's kernel time: lingprobe validate RUN_DIR --against-trace TRACE.json [--min-kernel-us US] [--tolerance F] [--json OUT]",
+    {"validate",
+     "inline counters against Nsight Compute on replays: lingprobe validate RUN_DIR [--top N] [--signatures H16,...] "
+     "[--random N [--seed S] [--min-kernel-us US]] [--runs N] [--json OUT]; "
+     "or against the real execution's kernel time: lingprobe validate RUN_DIR --against-trace TRACE.json "
+     "[--min-kernel-us US] [--tolerance F] [--json OUT]",
      cmd_validate},
-    {"run", "run a command with lingprobe preloaded: lingprobe run [options] -- CMD ARGS", lingprobe::tools::run_command},
+    {"run", "run a command with lingprobe preloaded: lingprobe run [options] -- CMD ARGS",
+     lingprobe::tools::run_command},
     {"config", "print every LINGPROBE_* option with its type, default and meaning", lingprobe::tools::config_command},
     {"version", "print the lingprobe version", cmd_version},
 };
 
 void usage(std::ostream& os) {
   os << "usage: lingprobe <command> [options]\n\ncommands:\n";
-  for (const auto& c : kCommands) os << "  " << c.name << std::string(16 - std::strlen(c.name), ' ') << c.summary << '\n';
+  for (const auto& c : kCommands)
+    os << "  " << c.name << std::string(16 - std::strlen(c.name), ' ') << c.summary << '\n';
 }
 
 }  // namespace

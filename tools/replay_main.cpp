@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -28,7 +27,8 @@
 namespace {
 
 int usage() {
-  std::cerr << "usage: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--library LIB.so]... [--profile] [--quiet]\n"
+  std::cerr << "usage: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--library LIB.so]... [--profile] "
+               "[--quiet]\n"
                "  SNAPSHOT  a snapshot file (.pt); its replay goes to RUN_DIR/replays/{stem}/\n"
                "  RUN_DIR   replays every snapshot this run's metadata names (each checked against its sha256)\n"
                "  -o DIR    write replays/{stem}/ under DIR instead of the run directory\n"
@@ -36,8 +36,10 @@ int usage() {
                "  --library load this shared library first (an extension whose ops the run called: torchvision's\n"
                "            _C.so, a custom op's library); without it such snapshots are skipped, with their op named\n"
                "  --profile then replay each again under lingprobe's inline counters (as the run measured it, into\n"
-               "            replay_profiles/{run}/) and set that profile beside the run's: replays/{stem}/replay_profile.json\n"
-               "Exit status 0 when every deterministic op replays exactly (skipped ones aside), 1 otherwise, 2 for bad usage.\n";
+               "            replay_profiles/{run}/) and set that profile beside the run's: "
+               "replays/{stem}/replay_profile.json\n"
+               "Exit status 0 when every deterministic op replays exactly (skipped ones aside), 1 otherwise, 2 for bad "
+               "usage.\n";
   return 2;
 }
 
@@ -67,7 +69,8 @@ std::string op_rule_name(const std::string& dotted) {
   const size_t dot = dotted.find('.');
   if (dot == std::string::npos) return dotted;
   const size_t second = dotted.find('.', dot + 1);
-  return dotted.substr(0, dot) + "::" + dotted.substr(dot + 1, second == std::string::npos ? std::string::npos : second - dot - 1);
+  return dotted.substr(0, dot) +
+         "::" + dotted.substr(dot + 1, second == std::string::npos ? std::string::npos : second - dot - 1);
 }
 
 // The signature's 16 hex digits in a stem "{stage}_rank{R}_{h16}[_s{seq}][_p{pid}]" ("" if it has none).
@@ -124,9 +127,9 @@ int profile_replays(std::vector<Target>& targets, const std::string& run_dir, co
   const std::string out = base + "/replay_profiles";
   const std::string run_id = "replay-" + std::to_string(std::time(nullptr)) + "-" + std::to_string(::getpid());
   // The job's environment is not this measurement's: no LINGPROBE_* settings, a single process of rank 0.
-  const std::vector<std::string> settings = {"ENABLE=0",       "PROFILE=1", "SNAPSHOTS=0", "STAGE_GPU_TIME=0",
-                                             "RUN_ID=" + run_id, "OPS=" + ops, "ROLE=single", "RANK=0",
-                                             "SAMPLE_COORDINATION=none", "LOG_LEVEL=warn"};
+  const std::vector<std::string> settings = {
+      "ENABLE=0",   "PROFILE=1",   "SNAPSHOTS=0", "STAGE_GPU_TIME=0",         "RUN_ID=" + run_id,
+      "OPS=" + ops, "ROLE=single", "RANK=0",      "SAMPLE_COORDINATION=none", "LOG_LEVEL=warn"};
   std::vector<const char*> raw;
   for (const auto& x : settings) raw.push_back(x.c_str());
   lingprobe_options o{};
@@ -136,15 +139,16 @@ int profile_replays(std::vector<Target>& targets, const std::string& run_dir, co
   o.settings = raw.data();
   o.settings_count = raw.size();
   char dir[4096] = {0};
-  if (lingprobe_status st = lingprobe_init(&o); st != LINGPROBE_OK ||
-                                                 (st = lingprobe_get_run_dir(dir, sizeof dir)) != LINGPROBE_OK) {
-    std::cout << "FAILED  --profile: lingprobe: " << lingprobe_status_string(st) << ": " << lingprobe_last_error() << "\n";
+  if (lingprobe_status st = lingprobe_init(&o);
+      st != LINGPROBE_OK || (st = lingprobe_get_run_dir(dir, sizeof dir)) != LINGPROBE_OK) {
+    std::cout << "FAILED  --profile: lingprobe: " << lingprobe_status_string(st) << ": " << lingprobe_last_error()
+              << "\n";
     return 1;
   }
   std::vector<std::string> errors(chosen.size());
   for (size_t i = 0; i < chosen.size(); ++i) {
     lingprobe::replay::ReplayOptions ro;
-    ro.device = device;  // ro.out_dir empty: this pass writes no replay files
+    ro.device = device;                          // ro.out_dir empty: this pass writes no replay files
     ro.before_call = [] { lingprobe_start(); };  // recording the call only, not its inputs' rebuilding
     ro.after_call = [] { lingprobe_stop(); };
     lingprobe_stage_push(chosen[i]->stage.c_str());
@@ -160,7 +164,8 @@ int profile_replays(std::vector<Target>& targets, const std::string& run_dir, co
     const std::string mine = errors[i].empty() ? profile_with_hash(dir, stem_hash(name)) : "";
     std::string error = errors[i];
     lingprobe::format::JsonValue c = lingprobe::format::JsonValue::null();
-    if (!mine.empty()) c = lingprobe::replay::compare_profiles(run_dir + "/profiles/" + name, mine, error);
+    if (!mine.empty())
+      c = lingprobe::replay::compare_profiles(run_dir + "/profiles/" + name, mine, error);
     else if (error.empty())
       error = "the replay opened no counter window (its reasons are in " + std::string(dir) +
               "'s counts record: `lingprobe audit " + dir + "`)";
@@ -173,7 +178,8 @@ int profile_replays(std::vector<Target>& targets, const std::string& run_dir, co
     if (!lingprobe::sink::replace_file(path, lingprobe::format::pretty_json(c) + "\n").empty()) ++failed;
     std::cout << lingprobe::replay::profile_line(c) << "  " << t.rel << "\n";
   }
-  std::cout << "replay profiles: " << dir << "/profiles/; comparisons in " << replays << "/{stem}/replay_profile.json\n";
+  std::cout << "replay profiles: " << dir << "/profiles/; comparisons in " << replays
+            << "/{stem}/replay_profile.json\n";
   return failed;
 }
 
@@ -195,21 +201,28 @@ int run(int argc, char** argv) {
   bool quiet = false, profile = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if ((a == "-o" || a == "--output") && i + 1 < argc) out_dir = argv[++i];
-    else if (a == "--device" && i + 1 < argc) device = argv[++i];
+    if ((a == "-o" || a == "--output") && i + 1 < argc)
+      out_dir = argv[++i];
+    else if (a == "--device" && i + 1 < argc)
+      device = argv[++i];
     else if (a == "--library" && i + 1 < argc) {
       const char* lib = argv[++i];
       if (!::dlopen(lib, RTLD_NOW | RTLD_GLOBAL)) {
         std::cerr << "lingprobe replay: --library " << lib << ": " << ::dlerror() << "\n";
         return 2;
       }
-    }
-    else if (a == "--quiet" || a == "-q") quiet = true;
-    else if (a == "--profile") profile = true;
-    else if (a == "-h" || a == "--help") return usage(), 0;
-    else if (!a.empty() && a[0] == '-') return usage();
-    else if (input.empty()) input = a;
-    else return usage();
+    } else if (a == "--quiet" || a == "-q")
+      quiet = true;
+    else if (a == "--profile")
+      profile = true;
+    else if (a == "-h" || a == "--help")
+      return usage(), 0;
+    else if (!a.empty() && a[0] == '-')
+      return usage();
+    else if (input.empty())
+      input = a;
+    else
+      return usage();
   }
   if (input.empty()) return usage();
   while (input.size() > 1 && input.back() == '/') input.pop_back();
@@ -249,8 +262,11 @@ int run(int argc, char** argv) {
     if (!t.sha256.empty()) {
       std::string sha;
       if (!lingprobe::format::sha256_file_hex(t.path, sha) || sha != t.sha256) {
-        std::cout << "FAILED  " << t.rel << ": " << (sha.empty() ? "missing or unreadable" : "its SHA-256 differs from "
-                     "the one the metadata recorded (the file was changed after the run)") << "\n";
+        std::cout << "FAILED  " << t.rel << ": "
+                  << (sha.empty() ? "missing or unreadable"
+                                  : "its SHA-256 differs from "
+                                    "the one the metadata recorded (the file was changed after the run)")
+                  << "\n";
         ++failed;
         continue;
       }
@@ -277,8 +293,8 @@ int run(int argc, char** argv) {
     if (!quiet || (r.exact && !*r.exact)) {
       char line[512];
       std::snprintf(line, sizeof line, "%s %-8s %-28s max_abs %-10.3g rmse %-10.3g %s%s%s", verdict, r.stage.c_str(),
-                    r.op.c_str(), r.max_abs, r.rmse, r.signature_matches ? "" : "signature differs! ",
-                    r.device.c_str(), r.nondeterministic.empty() ? "" : (" (" + r.nondeterministic + ")").c_str());
+                    r.op.c_str(), r.max_abs, r.rmse, r.signature_matches ? "" : "signature differs! ", r.device.c_str(),
+                    r.nondeterministic.empty() ? "" : (" (" + r.nondeterministic + ")").c_str());
       std::cout << line << "  " << t.rel << "\n";
     }
   }

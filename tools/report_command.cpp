@@ -12,10 +12,11 @@ namespace lingprobe::tools {
 namespace {
 
 int usage() {
-  std::cerr << "usage: lingprobe report [--generated-at TIME] [--quiet] [RUN_DIR]\n"
-               "  RUN_DIR: a run directory OUT/{run_id} of a run with LINGPROBE_PROFILE=1 (default: $LINGPROBE_OUT/latest,\n"
-               "  else ./lingprobe-out/latest). Writes RUN_DIR/reports/capability_report.json and roofline.svg, adds a\n"
-               "  \"Capability\" section to RUN_DIR/reports/summary.md and prints that section.\n";
+  std::cerr
+      << "usage: lingprobe report [--generated-at TIME] [--quiet] [RUN_DIR]\n"
+         "  RUN_DIR: a run directory OUT/{run_id} of a run with LINGPROBE_PROFILE=1 (default: $LINGPROBE_OUT/latest,\n"
+         "  else ./lingprobe-out/latest). Writes RUN_DIR/reports/capability_report.json and roofline.svg, adds a\n"
+         "  \"Capability\" section to RUN_DIR/reports/summary.md and prints that section.\n";
   return 2;
 }
 

@@ -54,10 +54,11 @@ void prepend_env(const char* name, const std::string& value, char sep) {
 }
 
 int usage() {
-  std::cerr << "usage: lingprobe run [-o DIR] [--ops SPEC] [--nested] [--no-call-records] [--stage-map MAP]\n"
-               "                     [--nvtx-map MAP] [--set NAME=VALUE]... -- CMD [ARGS...]\n"
-               "  e.g. lingprobe run -o out --ops 'dit:aten::linear;vae:aten::conv3d' -- torchrun --nproc_per_node=4 gen.py\n"
-               "  NAME is any option `lingprobe config` lists.\n";
+  std::cerr
+      << "usage: lingprobe run [-o DIR] [--ops SPEC] [--nested] [--no-call-records] [--stage-map MAP]\n"
+         "                     [--nvtx-map MAP] [--set NAME=VALUE]... -- CMD [ARGS...]\n"
+         "  e.g. lingprobe run -o out --ops 'dit:aten::linear;vae:aten::conv3d' -- torchrun --nproc_per_node=4 gen.py\n"
+         "  NAME is any option `lingprobe config` lists.\n";
   return 2;
 }
 
@@ -149,8 +150,9 @@ int run_command(int argc, char** argv) {
   const std::string out = absolute(config.out_dir);
   setenv("LINGPROBE_OUT", out.c_str(), 1);
   // One launch id for every process of the command: its run directory is OUT/{run_id}.
-  const std::string run_id = api::resolve_run_id(config, [](const char* n) -> const char* { return std::getenv(n); },
-                                                 getpid(), getppid(), static_cast<int64_t>(std::time(nullptr)));
+  const std::string run_id = api::resolve_run_id(
+      config, [](const char* n) -> const char* { return std::getenv(n); }, getpid(), getppid(),
+      static_cast<int64_t>(std::time(nullptr)));
   setenv("LINGPROBE_RUN_ID", run_id.c_str(), 1);
   const std::string run_dir = out + "/" + run_id;
   // The stub puts the Python shim on PYTHONPATH in Python processes by itself.

@@ -25,8 +25,7 @@ LINGPROBE_API const char* lingprobe_version(void);
  * Returns LINGPROBE_OK, LINGPROBE_ERROR_INVALID_ARGUMENT (NULL pointer),
  * LINGPROBE_ERROR_BUFFER_TOO_SMALL, or LINGPROBE_ERROR_PARSE (not a JSON
  * object). */
-LINGPROBE_API lingprobe_status lingprobe_hash_signature(const char* json, size_t len, char* out_hex,
-                                                        size_t out_size);
+LINGPROBE_API lingprobe_status lingprobe_hash_signature(const char* json, size_t len, char* out_hex, size_t out_size);
 
 /* ---- life cycle ----------------------------------------------------------
  * fresh --init--> running --finalize--> finalized. init is idempotent (a
@@ -66,7 +65,8 @@ typedef struct lingprobe_stats {
   uint64_t snapshots_written; /* snapshot files written (LINGPROBE_SNAPSHOTS) */
   uint64_t snapshot_bytes;    /* their bytes on disk */
   uint64_t nested_seen;       /* nested op calls that reached lingprobe's callback (each boxed by the dispatcher) */
-  uint64_t nested_suppressed; /* top-level calls below which RecordFunction was switched off (LINGPROBE_SUPPRESS_NESTED) */
+  uint64_t
+      nested_suppressed; /* top-level calls below which RecordFunction was switched off (LINGPROBE_SUPPRESS_NESTED) */
 } lingprobe_stats;
 
 /* Initialises lingprobe and installs the dispatcher hook; records at once

@@ -16,15 +16,18 @@ namespace {
 
 // LINGPROBE_* variables that are not options: read by the shim, the preload
 // stub and the build scripts.
+// One line per group of names, each with what it is.
+// clang-format off
 const char* const kNonOptionVariables[] = {
     "LIBRARY", "REAL_LIBRARY", "PRELOAD", "BUILD_DIR", "PYTHON_SHIM",  // where things are; the stub's switch
     "PARENT_PID", "PARENT_RANK",                 // set by a recording process for the processes it starts
     "SHIM_PATH", "PYTHONPATH_BEFORE",            // the stub's PYTHONPATH entry, undone by the shim
     "PRELOAD_WARNED",                            // one warning per process tree
     "CLI", "PYTHON", "NVTX_HELPER"};             // read by scripts/reference-run.sh and the reference workload
+// clang-format on
 
-constexpr double kMaxSeconds = 1e7;                  // SKIP_SECONDS: about 115 days
-constexpr int64_t kMaxFlushIntervalMs = 3600 * 1000;  // an hour
+constexpr double kMaxSeconds = 1e7;                      // SKIP_SECONDS: about 115 days
+constexpr int64_t kMaxFlushIntervalMs = 3600 * 1000;     // an hour
 constexpr int64_t kMaxBufferRecords = int64_t{1} << 24;  // 16 Mi records, 768 MiB per thread
 constexpr int64_t kMaxRank = int64_t{1} << 24;
 
@@ -72,7 +75,8 @@ std::string parse_probability(const std::string& v, double& out) {
   errno = 0;
   char* end = nullptr;
   double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || errno || *end || !std::isfinite(x) || !(x >= 0.0 && x <= 1.0)) return "expected a probability in [0, 1], got '" + v + "'";
+  if (v.empty() || errno || *end || !std::isfinite(x) || !(x >= 0.0 && x <= 1.0))
+    return "expected a probability in [0, 1], got '" + v + "'";
   out = x;
   return "";
 }
@@ -91,11 +95,16 @@ std::string parse_bytes(const std::string& v, int64_t& out) {
   const double x = std::strtod(v.c_str(), &end);
   double mult = 1;
   std::string unit = upper(end ? std::string(end) : "");
-  if (unit == "K" || unit == "KB" || unit == "KIB") mult = 1024.0;
-  else if (unit == "M" || unit == "MB" || unit == "MIB") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
-  else if (!unit.empty()) return "expected bytes such as 4G, 512M or 1048576, got '" + v + "'";
+  if (unit == "K" || unit == "KB" || unit == "KIB")
+    mult = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB")
+    mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TIB")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty())
+    return "expected bytes such as 4G, 512M or 1048576, got '" + v + "'";
   if (v.empty() || end == v.c_str() || errno || !(x >= 0) || x * mult > 9.0e18)
     return "expected bytes such as 4G, 512M or 1048576, got '" + v + "'";
   out = static_cast<int64_t>(x * mult);
@@ -105,12 +114,15 @@ std::string parse_bytes(const std::string& v, int64_t& out) {
 const std::vector<ConfigEntry>& config_table() {
   static const std::vector<ConfigEntry> table = {
       {"ENABLE", "bool", "1", "Record from initialisation on. 0: load and wait for start (API, shim or control file)."},
-      {"OUT", "path", "lingprobe-out", "Output root; each launch writes its own run directory OUT/{run_id}/ "
-                                        "(metadata/metadata_rank{R}_pid{P}.jsonl, ...); OUT/latest points at the newest."},
-      {"OPS", "string", "", "Ops to record: comma-separated names or globs (aten::linear,aten::*conv*); "
-                            "per stage with 'stage:glob,...;stage:glob' (dit:aten::linear;vae:aten::conv3d). Empty: all."},
+      {"OUT", "path", "lingprobe-out",
+       "Output root; each launch writes its own run directory OUT/{run_id}/ "
+       "(metadata/metadata_rank{R}_pid{P}.jsonl, ...); OUT/latest points at the newest."},
+      {"OPS", "string", "",
+       "Ops to record: comma-separated names or globs (aten::linear,aten::*conv*); "
+       "per stage with 'stage:glob,...;stage:glob' (dit:aten::linear;vae:aten::conv3d). Empty: all."},
       {"OPS_DENY", "string", "", "Comma-separated ops or globs never recorded (applied after OPS)."},
-      {"NESTED", "bool", "0", "Also record calls made inside another op (with their depth). Default: top-level calls only."},
+      {"NESTED", "bool", "0",
+       "Also record calls made inside another op (with their depth). Default: top-level calls only."},
       {"SUPPRESS_NESTED", "auto|always|never", "auto",
        "Below a recorded top-level call, switch RecordFunction off on the thread (at::enableRecordFunction) so its "
        "nested calls are not boxed; back on at the call's end. auto: only below ops whose first 8 calls made at least "
@@ -120,20 +132,26 @@ const std::vector<ConfigEntry>& config_table() {
        "calls. Ignored with NESTED=1."},
       {"SUPPRESS_NESTED_MIN", "int", "4", "auto suppression: the nested calls per call an op must make (at least 1)."},
       {"CALL_RECORDS", "bool", "1", "Write one 'call' record per call (timing); 0 keeps only signatures and counts."},
-      {"STAGE_MAP", "string", "", "Python stage rules: stage=ModuleClass|pkg.module:function;... (e.g. "
-                                  "dit=WanModel;vae=WanVAE|Decoder3d;output=wan.utils.utils:save_video)."},
-      {"NVTX_MAP", "string", "", "NVTX range name (regex) -> stage: stage=regex;... (e.g. dit=^(dit|transformer)). "
-                                 "Unmapped ranges leave the stage unchanged."},
-      {"FLUSH_INTERVAL_MS", "int", "500", "How often the writer thread drains buffers and writes cumulative counts (1 to 3600000). A "
-                                          "SIGKILL loses at most about this much of the calls' records."},
+      {"STAGE_MAP", "string", "",
+       "Python stage rules: stage=ModuleClass|pkg.module:function;... (e.g. "
+       "dit=WanModel;vae=WanVAE|Decoder3d;output=wan.utils.utils:save_video)."},
+      {"NVTX_MAP", "string", "",
+       "NVTX range name (regex) -> stage: stage=regex;... (e.g. dit=^(dit|transformer)). "
+       "Unmapped ranges leave the stage unchanged."},
+      {"FLUSH_INTERVAL_MS", "int", "500",
+       "How often the writer thread drains buffers and writes cumulative counts (1 to 3600000). A "
+       "SIGKILL loses at most about this much of the calls' records."},
       {"SIGNAL_FLUSH", "bool", "1",
        "SIGTERM, SIGHUP and SIGINT whose disposition at init is the default (they would end the process without "
        "atexit; Python's SIGINT handler or the program's own are left alone): finalize first (at most 10 s), then "
        "end by the same signal, so the exit status is unchanged. A second signal ends the process at once."},
-      {"BUFFER_RECORDS", "int", "65536", "Call records buffered per thread before the overflow policy applies (16 to 16777216)."},
-      {"OVERFLOW", "drop|block", "drop", "When a thread's buffer is full: drop the call record (counted in 'dropped') "
-                                         "or block the calling thread until the writer drains it."},
-      {"CONTROL_FILE", "path", "", "A file the writer polls: first word 'start' or 'stop' switches recording (no signals)."},
+      {"BUFFER_RECORDS", "int", "65536",
+       "Call records buffered per thread before the overflow policy applies (16 to 16777216)."},
+      {"OVERFLOW", "drop|block", "drop",
+       "When a thread's buffer is full: drop the call record (counted in 'dropped') "
+       "or block the calling thread until the writer drains it."},
+      {"CONTROL_FILE", "path", "",
+       "A file the writer polls: first word 'start' or 'stop' switches recording (no signals)."},
       {"SKIP_CALLS", "int", "0", "Warm-up: ignore the first N top-level calls after recording starts."},
       {"SKIP_SECONDS", "float", "0", "Warm-up: ignore calls in the first S seconds after recording starts (0 to 1e7)."},
       {"RANK", "int", "-1", "This process's rank (below 2^24); -1 takes RANK from the environment (torchrun)."},
@@ -142,17 +160,22 @@ const std::vector<ConfigEntry>& config_table() {
       {"ROLE", "auto|rank|single|launcher|child", "auto",
        "auto: 'launcher' for torchrun's agent (writes nothing); 'child' for a process started by a recording "
        "process (its own file, never a rank's); 'rank' when the rank is known (RANK, SLURM_PROCID, "
-       "OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, later init_process_group or set_rank); else 'single' (rank 0 of 1)."},
-      {"RUN_ID", "string", "", "The launch id all processes of a launch share; names the run directory OUT/{run_id}. "
-                               "Default: TORCHELASTIC_RUN_ID, SLURM_JOB_ID.STEP, PMIX_NAMESPACE, the one torchrun's agent "
-                               "or a recording parent exports, else generated (UTC time and pid). 'none' counts as unset."},
+       "OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, later init_process_group or set_rank); else 'single' (rank 0 of "
+       "1)."},
+      {"RUN_ID", "string", "",
+       "The launch id all processes of a launch share; names the run directory OUT/{run_id}. "
+       "Default: TORCHELASTIC_RUN_ID, SLURM_JOB_ID.STEP, PMIX_NAMESPACE, the one torchrun's agent "
+       "or a recording parent exports, else generated (UTC time and pid). 'none' counts as unset."},
       {"LOG_LEVEL", "trace|debug|info|warn|error|off", "info", "Log level of lingprobe's stderr messages."},
-      {"SNAPSHOTS", "bool", "0", "Snapshot sampled calls: their real input and output tensors to "
-                                 "RUN_DIR/snapshots/{stage}_rank{R}_{h16}.pt (torch.load-able; `lingprobe replay` reruns them)."},
-      {"PROFILE", "bool", "0", "Measure sampled calls' kernels inline with CUPTI (range profiler, kernel replay): "
-                               "RUN_DIR/profiles/{stage}_rank{R}_{h16}/ (kernels.json, metrics.csv, identity.json)."},
-      {"PROFILE_METRICS", "string", "", "Comma-separated metrics for PROFILE; empty: the capability seed's eight "
-                                        "(gpu__time_duration.sum, sm__/dram/lts throughput %, warps active %, DRAM bytes)."},
+      {"SNAPSHOTS", "bool", "0",
+       "Snapshot sampled calls: their real input and output tensors to "
+       "RUN_DIR/snapshots/{stage}_rank{R}_{h16}.pt (torch.load-able; `lingprobe replay` reruns them)."},
+      {"PROFILE", "bool", "0",
+       "Measure sampled calls' kernels inline with CUPTI (range profiler, kernel replay): "
+       "RUN_DIR/profiles/{stage}_rank{R}_{h16}/ (kernels.json, metrics.csv, identity.json)."},
+      {"PROFILE_METRICS", "string", "",
+       "Comma-separated metrics for PROFILE; empty: the capability seed's eight "
+       "(gpu__time_duration.sum, sm__/dram/lts throughput %, warps active %, DRAM bytes)."},
       {"PROFILE_UNGUARDED", "bool", "0",
        "Open counter windows even while another tool holds CUPTI's callback subscriber (torch.profiler's Kineto keeps "
        "it after its first session). Off: such windows are refused (subscriber_held). On: other threads' kernel and "
@@ -163,18 +186,21 @@ const std::vector<ConfigEntry>& config_table() {
        "op's stream (the capability report's denominator; intervals during which a counter window opened on the GPU "
        "are told apart). Costs two events per stage change of a thread."},
       {"SAMPLE_FIRST", "int", "1", "Samples per input key (op, stage, arguments) per launch."},
-      {"SAMPLE_SKIP", "int", "0", "Skip the first N calls of each input key before sampling (warm-up: cuDNN "
-                                  "heuristics, lazy loading); counted per process."},
+      {"SAMPLE_SKIP", "int", "0",
+       "Skip the first N calls of each input key before sampling (warm-up: cuDNN "
+       "heuristics, lazy loading); counted per process."},
       {"SAMPLE_EVERY", "int", "1", "After the skipped calls, consider every M-th call of a key."},
       {"SAMPLE_PROBABILITY", "float", "1", "Sample a considered call with this probability (seeded, reproducible)."},
       {"SAMPLE_SEED", "int", "0", "Seed of SAMPLE_PROBABILITY."},
-      {"SAMPLE_OPS", "string", "", "Which (stage, op) are sampled, in OPS syntax (dit:aten::linear;vae:aten::conv3d). "
-                                   "Empty: every recorded op."},
+      {"SAMPLE_OPS", "string", "",
+       "Which (stage, op) are sampled, in OPS syntax (dit:aten::linear;vae:aten::conv3d). "
+       "Empty: every recorded op."},
       {"SAMPLE_COORDINATION", "claims|hash|none", "claims",
        "claims: each input key sampled once per launch by whichever process reaches it first (exclusive files in "
        "RUN_DIR/claims, which ranks must share); hash: by rank hash(key) mod world_size (no shared directory needed; "
        "keys that rank never runs stay unsampled, and the counts say so); none: every process samples on its own."},
-      {"SAMPLE_BUDGET_PROCESS", "bytes", "4G", "Tensor bytes one process may snapshot (disk, and host memory in flight)."},
+      {"SAMPLE_BUDGET_PROCESS", "bytes", "4G",
+       "Tensor bytes one process may snapshot (disk, and host memory in flight)."},
       {"SAMPLE_BUDGET_RUN", "bytes", "16G", "Tensor bytes the whole launch may snapshot (RUN_DIR/claims/bytes)."},
       {"SAMPLE_BUDGET_DEVICE", "bytes", "2G", "Device memory held by copies waiting for the writer (per process)."},
       {"PROFILE_BUDGET_S", "float", "300",
@@ -197,86 +223,143 @@ std::string apply_setting(Config& c, const std::string& raw_name, const std::str
   std::string name = upper(raw_name);
   if (name.rfind("LINGPROBE_", 0) == 0) name = name.substr(10);
   std::string err;
-  if (name == "ENABLE") err = parse_bool(v, c.enable);
+  if (name == "ENABLE")
+    err = parse_bool(v, c.enable);
   else if (name == "OUT") {
-    if (v.empty()) err = "expected a directory path, got ''";
-    else c.out_dir = v;
-  } else if (name == "OPS") c.ops = v;
-  else if (name == "OPS_DENY") c.ops_deny = v;
-  else if (name == "NESTED") err = parse_bool(v, c.nested);
+    if (v.empty())
+      err = "expected a directory path, got ''";
+    else
+      c.out_dir = v;
+  } else if (name == "OPS")
+    c.ops = v;
+  else if (name == "OPS_DENY")
+    c.ops_deny = v;
+  else if (name == "NESTED")
+    err = parse_bool(v, c.nested);
   else if (name == "SUPPRESS_NESTED") {
     const std::string u = upper(v);
-    if (u == "AUTO") c.suppress_nested = SuppressNested::Auto;
-    else if (u == "ALWAYS") c.suppress_nested = SuppressNested::Always;
-    else if (u == "NEVER") c.suppress_nested = SuppressNested::Never;
-    else err = "expected auto, always or never, got '" + v + "'";
-  } else if (name == "SUPPRESS_NESTED_MIN") err = parse_int(v, c.suppress_nested_min, 1, 1 << 20);
-  else if (name == "CALL_RECORDS") err = parse_bool(v, c.call_records);
-  else if (name == "STAGE_MAP") c.stage_map = v;
-  else if (name == "NVTX_MAP") c.nvtx_map = v;
-  else if (name == "FLUSH_INTERVAL_MS") err = parse_int(v, c.flush_interval_ms, 1, kMaxFlushIntervalMs);
-  else if (name == "SIGNAL_FLUSH") err = parse_bool(v, c.signal_flush);
-  else if (name == "BUFFER_RECORDS") err = parse_int(v, c.buffer_records, 16, kMaxBufferRecords);
+    if (u == "AUTO")
+      c.suppress_nested = SuppressNested::Auto;
+    else if (u == "ALWAYS")
+      c.suppress_nested = SuppressNested::Always;
+    else if (u == "NEVER")
+      c.suppress_nested = SuppressNested::Never;
+    else
+      err = "expected auto, always or never, got '" + v + "'";
+  } else if (name == "SUPPRESS_NESTED_MIN")
+    err = parse_int(v, c.suppress_nested_min, 1, 1 << 20);
+  else if (name == "CALL_RECORDS")
+    err = parse_bool(v, c.call_records);
+  else if (name == "STAGE_MAP")
+    c.stage_map = v;
+  else if (name == "NVTX_MAP")
+    c.nvtx_map = v;
+  else if (name == "FLUSH_INTERVAL_MS")
+    err = parse_int(v, c.flush_interval_ms, 1, kMaxFlushIntervalMs);
+  else if (name == "SIGNAL_FLUSH")
+    err = parse_bool(v, c.signal_flush);
+  else if (name == "BUFFER_RECORDS")
+    err = parse_int(v, c.buffer_records, 16, kMaxBufferRecords);
   else if (name == "OVERFLOW") {
     const std::string u = upper(v);
-    if (u == "DROP") c.overflow = OverflowPolicy::Drop;
-    else if (u == "BLOCK") c.overflow = OverflowPolicy::Block;
-    else err = "expected 'drop' or 'block', got '" + v + "'";
-  } else if (name == "CONTROL_FILE") c.control_file = v;
-  else if (name == "SKIP_CALLS") err = parse_int(v, c.skip_calls, 0);
-  else if (name == "SKIP_SECONDS") err = parse_seconds(v, c.skip_seconds);
-  else if (name == "RANK") err = parse_int(v, c.rank, -1, kMaxRank - 1);
-  else if (name == "LOCAL_RANK") err = parse_int(v, c.local_rank, -1, kMaxRank - 1);
-  else if (name == "WORLD_SIZE") err = parse_int(v, c.world_size, -1, kMaxRank);
+    if (u == "DROP")
+      c.overflow = OverflowPolicy::Drop;
+    else if (u == "BLOCK")
+      c.overflow = OverflowPolicy::Block;
+    else
+      err = "expected 'drop' or 'block', got '" + v + "'";
+  } else if (name == "CONTROL_FILE")
+    c.control_file = v;
+  else if (name == "SKIP_CALLS")
+    err = parse_int(v, c.skip_calls, 0);
+  else if (name == "SKIP_SECONDS")
+    err = parse_seconds(v, c.skip_seconds);
+  else if (name == "RANK")
+    err = parse_int(v, c.rank, -1, kMaxRank - 1);
+  else if (name == "LOCAL_RANK")
+    err = parse_int(v, c.local_rank, -1, kMaxRank - 1);
+  else if (name == "WORLD_SIZE")
+    err = parse_int(v, c.world_size, -1, kMaxRank);
   else if (name == "ROLE") {
     const std::string u = upper(v);
-    if (u == "AUTO") c.role = Role::Auto;
-    else if (u == "RANK") c.role = Role::Rank;
-    else if (u == "SINGLE") c.role = Role::Single;
-    else if (u == "LAUNCHER") c.role = Role::Launcher;
-    else if (u == "CHILD") c.role = Role::Child;
-    else err = "expected auto, rank, single, launcher or child, got '" + v + "'";
-  } else if (name == "RUN_ID") c.run_id = v;
-  else if (name == "SNAPSHOTS") err = parse_bool(v, c.snapshots);
-  else if (name == "PROFILE") err = parse_bool(v, c.profile);
-  else if (name == "PROFILE_METRICS") c.profile_metrics = v;
-  else if (name == "PROFILE_UNGUARDED") err = parse_bool(v, c.profile_unguarded);
-  else if (name == "STAGE_GPU_TIME") err = parse_bool(v, c.stage_gpu_time);
-  else if (name == "SAMPLE_FIRST") err = parse_int(v, c.sample_first, 1);
-  else if (name == "SAMPLE_SKIP") err = parse_int(v, c.sample_skip, 0);
-  else if (name == "SAMPLE_EVERY") err = parse_int(v, c.sample_every, 1);
-  else if (name == "SAMPLE_PROBABILITY") err = parse_probability(v, c.sample_probability);
-  else if (name == "SAMPLE_SEED") err = parse_int(v, c.sample_seed, 0);
-  else if (name == "SAMPLE_OPS") c.sample_ops = v;
+    if (u == "AUTO")
+      c.role = Role::Auto;
+    else if (u == "RANK")
+      c.role = Role::Rank;
+    else if (u == "SINGLE")
+      c.role = Role::Single;
+    else if (u == "LAUNCHER")
+      c.role = Role::Launcher;
+    else if (u == "CHILD")
+      c.role = Role::Child;
+    else
+      err = "expected auto, rank, single, launcher or child, got '" + v + "'";
+  } else if (name == "RUN_ID")
+    c.run_id = v;
+  else if (name == "SNAPSHOTS")
+    err = parse_bool(v, c.snapshots);
+  else if (name == "PROFILE")
+    err = parse_bool(v, c.profile);
+  else if (name == "PROFILE_METRICS")
+    c.profile_metrics = v;
+  else if (name == "PROFILE_UNGUARDED")
+    err = parse_bool(v, c.profile_unguarded);
+  else if (name == "STAGE_GPU_TIME")
+    err = parse_bool(v, c.stage_gpu_time);
+  else if (name == "SAMPLE_FIRST")
+    err = parse_int(v, c.sample_first, 1);
+  else if (name == "SAMPLE_SKIP")
+    err = parse_int(v, c.sample_skip, 0);
+  else if (name == "SAMPLE_EVERY")
+    err = parse_int(v, c.sample_every, 1);
+  else if (name == "SAMPLE_PROBABILITY")
+    err = parse_probability(v, c.sample_probability);
+  else if (name == "SAMPLE_SEED")
+    err = parse_int(v, c.sample_seed, 0);
+  else if (name == "SAMPLE_OPS")
+    c.sample_ops = v;
   else if (name == "SAMPLE_PLAN") {
     if (!v.empty() && access(sample_plan_file(v).c_str(), R_OK) != 0)
       err = "cannot read " + sample_plan_file(v) + " (" + std::strerror(errno) + "): run `lingprobe audit " + v +
             "` on that run first";
-    else c.sample_plan = v;
-  }
-  else if (name == "SAMPLE_COORDINATION") {
+    else
+      c.sample_plan = v;
+  } else if (name == "SAMPLE_COORDINATION") {
     const std::string u = upper(v);
-    if (u == "CLAIMS") c.sample_coordination = SampleCoordination::Claims;
-    else if (u == "HASH") c.sample_coordination = SampleCoordination::Hash;
-    else if (u == "NONE") c.sample_coordination = SampleCoordination::None;
-    else err = "expected claims, hash or none, got '" + v + "'";
-  } else if (name == "SAMPLE_BUDGET_PROCESS") err = parse_bytes(v, c.sample_budget_process);
-  else if (name == "SAMPLE_BUDGET_RUN") err = parse_bytes(v, c.sample_budget_run);
-  else if (name == "SAMPLE_BUDGET_DEVICE") err = parse_bytes(v, c.sample_budget_device);
-  else if (name == "PROFILE_BUDGET_S") err = parse_seconds(v, c.profile_budget_s);
+    if (u == "CLAIMS")
+      c.sample_coordination = SampleCoordination::Claims;
+    else if (u == "HASH")
+      c.sample_coordination = SampleCoordination::Hash;
+    else if (u == "NONE")
+      c.sample_coordination = SampleCoordination::None;
+    else
+      err = "expected claims, hash or none, got '" + v + "'";
+  } else if (name == "SAMPLE_BUDGET_PROCESS")
+    err = parse_bytes(v, c.sample_budget_process);
+  else if (name == "SAMPLE_BUDGET_RUN")
+    err = parse_bytes(v, c.sample_budget_run);
+  else if (name == "SAMPLE_BUDGET_DEVICE")
+    err = parse_bytes(v, c.sample_budget_device);
+  else if (name == "PROFILE_BUDGET_S")
+    err = parse_seconds(v, c.profile_budget_s);
   else if (name == "SAMPLE_DEVICES") {
     const std::string u = upper(v);
-    if (u == "AUTO") c.sample_devices = SampleDevices::Auto;
-    else if (u == "ANY") c.sample_devices = SampleDevices::Any;
-    else if (u == "GPU") c.sample_devices = SampleDevices::Gpu;
-    else err = "expected auto, any or gpu, got '" + v + "'";
+    if (u == "AUTO")
+      c.sample_devices = SampleDevices::Auto;
+    else if (u == "ANY")
+      c.sample_devices = SampleDevices::Any;
+    else if (u == "GPU")
+      c.sample_devices = SampleDevices::Gpu;
+    else
+      err = "expected auto, any or gpu, got '" + v + "'";
   } else if (name == "LOG_LEVEL") {
     static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
     std::string lower = v;
     for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (std::none_of(std::begin(kLevels), std::end(kLevels), [&](const char* l) { return lower == l; }))
       err = "expected trace, debug, info, warn, error or off, got '" + v + "'";
-    else c.log_level = lower;
+    else
+      c.log_level = lower;
   } else {
     return "unknown option LINGPROBE_" + name + " (run `lingprobe config` for the list)";
   }
@@ -306,8 +389,9 @@ std::string apply_environment(Config& config, char** env, std::vector<std::strin
 }
 
 std::string describe_config_table() {
-  std::string out = "lingprobe configuration (environment variables; the same names, without the prefix,\n"
-                    "are the C ABI's settings and the Python shim's keyword options)\n\n";
+  std::string out =
+      "lingprobe configuration (environment variables; the same names, without the prefix,\n"
+      "are the C ABI's settings and the Python shim's keyword options)\n\n";
   for (const auto& e : config_table()) {
     out += "LINGPROBE_";
     out += e.name;

@@ -24,8 +24,8 @@ enum class SampleDevices { Auto, Any, Gpu };
 struct Config {
   bool enable = true;
   std::string out_dir = "lingprobe-out";
-  std::string ops;        // selection: globs, optionally per stage ("dit:aten::linear;vae:aten::conv3d")
-  std::string ops_deny;   // globs never recorded
+  std::string ops;       // selection: globs, optionally per stage ("dit:aten::linear;vae:aten::conv3d")
+  std::string ops_deny;  // globs never recorded
   bool nested = false;
   SuppressNested suppress_nested = SuppressNested::Auto;
   int64_t suppress_nested_min = 4;
@@ -43,27 +43,27 @@ struct Config {
   int64_t local_rank = -1;  // -1: from LOCAL_RANK
   int64_t world_size = -1;  // -1: from WORLD_SIZE
   Role role = Role::Auto;
-  std::string run_id;       // "" or "none": TORCHELASTIC_RUN_ID, a scheduler's job id, else generated
+  std::string run_id;  // "" or "none": TORCHELASTIC_RUN_ID, a scheduler's job id, else generated
   std::string log_level = "info";
   // Sampling (snapshots of sampled calls' tensors; docs/SNAPSHOTS.md).
   bool snapshots = false;
-  bool profile = false;             // inline CUPTI counters of sampled calls
-  std::string profile_metrics;      // "" : the capability seed's eight
-  bool stage_gpu_time = true;       // with profile: GPU time per stage (CUDA events at stage changes)
-  bool profile_unguarded = false;   // windows without CUPTI's subscriber (no hold on other threads' launches)
+  bool profile = false;            // inline CUPTI counters of sampled calls
+  std::string profile_metrics;     // "" : the capability seed's eight
+  bool stage_gpu_time = true;      // with profile: GPU time per stage (CUDA events at stage changes)
+  bool profile_unguarded = false;  // windows without CUPTI's subscriber (no hold on other threads' launches)
   int64_t sample_first = 1;        // samples per input key per launch
   int64_t sample_skip = 0;         // calls of each key skipped first (warm-up)
   int64_t sample_every = 1;        // then every M-th call
   double sample_probability = 1.0;
   int64_t sample_seed = 0;
-  std::string sample_ops;          // which (stage, op) are sampled, as OPS; "" all recorded
+  std::string sample_ops;  // which (stage, op) are sampled, as OPS; "" all recorded
   SampleCoordination sample_coordination = SampleCoordination::Claims;
   int64_t sample_budget_process = int64_t(4) << 30;
   int64_t sample_budget_run = int64_t(16) << 30;
   int64_t sample_budget_device = int64_t(2) << 30;
-  double profile_budget_s = 300;   // wall seconds one process may stall in counter windows
+  double profile_budget_s = 300;  // wall seconds one process may stall in counter windows
   SampleDevices sample_devices = SampleDevices::Auto;
-  std::string sample_plan;         // an earlier run's coverage_audit.json: sample only its dominant keys; "" none
+  std::string sample_plan;  // an earlier run's coverage_audit.json: sample only its dominant keys; "" none
 };
 
 // SAMPLE_PLAN's file: a run directory's reports/coverage_audit.json, or the
@@ -74,8 +74,8 @@ std::string sample_plan_file(const std::string& value);
 std::string parse_bytes(const std::string& text, int64_t& out);
 
 struct ConfigEntry {
-  const char* name;         // without the LINGPROBE_ prefix, e.g. "OUT"
-  const char* type;         // bool, int, float, string, path, enum values
+  const char* name;  // without the LINGPROBE_ prefix, e.g. "OUT"
+  const char* type;  // bool, int, float, string, path, enum values
   const char* default_text;
   const char* description;
 };

@@ -53,11 +53,11 @@ struct RankVariables {
   const char* world_size;
 };
 constexpr RankVariables kRankVariables[] = {
-    {"RANK", "LOCAL_RANK", "WORLD_SIZE"},                                                // torchrun
-    {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"},                                   // Slurm srun
-    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"},      // Open MPI
-    {"PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"},                                         // MPICH, Intel MPI
-    {"PMIX_RANK", "PMIX_LOCAL_RANK", "PMIX_SIZE"},                                       // PMIx
+    {"RANK", "LOCAL_RANK", "WORLD_SIZE"},                                            // torchrun
+    {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"},                               // Slurm srun
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"},  // Open MPI
+    {"PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"},                                     // MPICH, Intel MPI
+    {"PMIX_RANK", "PMIX_LOCAL_RANK", "PMIX_SIZE"},                                   // PMIx
 };
 
 }  // namespace
@@ -99,8 +99,7 @@ Identity resolve_identity(const Config& c, GetenvFn getenv_fn, const std::string
     id.role = c.role;
   } else if (!torchrun_worker && looks_like_launcher(cmdline)) {
     id.role = Role::Launcher;  // under srun too: the agent has SLURM_PROCID but no RANK
-  } else if (parent >= 0 && parent != own_pid &&
-             !(rank >= 0 && env_int(getenv_fn, "LINGPROBE_PARENT_RANK", -1) < 0)) {
+  } else if (parent >= 0 && parent != own_pid && !(rank >= 0 && env_int(getenv_fn, "LINGPROBE_PARENT_RANK", -1) < 0)) {
     // A child inherits its parent rank's RANK and is not that rank. A process
     // with a RANK whose recording parent was no rank was started by a launcher
     // lingprobe does not know (accelerate, deepspeed, start_processes): a rank.
@@ -144,8 +143,7 @@ std::string resolve_run_id(const Config& c, GetenvFn getenv_fn, int64_t own_pid,
   if (std::string ns = env_string(getenv_fn, "PMIX_NAMESPACE"); !ns.empty()) return sanitize_run_id("pmix-" + ns);
   // torchrun without --rdzv-id whose agent did not export one (lingprobe was not
   // loaded there): the workers of one agent share its pid.
-  if (getenv_fn("TORCHELASTIC_RESTART_COUNT") && parent_pid > 0)
-    return "torchrun-agent" + std::to_string(parent_pid);
+  if (getenv_fn("TORCHELASTIC_RESTART_COUNT") && parent_pid > 0) return "torchrun-agent" + std::to_string(parent_pid);
   std::time_t t = static_cast<std::time_t>(unix_seconds);
   std::tm tm{};
   gmtime_r(&t, &tm);

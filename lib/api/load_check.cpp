@@ -35,9 +35,11 @@ __attribute__((constructor)) void check_how_we_were_loaded() {
     if (real(entry) != self && entry.find('/') != std::string::npos) continue;
     g_preloaded = true;
     std::string dir = self.substr(0, self.rfind('/') + 1);
-    g_message = new std::string("liblingprobe.so was preloaded itself; it links libtorch, which LD_PRELOAD would load into "
-                                "every child process, so it records nothing. Preload the torch-free stub instead: "
-                                "LD_PRELOAD=" + dir + "liblingprobe_preload.so");
+    g_message = new std::string(
+        "liblingprobe.so was preloaded itself; it links libtorch, which LD_PRELOAD would load into "
+        "every child process, so it records nothing. Preload the torch-free stub instead: "
+        "LD_PRELOAD=" +
+        dir + "liblingprobe_preload.so");
     if (!std::getenv("LINGPROBE_PRELOAD_WARNED")) {
       std::fprintf(stderr, "[lingprobe] %s\n", g_message->c_str());
       ::setenv("LINGPROBE_PRELOAD_WARNED", "1", 1);  // once per process tree

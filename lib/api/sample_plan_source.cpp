@@ -29,7 +29,8 @@ std::unique_ptr<LoadedPlan> load_sample_plan(const Config& c, bool counters_poss
     for (const auto& k : loaded->plan.keys) keys->insert(k.input_sha);
   loaded->keys = std::move(keys);
   if (!loaded->error.empty()) {
-    log_warn("LINGPROBE_SAMPLE_PLAN: " + loaded->error + "; nothing is sampled (run `lingprobe audit` on the earlier "
+    log_warn("LINGPROBE_SAMPLE_PLAN: " + loaded->error +
+             "; nothing is sampled (run `lingprobe audit` on the earlier "
              "run, or unset LINGPROBE_SAMPLE_PLAN)");
   } else {
     char share[32];

@@ -136,7 +136,9 @@ class Broker : public capture::ClaimBroker, public capture::RunBudget {
       default: return Outcome::Unavailable;
     }
   }
-  void release_key(const std::string& sha, bool failed, uint64_t bytes) override { claims_->release_key(sha, failed, bytes); }
+  void release_key(const std::string& sha, bool failed, uint64_t bytes) override {
+    claims_->release_key(sha, failed, bytes);
+  }
   KeyProgress key_progress(const std::string& sha) override {
     switch (claims_->key_state(sha)) {
       case sink::Claims::KeyState::Done: return KeyProgress::Done;
@@ -203,13 +205,15 @@ capture::SnapshotOptions snapshot_options(const Config& c, int64_t rank, const s
   o.rank = rank;
   o.run_id = run_id;
   o.gpu_on_machine = gpu;
-  o.gpu_calls_only = c.sample_devices == SampleDevices::Gpu || (c.sample_devices == SampleDevices::Auto && o.gpu_on_machine);
+  o.gpu_calls_only =
+      c.sample_devices == SampleDevices::Gpu || (c.sample_devices == SampleDevices::Auto && o.gpu_on_machine);
   o.profile_budget_s = c.profile_budget_s;
   return o;
 }
 
 // One refusal record (once per key, evidence and reason): where each key's evidence went.
-std::string refusal_record(const capture::SampleKey& k, const char* evidence, const std::string& reason, uint64_t call) {
+std::string refusal_record(const capture::SampleKey& k, const char* evidence, const std::string& reason,
+                           uint64_t call) {
   format::JsonValue r = format::JsonValue::object();
   r.set("kind", format::JsonValue::string("refusal"));
   r.set("input_sha256", format::JsonValue::string(k.input_sha));
@@ -242,8 +246,9 @@ struct SamplingSession::Parts {
         broker(&claims, static_cast<uint64_t>(c.sample_budget_run)),
         writer(run_dir, who, metadata, c.sample_coordination == SampleCoordination::Claims ? &claims : nullptr),
         writer_sink(&writer),
-        cuda(metrics_of(c), [metadata](std::string line) { metadata->add_record(std::move(line)); },
-             run_dir + "/claims", c.profile_unguarded),
+        cuda(
+            metrics_of(c), [metadata](std::string line) { metadata->add_record(std::move(line)); }, run_dir + "/claims",
+            c.profile_unguarded),
         snapshots(&sampler, &writer_sink, &broker, &cuda, snapshot_options(c, rank, run_id, gpu)),
         plan(load_sample_plan(c, gpu)),
         metadata(metadata),
@@ -274,12 +279,15 @@ std::unique_ptr<SamplingSession> SamplingSession::create(const Config& c, int64_
   so.evidence = static_cast<uint8_t>((c.snapshots ? capture::kSnapshot : 0) | (c.profile ? capture::kCounters : 0));
   if (parts->plan) so.plan = parts->plan->keys;
   parts->sampler.configure(so, &parts->broker, rank, world_size);
-  parts->sampler.set_refusal_sink([metadata](const capture::SampleKey& k, const char* evidence, const std::string& reason,
-                                             uint64_t call) { metadata->add_record(refusal_record(k, evidence, reason, call)); });
+  parts->sampler.set_refusal_sink(
+      [metadata](const capture::SampleKey& k, const char* evidence, const std::string& reason, uint64_t call) {
+        metadata->add_record(refusal_record(k, evidence, reason, call));
+      });
   if (c.profile && !gpu)
-    log_warn("LINGPROBE_PROFILE=1, but this machine shows the process no NVIDIA GPU (no /dev/nvidiactl, or "
-             "CUDA_VISIBLE_DEVICES hides them): no counters will be taken" +
-             std::string(c.snapshots ? "; snapshots go on" : ""));
+    log_warn(
+        "LINGPROBE_PROFILE=1, but this machine shows the process no NVIDIA GPU (no /dev/nvidiactl, or "
+        "CUDA_VISIBLE_DEVICES hides them): no counters will be taken" +
+        std::string(c.snapshots ? "; snapshots go on" : ""));
   return std::unique_ptr<SamplingSession>(new SamplingSession(std::move(parts)));
 }
 
@@ -325,7 +333,7 @@ bool hold_counters(bool hold, int wait_seconds) { return gpu::hold_counters(hold
 
 void SamplingSession::finalize() {
   if (gpu::CudaDriver* d = gpu::CudaDriver::loaded()) d->set_finishing();  // no exit hangs behind a stuck stream
-  if (parts_->stage_time) parts_->stage_time->finalize();  // before the final counts record
+  if (parts_->stage_time) parts_->stage_time->finalize();                  // before the final counts record
   if (parts_->plan && !plan_written_.exchange(true))
     parts_->metadata->add_record(plan_record(*parts_->plan, parts_->sampler.plan_unmet()));
   parts_->writer.finalize();
@@ -342,7 +350,8 @@ void SamplingSession::say_if_nothing_ran_on_the_gpu() {
          ? off_gpu
          : other) += keys;
   if (off_gpu == 0 || other > 0 || parts_->sampler.stats().sampled > 0) return;
-  log_warn(std::to_string(off_gpu) + " input key(s) were not sampled: their calls ran on the CPU or the meta device, "
+  log_warn(std::to_string(off_gpu) +
+           " input key(s) were not sampled: their calls ran on the CPU or the meta device, "
            "and only GPU calls are sampled (LINGPROBE_SAMPLE_DEVICES=" +
            std::string(parts_->sample_devices == SampleDevices::Gpu ? "gpu" : "auto, on a machine with an NVIDIA GPU") +
            "); set LINGPROBE_SAMPLE_DEVICES=any to sample them");

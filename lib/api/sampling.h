@@ -35,11 +35,11 @@ class SamplingSession {
   capture::SampledCallHooks* hooks();
   capture::StageTiming* stage_timing();  // nullptr unless PROFILE with STAGE_GPU_TIME
   void on_new_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json);
-  void poll();                                   // the writer thread, every cycle
+  void poll();                                      // the writer thread, every cycle
   void add_counts(format::CountsSnapshot& counts);  // drops and sampling figures into a counts record
   void set_identity(int64_t rank, int64_t world_size, const std::string& who);
-  void finalize();                               // drains the snapshot writer (before the metadata writer)
-  void after_fork();                             // in a forked child (no GPU call, no lock)
+  void finalize();    // drains the snapshot writer (before the metadata writer)
+  void after_fork();  // in a forked child (no GPU call, no lock)
   uint64_t snapshots_written() const;
   uint64_t snapshot_bytes() const;
 

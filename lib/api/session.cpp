@@ -40,20 +40,20 @@ class WriterSink;
 
 struct Session {
   std::mutex finalize_mu;  // one finalize at a time, for its whole drain (never taken by the writer thread)
-  std::mutex mu;  // guards everything below except the atomics
+  std::mutex mu;           // guards everything below except the atomics
   std::atomic<lingprobe_state> state{LINGPROBE_STATE_FRESH};
   bool config_ok = false;
   Config config;
   Identity identity;
   std::string run_id;
-  std::string run_dir;        // OUT/{run_id}
+  std::string run_dir;  // OUT/{run_id}
   std::string metadata_path;
   int64_t start_unix_ns = 0, start_mono_ns = 0;
   std::unique_ptr<WriterSink> sink;
   std::unique_ptr<sink::MetadataWriter> writer;
-  std::unique_ptr<SamplingSession> sampling;  // null when sampling is off (or a child)
+  std::unique_ptr<SamplingSession> sampling;            // null when sampling is off (or a child)
   std::atomic<SamplingSession*> sampling_now{nullptr};  // the same, for the writer thread's reads
-  std::string control_seen;  // last control-file content acted upon
+  std::string control_seen;                             // last control-file content acted upon
 };
 
 // Set in a forked child's atfork handler: every entry point then returns at
@@ -146,8 +146,10 @@ void poll_control_file() {
   if (word == s.control_seen) return;
   s.control_seen = word;
   std::string err;
-  if (word == "start" || word == "stop") session_set_recording(word == "start", err);
-  else log_warn("control file '" + path + "' says '" + word + "'; expected 'start' or 'stop'");
+  if (word == "start" || word == "stop")
+    session_set_recording(word == "start", err);
+  else
+    log_warn("control file '" + path + "' says '" + word + "'; expected 'start' or 'stop'");
 }
 
 // Snapshot files are named by it: rank{R}, or child{PID}.
@@ -181,8 +183,10 @@ void ensure_writer_locked(Session& s) {
   s.sink = std::make_unique<WriterSink>(s.writer.get(), s.config.overflow == OverflowPolicy::Block);
   // Children do not sample: their calls are not rows, and a key a child claimed first would leave
   // the rank's signature without evidence. (A child that becomes a rank, mp.spawn, samples from then on.)
-  if (s.identity.role != Role::Child) start_sampling_locked(s);
-  else if (s.config.snapshots || s.config.profile) s.sink->keep_signatures();
+  if (s.identity.role != Role::Child)
+    start_sampling_locked(s);
+  else if (s.config.snapshots || s.config.profile)
+    s.sink->keep_signatures();
 }
 
 void start_sampling_locked(Session& s) {
@@ -254,7 +258,8 @@ void fork_child() {
   capture::stop_after_fork();
   capture::ForkGate::after_fork();
   exit_signals_after_fork();
-  if (SamplingSession* sampling = s.sampling_now.load()) sampling->after_fork();  // the stage clock stops, GPU untouched
+  if (SamplingSession* sampling = s.sampling_now.load())
+    sampling->after_fork();  // the stage clock stops, GPU untouched
 }
 
 const char* plain_getenv(const char* name) { return std::getenv(name); }
@@ -409,14 +414,19 @@ lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t worl
   if (auto st = check_running(s, error); st != LINGPROBE_OK) return st;
   Identity id = s.identity;
   if (rank >= 0) id.rank = rank, id.rank_source = "api";
-  if (local_rank >= 0) id.local_rank = local_rank;
-  else if (rank >= 0 && s.identity.role != Role::Rank) id.local_rank = id.rank;
-  if (world_size >= 0) id.world_size = world_size;
-  else if (id.world_size <= id.rank) id.world_size = id.rank + 1;
+  if (local_rank >= 0)
+    id.local_rank = local_rank;
+  else if (rank >= 0 && s.identity.role != Role::Rank)
+    id.local_rank = id.rank;
+  if (world_size >= 0)
+    id.world_size = world_size;
+  else if (id.world_size <= id.rank)
+    id.world_size = id.rank + 1;
   id.role = Role::Rank;
   id.parent_pid = id.parent_rank = -1;
   const Identity& cur = s.identity;
-  if (cur.role == Role::Rank && cur.rank == id.rank && cur.local_rank == id.local_rank && cur.world_size == id.world_size)
+  if (cur.role == Role::Rank && cur.rank == id.rank && cur.local_rank == id.local_rank &&
+      cur.world_size == id.world_size)
     return LINGPROBE_OK;  // nothing changes (torchrun's RANK agrees with init_process_group)
   Identity previous = s.identity;
   s.identity = id;

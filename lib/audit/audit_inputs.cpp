@@ -68,7 +68,8 @@ bool read_inputs(AuditRun& a) {
     FileSummary f;
     auto progress = [&](uint64_t done) {
       if (options.progress)
-        std::fprintf(stderr, "\r[lingprobe audit] %s: %.0f MiB", basename(path).c_str(), static_cast<double>(done) / (1 << 20));
+        std::fprintf(stderr, "\r[lingprobe audit] %s: %.0f MiB", basename(path).c_str(),
+                     static_cast<double>(done) / (1 << 20));
     };
     ReadResult rr = read_metadata_file(path, f, progress);
     if (options.progress && f.bytes >= (64u << 20)) std::fprintf(stderr, "\n");
@@ -101,7 +102,8 @@ bool read_inputs(AuditRun& a) {
                       "); audit one launch's run directory, or pass --allow-mixed-runs to sum them";
       return false;
     }
-    outcome.warnings.push_back("--allow-mixed-runs: summing " + std::to_string(run_ids.size()) + " launches (" + ids + ")");
+    outcome.warnings.push_back("--allow-mixed-runs: summing " + std::to_string(run_ids.size()) + " launches (" + ids +
+                               ")");
   }
 
   return true;

@@ -31,8 +31,8 @@ struct Signature {
   std::map<int64_t, uint64_t> calls_by_rank;
   uint64_t calls = 0;
   std::vector<Evidence> snapshots;
-  std::vector<Evidence> profiles;          // with counters
-  std::optional<double> kernel_time_us;    // measured, per call (first profile)
+  std::vector<Evidence> profiles;        // with counters
+  std::optional<double> kernel_time_us;  // measured, per call (first profile)
 };
 
 // Each rank's stall caused by counter windows (its profile records and counts).
@@ -86,11 +86,11 @@ struct AuditRun {
   std::string stall_table;
 };
 
-bool find_inputs(AuditRun& a);      // 1. the metadata files and the run directory; false: outcome.error says why
-bool read_inputs(AuditRun& a);      // 2. every file read and validated; false: outcome.error
-bool total_ranks(AuditRun& a);      // 2b. the ranks' files summed; false: outcome.error
-void check_evidence(AuditRun& a);   // 3. only this run's own, unaltered evidence counts
-void build_report(AuditRun& a);     // 4. coverage_audit.json's document
-void write_outputs(AuditRun& a);    // 5. summary.md's audit part, then the files (outcome.ok on success)
+bool find_inputs(AuditRun& a);     // 1. the metadata files and the run directory; false: outcome.error says why
+bool read_inputs(AuditRun& a);     // 2. every file read and validated; false: outcome.error
+bool total_ranks(AuditRun& a);     // 2b. the ranks' files summed; false: outcome.error
+void check_evidence(AuditRun& a);  // 3. only this run's own, unaltered evidence counts
+void build_report(AuditRun& a);    // 4. coverage_audit.json's document
+void write_outputs(AuditRun& a);   // 5. summary.md's audit part, then the files (outcome.ok on success)
 
 }  // namespace lingprobe::audit

@@ -21,7 +21,6 @@ std::string pct(const JsonValue& fraction) {
   return buf;
 }
 
-
 std::string short_signature(const Signature& s) { return audit::short_signature(s.value); }
 
 std::string make_summary(const std::map<std::string, std::vector<const Signature*>>& by_stage,
@@ -44,8 +43,8 @@ std::string make_summary(const std::map<std::string, std::vector<const Signature
   size_t i = 0;
   for (const auto& [stage, group] : by_stage) {
     const JsonValue& st = stages.items()[i++];
-    md << "\n## Stage `" << stage << "`: " << group.size() << " signatures, "
-       << st.find("recorded_calls")->as_int() << " calls\n\n";
+    md << "\n## Stage `" << stage << "`: " << group.size() << " signatures, " << st.find("recorded_calls")->as_int()
+       << " calls\n\n";
     std::vector<const Signature*> by_calls = group, by_flops;
     for (auto* s : group)
       if (s->flops && *s->flops > 0) by_flops.push_back(s);
@@ -97,14 +96,16 @@ void write_outputs(AuditRun& a) {
   outcome.summary_path = parent(outcome.report_path) + "/summary.md";
   outcome.summary = make_summary(a.by_stage, all, a.overall, a.stages, a.used_files, a.ranks, a.dropped_total);
   if (!nested.empty())
-    outcome.summary += "\nCalls nested below top-level calls: " + std::to_string(nested["seen"]) +
-                       " reached lingprobe (each boxed by the dispatcher); RecordFunction was switched off below " +
-                       std::to_string(nested["suppressed_below"]) +
-                       " top-level call(s) (LINGPROBE_SUPPRESS_NESTED), whose nested calls were neither boxed nor counted.\n";
+    outcome.summary +=
+        "\nCalls nested below top-level calls: " + std::to_string(nested["seen"]) +
+        " reached lingprobe (each boxed by the dispatcher); RecordFunction was switched off below " +
+        std::to_string(nested["suppressed_below"]) +
+        " top-level call(s) (LINGPROBE_SUPPRESS_NESTED), whose nested calls were neither boxed nor counted.\n";
   if (!compile_time.empty()) {
     uint64_t total = 0;
     std::string kinds;
-    for (const auto& [k, n] : compile_time) total += n, kinds += (kinds.empty() ? "" : ", ") + k + " " + std::to_string(n);
+    for (const auto& [k, n] : compile_time)
+      total += n, kinds += (kinds.empty() ? "" : ", ") + k + " " + std::to_string(n);
     outcome.summary += "\nCalls torch.compile's tracing ran on fake tensors: " + std::to_string(total) + " (" + kinds +
                        "), counted as compile time, outside the rows above.\n";
   }
@@ -132,15 +133,18 @@ void write_outputs(AuditRun& a) {
   }
   outcome.summary += a.ranks_view.markdown;
   if (!stall_table.empty())
-    outcome.summary += "\n## Counter windows: each rank's stall\n\nWall seconds the ranks spent in counter windows "
-                       "(kernel replay, one window at a time per GPU); the lock wait is time spent waiting for another "
-                       "rank's window; the total adds waits that timed out (the window then refused as "
-                       "`hardware_busy`).\n\n| rank | windows | stall s (total) | in windows s | of which lock wait s | "
-                       "longest window s | status |\n|---|---|---|---|---|---|---|\n" + stall_table;
+    outcome.summary +=
+        "\n## Counter windows: each rank's stall\n\nWall seconds the ranks spent in counter windows "
+        "(kernel replay, one window at a time per GPU); the lock wait is time spent waiting for another "
+        "rank's window; the total adds waits that timed out (the window then refused as "
+        "`hardware_busy`).\n\n| rank | windows | stall s (total) | in windows s | of which lock wait s | "
+        "longest window s | status |\n|---|---|---|---|---|---|---|\n" +
+        stall_table;
   if (const size_t n_others = report.find("other_processes")->items().size())
     outcome.summary += "\n## Other processes (not in the rows)\n\n" + std::to_string(n_others) +
                        " process(es) started by the ranks or starting them (DataLoader or compile workers, an "
-                       "mp.spawn parent) recorded " + std::to_string(a.other_calls) +
+                       "mp.spawn parent) recorded " +
+                       std::to_string(a.other_calls) +
                        " call(s); they are listed under `other_processes` in coverage_audit.json.\n";
   outcome.run_dir = run_dir;
   if (!options.write) {

@@ -33,7 +33,6 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-
 double num(const JsonValue* v) {
   if (!v) return 0;
   if (v->kind() == JsonValue::Kind::Float) return v->as_float();
@@ -122,11 +121,16 @@ struct Job {
 std::string xml_text(const std::string& in) {
   std::string o;
   for (char c : in) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
+    if (c == '<')
+      o += "&lt;";
+    else if (c == '>')
+      o += "&gt;";
+    else if (c == '&')
+      o += "&amp;";
+    else if (c == '"')
+      o += "&quot;";
+    else
+      o += c;
   }
   return o;
 }
@@ -139,13 +143,16 @@ std::string svg_roofline(const std::vector<Job>& jobs) {
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
     << "\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    << "<text x=\"" << L << "\" y=\"18\" font-size=\"14\">Roofline: profiled signatures of this run (inline counters)</text>\n";
+    << "<text x=\"" << L
+    << "\" y=\"18\" font-size=\"14\">Roofline: profiled signatures of this run (inline counters)</text>\n";
   for (int e = -2; e <= 4; ++e)
-    s << "<line x1=\"" << X(std::pow(10, e)) << "\" y1=\"" << T << "\" x2=\"" << X(std::pow(10, e)) << "\" y2=\"" << H - B
-      << "\" stroke=\"#eee\"/><text x=\"" << X(std::pow(10, e)) - 10 << "\" y=\"" << H - B + 16 << "\">1e" << e << "</text>\n";
+    s << "<line x1=\"" << X(std::pow(10, e)) << "\" y1=\"" << T << "\" x2=\"" << X(std::pow(10, e)) << "\" y2=\""
+      << H - B << "\" stroke=\"#eee\"/><text x=\"" << X(std::pow(10, e)) - 10 << "\" y=\"" << H - B + 16 << "\">1e" << e
+      << "</text>\n";
   for (int e = 9; e <= 15; ++e)
-    s << "<line x1=\"" << L << "\" y1=\"" << Y(std::pow(10, e)) << "\" x2=\"" << W - R << "\" y2=\"" << Y(std::pow(10, e))
-      << "\" stroke=\"#eee\"/><text x=\"8\" y=\"" << Y(std::pow(10, e)) + 4 << "\">1e" << e << "</text>\n";
+    s << "<line x1=\"" << L << "\" y1=\"" << Y(std::pow(10, e)) << "\" x2=\"" << W - R << "\" y2=\""
+      << Y(std::pow(10, e)) << "\" stroke=\"#eee\"/><text x=\"8\" y=\"" << Y(std::pow(10, e)) + 4 << "\">1e" << e
+      << "</text>\n";
   s << "<text x=\"" << (W / 2 - 120) << "\" y=\"" << H - 12 << "\">arithmetic intensity (FLOP per DRAM byte)</text>\n"
     << "<text x=\"14\" y=\"" << T - 8 << "\">FLOP/s</text>\n";
   std::set<std::pair<double, double>> roofs;
@@ -158,9 +165,10 @@ std::string svg_roofline(const std::vector<Job>& jobs) {
     }
   for (const auto& [pf, pd] : roofs) {
     const double knee = pf / pd;
-    s << "<polyline fill=\"none\" stroke=\"#c33\" stroke-width=\"1.5\" points=\"" << X(1e-2) << "," << Y(pd * 1e-2) << " "
-      << X(knee) << "," << Y(pf) << " " << X(1e4) << "," << Y(pf) << "\"/>\n<text x=\"" << X(1e4) - 150 << "\" y=\""
-      << Y(pf) - 4 << "\" fill=\"#c33\">" << roof_modes[{pf, pd}] << " peak " << human(pf, "FLOP/s") << "</text>\n";
+    s << "<polyline fill=\"none\" stroke=\"#c33\" stroke-width=\"1.5\" points=\"" << X(1e-2) << "," << Y(pd * 1e-2)
+      << " " << X(knee) << "," << Y(pf) << " " << X(1e4) << "," << Y(pf) << "\"/>\n<text x=\"" << X(1e4) - 150
+      << "\" y=\"" << Y(pf) - 4 << "\" fill=\"#c33\">" << roof_modes[{pf, pd}] << " peak " << human(pf, "FLOP/s")
+      << "</text>\n";
   }
   static const char* const kColors[] = {"#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"};
   std::map<std::string, int> stage_color;
@@ -168,8 +176,8 @@ std::string svg_roofline(const std::vector<Job>& jobs) {
     if (!j.passed || j.flops_per_s <= 0 || j.intensity <= 0) continue;
     const int c = stage_color.emplace(j.stage, static_cast<int>(stage_color.size()) % 6).first->second;
     s << "<circle cx=\"" << X(j.intensity) << "\" cy=\"" << Y(j.flops_per_s) << "\" r=\"4\" fill=\"" << kColors[c]
-      << "\"><title>" << xml_text(j.label) << " " << xml_text(j.stage) << " " << j.h16 << ": " << human(j.flops_per_s, "FLOP/s") << ", AI "
-      << j.intensity << "</title></circle>\n";
+      << "\"><title>" << xml_text(j.label) << " " << xml_text(j.stage) << " " << j.h16 << ": "
+      << human(j.flops_per_s, "FLOP/s") << ", AI " << j.intensity << "</title></circle>\n";
   }
   int row = 0;
   for (const auto& [stage, c] : stage_color) {
@@ -214,8 +222,8 @@ bool device_peak(const std::string& gpu, const std::string& mode, Peak& p) {
     return false;
   }
   // fp32: the non-tensor rate; fp64: the FP64 tensor-core rate (what DGEMM uses on Hopper).
-  const std::map<std::string, double> scale = {{"bf16", 1.0},          {"fp16", 1.0}, {"tf32", 0.5},
-                                               {"fp8", 2.0},           {"int8", 2.0}, {"fp32", 67.0 / 989.4},
+  const std::map<std::string, double> scale = {{"bf16", 1.0},         {"fp16", 1.0}, {"tf32", 0.5},
+                                               {"fp8", 2.0},          {"int8", 2.0}, {"fp32", 67.0 / 989.4},
                                                {"fp64", 67.0 / 989.4}};
   auto it = scale.find(mode);
   if (it == scale.end()) return false;
@@ -239,16 +247,17 @@ std::string left_on_the_table(const std::vector<Job>& jobs) {
   std::ostringstream md;
   md << "\n### Left on the table\n\nGPU time each profiled signature would save at its roof (its estimated time x (1 - "
         "achieved / roof), for whichever of its math mode's and DRAM's roofs bounds it): "
-     << human(total * 1e-6, "s") << " in all.\n\n| would save | est. GPU time | bound | % of that roof | mode | signature |\n"
+     << human(total * 1e-6, "s")
+     << " in all.\n\n| would save | est. GPU time | bound | % of that roof | mode | signature |\n"
      << "|---|---|---|---|---|---|\n";
   for (size_t i = 0; i < rows.size() && i < 10; ++i) {
     const Job& j = *rows[i];
     const bool math = j.frac_flops >= j.frac_dram;
     char row[512];
-    std::snprintf(row, sizeof row, "| %s | %s | %s | %d%% | %s | `%s` %s |\n", human(j.recoverable_us * 1e-6, "s").c_str(),
-                  human(j.est_us * 1e-6, "s").c_str(), math ? "math" : "DRAM",
-                  static_cast<int>(std::lround(100 * (math ? j.frac_flops : j.frac_dram))), j.mode.c_str(),
-                  j.label.c_str(), j.h16.substr(0, 12).c_str());
+    std::snprintf(row, sizeof row, "| %s | %s | %s | %d%% | %s | `%s` %s |\n",
+                  human(j.recoverable_us * 1e-6, "s").c_str(), human(j.est_us * 1e-6, "s").c_str(),
+                  math ? "math" : "DRAM", static_cast<int>(std::lround(100 * (math ? j.frac_flops : j.frac_dram))),
+                  j.mode.c_str(), j.label.c_str(), j.h16.substr(0, 12).c_str());
     md << row;
   }
   return md.str();
@@ -308,7 +317,8 @@ ReportOutcome run_report(const ReportOptions& options) {
     std::string manifest_sha;
     if (!evidence_path_inside(p.path) || !format::sha256_file_hex(dir + "/manifest.json", manifest_sha) ||
         manifest_sha != p.evidence_sha) {
-      out.warnings.push_back(p.path + ": missing or altered since the run (its manifest's SHA-256 does not match); no job");
+      out.warnings.push_back(p.path +
+                             ": missing or altered since the run (its manifest's SHA-256 does not match); no job");
       continue;
     }
     JsonValue identity, kernels, manifest, comparison;
@@ -325,8 +335,7 @@ ReportOutcome run_report(const ReportOptions& options) {
     else
       for (const auto& [name, v] : listed->members()) {
         std::string sha;
-        if (name.find('/') != std::string::npos || !format::sha256_file_hex(dir + "/" + name, sha) ||
-            sha != str(&v)) {
+        if (name.find('/') != std::string::npos || !format::sha256_file_hex(dir + "/" + name, sha) || sha != str(&v)) {
           altered = name + " is missing or altered since the run (its SHA-256 differs from the manifest's)";
           break;
         }
@@ -335,11 +344,13 @@ ReportOutcome run_report(const ReportOptions& options) {
       out.warnings.push_back(p.path + ": " + altered + "; no job");
       continue;
     }
-    if (!format::parse_json_file(dir + "/identity.json", identity) || !format::parse_json_file(dir + "/kernels.json", kernels)) {
+    if (!format::parse_json_file(dir + "/identity.json", identity) ||
+        !format::parse_json_file(dir + "/kernels.json", kernels)) {
       out.warnings.push_back(p.path + ": unreadable profile files; no job");
       continue;
     }
-    const bool replayed = format::parse_json_file(run + "/replays/" + basename(p.path) + "/replay_comparison.json", comparison);
+    const bool replayed =
+        format::parse_json_file(run + "/replays/" + basename(p.path) + "/replay_comparison.json", comparison);
     auto parsed = format::parse_json(texts[p.sha]);
     const JsonValue sig = parsed.ok ? parsed.value : JsonValue::object();
     Job j;
@@ -378,8 +389,10 @@ ReportOutcome run_report(const ReportOptions& options) {
     // Above 100% of a roof is a defect (a math mode or a time taken wrongly), never a figure to print as is.
     const bool over_roof = j.frac_flops > 1.0 || j.frac_dram > 1.0;
     if (over_roof)
-      out.warnings.push_back(p.path + ": " + std::to_string(static_cast<int>(std::max(j.frac_flops, j.frac_dram) * 100)) +
-                             "% of its " + j.mode + " roof, over 100%: its math mode or its kernel time is wrong "
+      out.warnings.push_back(p.path + ": " +
+                             std::to_string(static_cast<int>(std::max(j.frac_flops, j.frac_dram) * 100)) + "% of its " +
+                             j.mode +
+                             " roof, over 100%: its math mode or its kernel time is wrong "
                              "(report it); not counted in the totals");
     j.passed = j.passed && !over_roof;
     // What running at its roof would save: the time x (1 - achieved / roof) of whichever roof bounds it (the
@@ -432,15 +445,21 @@ ReportOutcome run_report(const ReportOptions& options) {
     job.set("fraction_of_peak_flops", j.frac_flops >= 0 ? JsonValue::floating(j.frac_flops) : JsonValue::null());
     job.set("fraction_of_peak_dram", j.frac_dram >= 0 ? JsonValue::floating(j.frac_dram) : JsonValue::null());
     job.set("over_roof", JsonValue::boolean(over_roof));
-    job.set("recoverable_gpu_time_us", j.recoverable_us >= 0 ? JsonValue::floating(j.recoverable_us) : JsonValue::null());
+    job.set("recoverable_gpu_time_us",
+            j.recoverable_us >= 0 ? JsonValue::floating(j.recoverable_us) : JsonValue::null());
     job.set("bound", JsonValue::string(j.frac_flops < 0 && j.frac_dram < 0 ? ""
-                                       : j.frac_flops >= j.frac_dram ? "math" : "dram"));
+                                       : j.frac_flops >= j.frac_dram       ? "math"
+                                                                           : "dram"));
     job.set("estimated_gpu_time_us", JsonValue::floating(j.est_us));
     job.set("passes", identity.find("passes") ? *identity.find("passes") : JsonValue::null());
-    job.set("scope", JsonValue::string(
-        "Inline CUPTI range profiler (auto range, kernel replay: each kernel replayed once per pass) on this run's own "
-        "call (rank " + std::to_string(p.rank) + ", seq " + std::to_string(p.seq) +
-        "); per-kernel times in isolation, GPU clocks not locked (as the run had them); not an end-to-end timing"));
+    job.set(
+        "scope",
+        JsonValue::string(
+            "Inline CUPTI range profiler (auto range, kernel replay: each kernel replayed once per pass) on this run's "
+            "own "
+            "call (rank " +
+            std::to_string(p.rank) + ", seq " + std::to_string(p.seq) +
+            "); per-kernel times in isolation, GPU clocks not locked (as the run had them); not an end-to-end timing"));
     j.json = std::move(job);
     // One job per signature: its first passed profile, else its first.
     auto same = std::find_if(jobs.begin(), jobs.end(), [&](const Job& x) { return x.sha == p.sha; });
@@ -481,17 +500,18 @@ ReportOutcome run_report(const ReportOptions& options) {
   JsonValue list = JsonValue::array();
   bool all_passed = !jobs.empty();
   for (auto& j : jobs) {
-    j.json.set("share_of_estimated_gpu_time", j.passed && total_est > 0 ? JsonValue::floating(j.est_us / total_est)
-                                                                       : JsonValue::null());
+    j.json.set("share_of_estimated_gpu_time",
+               j.passed && total_est > 0 ? JsonValue::floating(j.est_us / total_est) : JsonValue::null());
     // Of the total the report knows; null for a job whose stage's time is not in it (no clean interval, unmeasured).
     j.json.set("share_of_measured_gpu_time",
                j.passed && measured.denominator_us > 0 && measured.without_windows_us.count(j.stage)
                    ? JsonValue::floating(j.est_us / measured.denominator_us)
                    : JsonValue::null());
     const JsonValue* c = j.json.find("correctness");
-    all_passed = all_passed && str(j.json.find("status")) == "passed" &&
-                 (!c || c->is_null() || (c->find("exact") && c->find("exact")->kind() == JsonValue::Kind::Bool &&
-                                         c->find("exact")->as_bool()));
+    all_passed =
+        all_passed && str(j.json.find("status")) == "passed" &&
+        (!c || c->is_null() ||
+         (c->find("exact") && c->find("exact")->kind() == JsonValue::Kind::Bool && c->find("exact")->as_bool()));
     list.push_back(j.json);
   }
   JsonValue whole = JsonValue::object();
@@ -506,25 +526,30 @@ ReportOutcome run_report(const ReportOptions& options) {
   whole.set("recoverable_gpu_time_us", JsonValue::floating(recoverable));
   whole.set("unattributed_signatures", JsonValue::integer(static_cast<int64_t>(unattributed_sigs)));
   whole.set("unattributed_calls", JsonValue::integer(static_cast<int64_t>(unattributed_calls)));
-  whole.set("achieved_flops_per_second", total_est > 0 ? JsonValue::floating(attributed_flops / (total_est * 1e-6))
-                                                       : JsonValue::null());
+  whole.set("achieved_flops_per_second",
+            total_est > 0 ? JsonValue::floating(attributed_flops / (total_est * 1e-6)) : JsonValue::null());
   whole.set("measured_gpu_time", measured.json);
   whole.set("note", JsonValue::string(
-      "estimated GPU time = sum over profiled signatures of (kernel time per call x recorded calls): the recorded ops "
-      "only (LINGPROBE_OPS), kernels in isolation under replay. measured_gpu_time is the run's own GPU time per stage "
-      "(CUDA events, LINGPROBE_STAGE_GPU_TIME) and what of it the profiled signatures account for; " +
-      std::string(measured.json.is_null() ? "this run has no such measurement (PROFILE off, or no CUDA op)"
-                                          : "share_of_measured_gpu_time divides by its total without the windows")));
+                        "estimated GPU time = sum over profiled signatures of (kernel time per call x recorded calls): "
+                        "the recorded ops "
+                        "only (LINGPROBE_OPS), kernels in isolation under replay. measured_gpu_time is the run's own "
+                        "GPU time per stage "
+                        "(CUDA events, LINGPROBE_STAGE_GPU_TIME) and what of it the profiled signatures account for; " +
+                        std::string(measured.json.is_null()
+                                        ? "this run has no such measurement (PROFILE off, or no CUDA op)"
+                                        : "share_of_measured_gpu_time divides by its total without the windows")));
   JsonValue report = JsonValue::object();
   report.set("generated_at", JsonValue::string(options.generated_at.empty() ? now_iso() : options.generated_at));
   report.set("status", JsonValue::string(jobs.empty() ? "no_profiles" : all_passed ? "passed" : "partial"));
   report.set("jobs", std::move(list));
-  report.set("scope", JsonValue::string(
-      "One job per profiled signature of this run, measured inline on the run's own calls (its snapshot's hash as "
-      "input_sha256; correctness from `lingprobe replay` of that snapshot where one ran). Kernel replay serialises "
-      "each kernel: times are per kernel in isolation with GPU clocks not locked, not integrated performance; "
-      "percentages of peak use datasheet peaks for the op's math mode (docs/COUNTERS.md). " +
-      std::to_string(unattributed_sigs) + " recorded signature(s) without a profile."));
+  report.set(
+      "scope",
+      JsonValue::string(
+          "One job per profiled signature of this run, measured inline on the run's own calls (its snapshot's hash as "
+          "input_sha256; correctness from `lingprobe replay` of that snapshot where one ran). Kernel replay serialises "
+          "each kernel: times are per kernel in isolation with GPU clocks not locked, not integrated performance; "
+          "percentages of peak use datasheet peaks for the op's math mode (docs/COUNTERS.md). " +
+          std::to_string(unattributed_sigs) + " recorded signature(s) without a profile."));
   report.set("whole_run", std::move(whole));
   report.set("warnings", [&] {
     JsonValue w = JsonValue::array();
@@ -551,11 +576,14 @@ ReportOutcome run_report(const ReportOptions& options) {
     for (const auto& j : jobs) ++by_status[str(j.json.find("status"))];
     std::string statuses;
     for (const auto& [st, n] : by_status) statuses += (statuses.empty() ? "" : ", ") + std::to_string(n) + " " + st;
-    md << left_on_the_table(jobs) << "\n" << jobs.size() << " of " << calls.size() << " signatures profiled inline (" << statuses
+    md << left_on_the_table(jobs) << "\n"
+       << jobs.size() << " of " << calls.size() << " signatures profiled inline (" << statuses
        << "); estimated GPU time of the recorded ops " << human(total_est * 1e-6, "s")
        << " (kernel time per call x calls), " << unattributed_sigs << " signature(s) and " << unattributed_calls
-       << " call(s) unattributed. Roofline: reports/roofline.svg.\n" << measured.markdown
-       << "\n| share of est. GPU time | calls | us/call | achieved | % of peak | DRAM | % of DRAM peak | mode | status | signature |\n"
+       << " call(s) unattributed. Roofline: reports/roofline.svg.\n"
+       << measured.markdown
+       << "\n| share of est. GPU time | calls | us/call | achieved | % of peak | DRAM | % of DRAM peak | mode | status "
+          "| signature |\n"
        << "|---|---|---|---|---|---|---|---|---|---|\n";
     for (size_t i = 0; i < jobs.size() && i < 10; ++i) {
       const Job& j = jobs[i];
@@ -564,10 +592,10 @@ ReportOutcome run_report(const ReportOptions& options) {
       char share[32] = "-";
       if (j.passed && total_est > 0) std::snprintf(share, sizeof share, "%.1f%%", 100 * j.est_us / total_est);
       std::snprintf(row, sizeof row, "| %s | %llu | %.1f | %s | %s | %s | %s | %s | %s | `%s` %s |\n", share,
-                    static_cast<unsigned long long>(j.calls),
-                    j.time_us, j.flops_per_s > 0 ? human(j.flops_per_s, "FLOP/s").c_str() : "-",
-                    pct(j.frac_flops).c_str(), human(j.dram_bytes_per_s, "B/s").c_str(), pct(j.frac_dram).c_str(),
-                    j.mode.c_str(), str(j.json.find("status")).c_str(), j.label.c_str(), j.h16.substr(0, 12).c_str());
+                    static_cast<unsigned long long>(j.calls), j.time_us,
+                    j.flops_per_s > 0 ? human(j.flops_per_s, "FLOP/s").c_str() : "-", pct(j.frac_flops).c_str(),
+                    human(j.dram_bytes_per_s, "B/s").c_str(), pct(j.frac_dram).c_str(), j.mode.c_str(),
+                    str(j.json.find("status")).c_str(), j.label.c_str(), j.h16.substr(0, 12).c_str());
       md << row;
     }
   }
@@ -576,9 +604,9 @@ ReportOutcome run_report(const ReportOptions& options) {
   // summary.md keeps the audit's part; the capability section is replaced, not repeated.
   const std::string summary_path = reports + "/summary.md";
   const std::string summary = compose_summary({split_summary(read_file(summary_path)).audit, out.summary});
-  for (const auto& [path, text] : {std::make_pair(out.report_path, format::pretty_json(report) + "\n"),
-                                   std::make_pair(out.svg_path, svg_roofline(jobs)),
-                                   std::make_pair(summary_path, summary)})
+  for (const auto& [path, text] :
+       {std::make_pair(out.report_path, format::pretty_json(report) + "\n"),
+        std::make_pair(out.svg_path, svg_roofline(jobs)), std::make_pair(summary_path, summary)})
     if (std::string e = sink::replace_file(path, text); !e.empty()) {
       out.error = e;
       return out;

@@ -28,7 +28,7 @@ struct ReportOutcome {
   std::vector<std::string> warnings;
   std::string report_path, svg_path;
   std::vector<std::string> written;  // files replaced so far (some, when writing failed midway)
-  std::string summary;  // the capability section (also appended to summary.md)
+  std::string summary;               // the capability section (also appended to summary.md)
 };
 
 ReportOutcome run_report(const ReportOptions& options);

@@ -74,15 +74,17 @@ JsonValue coverage_json(const std::vector<const Signature*>& group) {
       ctr_time.total_known = false;  // an unmeasured FLOP-bearing (or unknown) signature
     }
   }
-  JsonValue snapshots = JsonValue::object(
-      {{"by_signatures", fraction_json(snap_sigs)}, {"by_calls", fraction_json(snap_calls)}, {"by_flops", fraction_json(snap_flops)}});
+  JsonValue snapshots = JsonValue::object({{"by_signatures", fraction_json(snap_sigs)},
+                                           {"by_calls", fraction_json(snap_calls)},
+                                           {"by_flops", fraction_json(snap_flops)}});
   JsonValue counters = JsonValue::object({{"by_signatures", fraction_json(ctr_sigs)},
                                           {"by_calls", fraction_json(ctr_calls)},
                                           {"by_flops", fraction_json(ctr_flops)},
                                           {"by_measured_time_us", fraction_json(ctr_time)}});
-  return JsonValue::object({{"snapshots", snapshots},
-                            {"counters", counters},
-                            {"signatures_without_flop_formula", JsonValue::integer(static_cast<int64_t>(unknown_flops))}});
+  return JsonValue::object(
+      {{"snapshots", snapshots},
+       {"counters", counters},
+       {"signatures_without_flop_formula", JsonValue::integer(static_cast<int64_t>(unknown_flops))}});
 }
 
 // Kernel time per call (µs) from a profile's kernels.json, if it has one.
@@ -124,7 +126,8 @@ bool total_ranks(AuditRun& a) {
     } else if (!f.final_counts) {
       outcome.warnings.push_back(path + ": no final counts record (the process did not finish); using its last counts");
     }
-    if (f.truncated_last_line) outcome.warnings.push_back(path + ": truncated last line skipped (killed while writing?)");
+    if (f.truncated_last_line)
+      outcome.warnings.push_back(path + ": truncated last line skipped (killed while writing?)");
     for (const auto& [id, n] : *counts)
       if (!f.signature_sha.count(id)) {
         outcome.error = path + ": counts name signature id " + std::to_string(id) + ", which the file never defines";
@@ -183,7 +186,8 @@ bool total_ranks(AuditRun& a) {
       WindowStall& st = stalls[f.rank];
       ++st.windows;
       ++st.by_status[e.status.empty() ? "unknown" : e.status];
-      if (e.window_seconds >= 0) st.window_s += e.window_seconds, st.max_window_s = std::max(st.max_window_s, e.window_seconds);
+      if (e.window_seconds >= 0)
+        st.window_s += e.window_seconds, st.max_window_s = std::max(st.max_window_s, e.window_seconds);
       if (e.lock_wait_seconds >= 0) st.lock_wait_s += e.lock_wait_seconds;
     }
     if (auto it = f.sampling.find("profile_stall_us"); it != f.sampling.end()) {
@@ -206,7 +210,8 @@ bool total_ranks(AuditRun& a) {
   for (auto it = sigs.begin(); it != sigs.end();) it = it->second.calls ? std::next(it) : sigs.erase(it);
 
   std::vector<RankViewSignature> rank_signatures;
-  for (const auto& [sha, s] : sigs) rank_signatures.push_back({sha, s.stage, s.op, short_signature(s.value), s.calls_by_rank});
+  for (const auto& [sha, s] : sigs)
+    rank_signatures.push_back({sha, s.stage, s.op, short_signature(s.value), s.calls_by_rank});
   a.ranks_view = rank_view(world_size, row_files, rank_signatures);
 
   return true;
@@ -235,10 +240,14 @@ void check_evidence(AuditRun& a) {
     for (const auto& e : sig.snapshots) {
       if (!seen.insert(e.path).second) continue;
       std::string actual;
-      if (!evidence_path_inside(e.path)) reject(e, "its path leaves the run directory");
-      else if (!format::sha256_file_hex(run_dir + "/" + e.path, actual)) reject(e, "missing");
-      else if (actual != e.sha256) reject(e, "its SHA-256 differs from the one recorded (altered after the run)");
-      else kept.push_back(e);
+      if (!evidence_path_inside(e.path))
+        reject(e, "its path leaves the run directory");
+      else if (!format::sha256_file_hex(run_dir + "/" + e.path, actual))
+        reject(e, "missing");
+      else if (actual != e.sha256)
+        reject(e, "its SHA-256 differs from the one recorded (altered after the run)");
+      else
+        kept.push_back(e);
     }
     sig.snapshots = std::move(kept);
     kept.clear();
@@ -251,8 +260,10 @@ void check_evidence(AuditRun& a) {
         continue;
       }
       const std::string dir = run_dir + "/" + e.path;
-      if (!format::sha256_file_hex(dir + "/manifest.json", actual)) reject(e, "its manifest.json is missing");
-      else if (actual != e.sha256) reject(e, "its manifest's SHA-256 differs from the one recorded");
+      if (!format::sha256_file_hex(dir + "/manifest.json", actual))
+        reject(e, "its manifest.json is missing");
+      else if (actual != e.sha256)
+        reject(e, "its manifest's SHA-256 differs from the one recorded");
       else if (auto t = profile_time_us(dir)) {
         if (!sig.kernel_time_us) sig.kernel_time_us = t;
         kept.push_back(e);
@@ -269,9 +280,8 @@ void check_evidence(AuditRun& a) {
     std::smatch m;
     if (!std::regex_search(name, m, kWho)) return false;
     const int64_t rank = std::stoll(m[1].str());
-    return std::any_of(summaries.begin(), summaries.end(), [rank](const FileSummary& f) {
-      return f.role != "child" && f.rank == rank && !f.final_counts;
-    });
+    return std::any_of(summaries.begin(), summaries.end(),
+                       [rank](const FileSummary& f) { return f.role != "child" && f.rank == rank && !f.final_counts; });
   };
   auto& unrecorded_json = a.unrecorded;
   for (const char* sub : {"snapshots", "profiles"})
@@ -291,7 +301,6 @@ void check_evidence(AuditRun& a) {
     outcome.warnings.push_back(std::to_string(foreign.items().size()) +
                                " file(s) under snapshots/ or profiles/ are not this run's evidence (listed under "
                                "foreign_evidence; not counted)");
-
 }
 
 // 4. The report: rows in the seed's order, stages, coverage, and what the files say of sampling and ranks.
@@ -383,14 +392,16 @@ void build_report(AuditRun& a) {
 
   auto& report = a.report;
   report.set("status", JsonValue::string("structural_signature_coverage_audited"));
-  report.set("scope", JsonValue::string(
-      "All recorded metadata calls of one lingprobe run (" + std::to_string(a.used_files) + " file(s), " +
-      std::to_string(ranks.size()) + " rank(s), world size " + std::to_string(a.world_size) +
-      "), audited against this run's own evidence: 'same_structural_signature_ncu_inputs' lists each signature's "
-      "profiles with hardware counters, measured inline on this run's own calls (the input is that call's snapshot "
-      "where one exists). Exact op, nested argument shape/stride/dtype/scalars, kwargs and output metadata; device "
-      "removed for cross-rank comparison. FLOPs are analytic (2 per multiply-add, bias included; data movement 0; "
-      "null where no formula is known)."));
+  report.set(
+      "scope",
+      JsonValue::string(
+          "All recorded metadata calls of one lingprobe run (" + std::to_string(a.used_files) + " file(s), " +
+          std::to_string(ranks.size()) + " rank(s), world size " + std::to_string(a.world_size) +
+          "), audited against this run's own evidence: 'same_structural_signature_ncu_inputs' lists each signature's "
+          "profiles with hardware counters, measured inline on this run's own calls (the input is that call's snapshot "
+          "where one exists). Exact op, nested argument shape/stride/dtype/scalars, kwargs and output metadata; device "
+          "removed for cross-rank comparison. FLOPs are analytic (2 per multiply-add, bias included; data movement 0; "
+          "null where no formula is known)."));
   report.set("stages", stages);
   report.set("rows", std::move(rows));
   report.set("sources", std::move(sources));
@@ -453,14 +464,12 @@ void build_report(AuditRun& a) {
                   static_cast<unsigned long long>(st.windows), total, st.window_s, st.lock_wait_s, st.max_window_s);
     stall_table += line + status_text + " |\n";
   }
-  if (!stalls.empty())
-    report.set("counter_windows", JsonValue::object({{"by_rank", std::move(stall_rows)}}));
+  if (!stalls.empty()) report.set("counter_windows", JsonValue::object({{"by_rank", std::move(stall_rows)}}));
   report.set("ranks", a.ranks_view.json);
   report.set("rejected_evidence", std::move(a.rejected));
   report.set("foreign_evidence", std::move(a.foreign));
   if (!a.unrecorded.items().empty()) report.set("unrecorded_evidence", std::move(a.unrecorded));
   report.set("warnings", std::move(warnings));
-
 }
 
 AuditOutcome run_audit(const AuditOptions& options) {

@@ -28,8 +28,8 @@ struct AuditOutcome {
   std::vector<std::string> warnings;
   std::string report_path;
   std::string summary_path;
-  std::string summary;  // the Markdown summary (also printed by the CLI)
-  std::string run_dir;  // the run directory the evidence paths are relative to
+  std::string summary;       // the Markdown summary (also printed by the CLI)
+  std::string run_dir;       // the run directory the evidence paths are relative to
   format::JsonValue report;  // coverage_audit.json's document
 };
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-
 namespace lingprobe::audit {
 
 using format::JsonValue;
@@ -73,10 +72,11 @@ JsonValue key_evidence_json(const std::vector<KeyEvidence>& keys) {
 std::string key_evidence_markdown(const std::vector<KeyEvidence>& keys, size_t rows) {
   size_t missing = 0;
   for (const auto& k : keys) missing += !complete(k);
-  std::string md = "\n### Evidence refused\n\n" + std::to_string(keys.size()) +
-                   " sampled key(s) were refused evidence at some call (each refusal leaves the key to a later call); " +
-                   std::to_string(keys.size() - missing) + " got it later, " + std::to_string(missing) +
-                   " still miss some (`refusals` in coverage_audit.json lists them all).\n";
+  std::string md =
+      "\n### Evidence refused\n\n" + std::to_string(keys.size()) +
+      " sampled key(s) were refused evidence at some call (each refusal leaves the key to a later call); " +
+      std::to_string(keys.size() - missing) + " got it later, " + std::to_string(missing) +
+      " still miss some (`refusals` in coverage_audit.json lists them all).\n";
   if (missing == 0) return md;
   md += "\n| stage | op | holds | refused (evidence: reasons) |\n|---|---|---|---|\n";
   size_t shown = 0;

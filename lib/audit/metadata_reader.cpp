@@ -54,7 +54,8 @@ class SummaryVisitor final : public RecordVisitor {
   void through_wait(const CallLine& c) {
     auto open = open_collective_.find(c.tid);
     if (open != open_collective_.end()) {
-      if (c.t0_ns >= open->second.t0_ns) out_.call_times[open->second.id].through_wait_ns += c.t0_ns - open->second.t0_ns;
+      if (c.t0_ns >= open->second.t0_ns)
+        out_.call_times[open->second.id].through_wait_ns += c.t0_ns - open->second.t0_ns;
       open_collective_.erase(open);
     }
     if (collectives_.count(c.id)) open_collective_[c.tid] = c;
@@ -67,7 +68,7 @@ class SummaryVisitor final : public RecordVisitor {
   }
 
   FileSummary& out_;
-  std::unordered_set<uint32_t> collectives_;              // ids of c10d ops
+  std::unordered_set<uint32_t> collectives_;                // ids of c10d ops
   std::unordered_map<uint32_t, CallLine> open_collective_;  // by thread: its last top-level call, a collective
   std::vector<uint64_t> counts_;
   std::vector<CallTimes> times_;
@@ -163,7 +164,8 @@ std::string SummaryVisitor::record(std::string_view kind, simdjson::dom::object 
     f.signature_sha[static_cast<uint32_t>(id)] = sha;
     // Canonical text: the top-level op follows the kwargs object (a nested "op" key cannot occur).
     constexpr std::string_view kOp = "},\"op\":\"";
-    if (const size_t at = text.find(kOp); at != std::string_view::npos && is_collective_op(text.substr(at + kOp.size())))
+    if (const size_t at = text.find(kOp);
+        at != std::string_view::npos && is_collective_op(text.substr(at + kOp.size())))
       collectives_.insert(static_cast<uint32_t>(id));
     if (!f.signature_json.count(sha)) f.signature_json.emplace(sha, std::string(text));
   } else if (kind == "header") {
@@ -195,10 +197,14 @@ std::string SummaryVisitor::record(std::string_view kind, simdjson::dom::object 
     f.refusals.push_back(Refusal{str(obj["input_sha256"]), str(obj["op"]), str(obj["stage"]), str(obj["evidence"]),
                                  str(obj["reason"]), static_cast<uint64_t>(std::max<int64_t>(0, num(obj["call"])))});
   } else if (kind == "plan") {
-    PlanRecord p{str(obj["source"]), str(obj["error"]), str(obj["basis"]),
+    PlanRecord p{str(obj["source"]),
+                 str(obj["error"]),
+                 str(obj["basis"]),
                  static_cast<uint64_t>(std::max<int64_t>(0, num(obj["keys"]))),
                  static_cast<uint64_t>(std::max<int64_t>(0, num(obj["ranked"]))),
-                 static_cast<uint64_t>(std::max<int64_t>(0, num(obj["over_budget"]))), 0, {}};
+                 static_cast<uint64_t>(std::max<int64_t>(0, num(obj["over_budget"]))),
+                 0,
+                 {}};
     double d = 0;
     if (!obj["covered_share"].get_double().get(d)) p.covered_share = d;
     simdjson::dom::array unmet;
@@ -244,8 +250,12 @@ bool fast_call_line(const char* p, size_t n, CallLine& c) {
                   integer(false, tid) && LP_LIT("}") && p == end;
 #undef LP_LIT
   if (!ok || id > UINT32_MAX || tid > UINT32_MAX || depth > UINT32_MAX) return false;
-  c = CallLine{seq, static_cast<uint32_t>(id), static_cast<uint32_t>(tid), static_cast<uint32_t>(depth),
-               static_cast<int64_t>(t0), static_cast<int64_t>(t1)};
+  c = CallLine{seq,
+               static_cast<uint32_t>(id),
+               static_cast<uint32_t>(tid),
+               static_cast<uint32_t>(depth),
+               static_cast<int64_t>(t0),
+               static_cast<int64_t>(t1)};
   return true;
 }
 
@@ -389,7 +399,8 @@ ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor,
   return r;
 }
 
-ReadResult read_metadata_file(const std::string& path, FileSummary& out, const std::function<void(uint64_t)>& progress) {
+ReadResult read_metadata_file(const std::string& path, FileSummary& out,
+                              const std::function<void(uint64_t)>& progress) {
   out = FileSummary{};
   out.path = path;
   SummaryVisitor visitor(out);

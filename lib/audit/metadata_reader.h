@@ -26,11 +26,11 @@ namespace lingprobe::audit {
 struct Evidence {
   uint32_t id = 0;
   uint64_t seq = 0;
-  std::string path;    // relative to the run directory
+  std::string path;  // relative to the run directory
   std::string sha256;
-  std::string status;                 // profiles: passed, failed, ...
-  double window_seconds = -1;         // profiles: the window's wall time, lock wait included (-1: not recorded)
-  double lock_wait_seconds = -1;      // profiles: of which waiting for the GPU's counter lock
+  std::string status;             // profiles: passed, failed, ...
+  double window_seconds = -1;     // profiles: the window's wall time, lock wait included (-1: not recorded)
+  double lock_wait_seconds = -1;  // profiles: of which waiting for the GPU's counter lock
 };
 
 // A sampled call's evidence refused (a "refusal" record: once per key,
@@ -39,7 +39,7 @@ struct Refusal {
   std::string input_sha256, op, stage;
   std::string evidence;  // snapshot, counters, snapshot+counters
   std::string reason;
-  uint64_t call = 0;     // the key's call count in that process when first refused
+  uint64_t call = 0;  // the key's call count in that process when first refused
 };
 
 // A process's sample plan (a "plan" record, at finalize): the plan it
@@ -79,8 +79,8 @@ struct FileSummary {
   bool has_header = false;
   std::string format, run_id, role;
   int64_t rank = 0, world_size = 0, pid = -1, parent_pid = -1;
-  int64_t start_unix_ns = -1, start_mono_ns = -1;  // the header's clocks (-1: absent)
-  std::unordered_map<uint32_t, std::string> signature_sha;   // file-local id -> sha256
+  int64_t start_unix_ns = -1, start_mono_ns = -1;               // the header's clocks (-1: absent)
+  std::unordered_map<uint32_t, std::string> signature_sha;      // file-local id -> sha256
   std::unordered_map<std::string, std::string> signature_json;  // sha256 -> canonical text
   bool has_counts = false;
   bool final_counts = false;
@@ -88,10 +88,10 @@ struct FileSummary {
   std::map<uint32_t, uint64_t> call_records;  // call records per id
   std::map<uint32_t, CallTimes> call_times;   // ids with call records
   std::map<std::string, std::map<std::string, uint64_t>> dropped;
-  std::map<std::string, uint64_t> sampling, unsampled;  // the last counts record's "sampling"
+  std::map<std::string, uint64_t> sampling, unsampled;               // the last counts record's "sampling"
   std::map<std::string, std::map<std::string, uint64_t>> stage_gpu;  // the last counts record's GPU time per stage
   std::map<std::string, uint64_t> stage_gpu_lost;
-  std::map<std::string, uint64_t> nested;  // the last counts record's nested calls: "seen", "suppressed_below"
+  std::map<std::string, uint64_t> nested;        // the last counts record's nested calls: "seen", "suppressed_below"
   std::map<std::string, uint64_t> compile_time;  // ... its compile-time calls on fake tensors, by kind
   std::map<std::string, std::map<std::string, uint64_t>> collectives;  // ... its c10d calls per stage: "calls", "us"
   std::vector<Evidence> snapshots, profiles;

@@ -60,8 +60,8 @@ std::string plan_markdown(const std::vector<PlanRecord>& records, size_t rows) {
   std::string md = "\n### Sample plan\n\nFrom `" + first.source + "`: " + std::to_string(first.keys) + " of its " +
                    std::to_string(first.ranked) + " keys with time or FLOPs were planned (" + share + " of its " +
                    (first.basis == "flops" ? "FLOPs" : "measured kernel time") + "; " +
-                   std::to_string(first.over_budget) + " passed over by the budgets); " +
-                   std::to_string(unmet.size()) + " planned key(s) never met in this run.\n";
+                   std::to_string(first.over_budget) + " passed over by the budgets); " + std::to_string(unmet.size()) +
+                   " planned key(s) never met in this run.\n";
   if (unmet.empty()) return md;
   md += "\n| planned share | stage | op | input key |\n|---|---|---|---|\n";
   for (size_t i = 0; i < unmet.size() && i < rows; ++i) {

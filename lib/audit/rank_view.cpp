@@ -18,7 +18,7 @@ struct StageTime {
   int64_t first_ns = 0, last_ns = 0;  // on the shared (unix) clock
   int64_t in_calls_ns = 0, in_collectives_ns = 0;
   uint64_t collective_calls = 0;
-  bool collectives = false;           // collective time known (counts record, or call records of c10d ops)
+  bool collectives = false;  // collective time known (counts record, or call records of c10d ops)
   double span_s() const { return timed ? static_cast<double>(last_ns - first_ns) / 1e9 : 0; }
 };
 
@@ -129,16 +129,20 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
   std::map<std::string, std::map<int64_t, double>> gpu_s;
   for (const FileSummary* f : rank_files)
     for (const auto& [stage, fields] : f->stage_gpu)
-      if (auto it = fields.find("gpu_us"); it != fields.end()) gpu_s[stage][f->rank] += static_cast<double>(it->second) / 1e6;
+      if (auto it = fields.find("gpu_us"); it != fields.end())
+        gpu_s[stage][f->rank] += static_cast<double>(it->second) / 1e6;
 
   static const char kWait[] =
       "each from its start to the next top-level call of its thread: the caller's Work.wait() runs outside any op, so "
       "the op alone is only the enqueue; time without ops after a collective counts as waiting too, and with NCCL "
       "the CPU does not wait there (the rank's wait shows where it next synchronizes with the GPU)";
   const std::string collectives_note =
-      from_counts    ? std::string("timed by the recorder for every top-level c10d call whatever the op selection, ") + kWait
-      : from_records ? std::string("measured from the call records of c10d ops (files from before the recorder timed "
-                                   "them), ") + kWait
+      from_counts
+          ? std::string("timed by the recorder for every top-level c10d call whatever the op selection, ") + kWait
+      : from_records ? std::string(
+                           "measured from the call records of c10d ops (files from before the recorder timed "
+                           "them), ") +
+                           kWait
                      : "not measured: no c10d op ran in the ranks (or their files predate collective timing)";
 
   JsonValue stages = JsonValue::array();
@@ -167,8 +171,10 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
       for (int64_t r : ran) {
         auto it = s->calls_by_rank.find(r);
         const uint64_t n = it == s->calls_by_rank.end() ? 0 : it->second;
-        if (!n) lacking.insert(r);
-        else counts.insert(n);
+        if (!n)
+          lacking.insert(r);
+        else
+          counts.insert(n);
         by_rank.set(std::to_string(r), JsonValue::integer(static_cast<int64_t>(n)));
         calls_text += (calls_text.empty() ? "" : " / ") + std::to_string(n);
       }
@@ -193,7 +199,8 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
       auto it = times[stage].find(r);
       if (it == times[stage].end()) continue;
       const StageTime& t = it->second;
-      const double in_calls = static_cast<double>(t.in_calls_ns) / 1e9, wait = static_cast<double>(t.in_collectives_ns) / 1e9;
+      const double in_calls = static_cast<double>(t.in_calls_ns) / 1e9,
+                   wait = static_cast<double>(t.in_collectives_ns) / 1e9;
       auto gpu = gpu_s[stage].find(r);
       timing.push_back(JsonValue::object(
           {{"rank", JsonValue::integer(r)},
@@ -227,8 +234,9 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
                                        {"by", JsonValue::string("least time waiting in collectives")},
                                        {"its_wait_seconds", JsonValue::floating(least_wait)},
                                        {"longest_wait_seconds", JsonValue::floating(most_wait)}});
-        straggler_md = "rank " + std::to_string(least_wait_rank) + " waits least in collectives (" + seconds(least_wait) +
-                       " s; another rank up to " + seconds(most_wait) + " s): the others wait for it.\n";
+        straggler_md = "rank " + std::to_string(least_wait_rank) + " waits least in collectives (" +
+                       seconds(least_wait) + " s; another rank up to " + seconds(most_wait) +
+                       " s): the others wait for it.\n";
       } else if (!stage_collectives && !spans.empty() && most_busy > 1.1 * typical_busy &&
                  most_busy - typical_busy > kStragglerNoiseFloorS) {
         straggler = JsonValue::object({{"rank", JsonValue::integer(most_busy_rank)},
@@ -254,7 +262,8 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
     if (!never_ran.empty()) md << "; **never on rank(s) " << ranks_text(never_ran) << "**";
     md << "; " << n_differing << " signature(s) whose calls differ between its ranks";
     if (n_differing)
-      md << ":\n\n  | signature | calls per rank (" << ranks_text(ran) << ") | missing on |\n  |---|---|---|\n" << differing_md;
+      md << ":\n\n  | signature | calls per rank (" << ranks_text(ran) << ") | missing on |\n  |---|---|---|\n"
+         << differing_md;
     if (n_differing > 10) md << "\n  " << n_differing - 10 << " more under `ranks` in coverage_audit.json.\n";
     md << "\n";
     if (!straggler_md.empty()) md << (n_differing ? "\n" : "") << "  Straggler: " << straggler_md;

@@ -1,6 +1,5 @@
 #include "audit/run_diff.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -50,9 +49,9 @@ std::string field_text(const JsonValue* v) { return v ? format::canonical_json(*
 std::set<size_t> weight_positions(const std::string& op) {
   auto starts = [&op](const char* p) { return op.rfind(p, 0) == 0; };
   for (const char* conv : {"aten.linear.", "aten.conv1d.", "aten.conv2d.", "aten.conv3d.", "aten.conv_transpose1d.",
-                           "aten.conv_transpose2d.", "aten.conv_transpose3d.", "aten.convolution.", "aten._convolution.",
-                           "aten.cudnn_convolution.", "aten.mkldnn_convolution."})
-    if (starts(conv)) return {1, 2};  // (input, weight, bias, ...)
+                           "aten.conv_transpose2d.", "aten.conv_transpose3d.", "aten.convolution.",
+                           "aten._convolution.", "aten.cudnn_convolution.", "aten.mkldnn_convolution."})
+    if (starts(conv)) return {1, 2};         // (input, weight, bias, ...)
   if (starts("aten.addmm.")) return {0, 2};  // (bias, input, weight)
   if (starts("aten.layer_norm.") || starts("aten.native_layer_norm.") || starts("aten.group_norm.") ||
       starts("aten.rms_norm.") || starts("aten._fused_rms_norm."))
@@ -95,7 +94,8 @@ std::string pairing_key(const Row& r) {
   std::string key = r.stage + "|" + r.op + "|";
   const std::set<size_t> weights = weight_positions(r.op);
   if (const JsonValue* args = r.signature->find("args"); args && args->kind() == Kind::Array)
-    for (size_t i = 0; i < args->items().size(); ++i) shape_free(args->items()[i], weights.count(i) > 0, key), key += ",";
+    for (size_t i = 0; i < args->items().size(); ++i)
+      shape_free(args->items()[i], weights.count(i) > 0, key), key += ",";
   key += "|";
   if (const JsonValue* kwargs = r.signature->find("kwargs")) shape_free(*kwargs, false, key);
   key += "|";
@@ -153,10 +153,14 @@ void differences(const JsonValue& a, const JsonValue& b, const std::string& path
     for (const auto& k : keys) {
       const JsonValue *x = a.find(k), *y = b.find(k);
       const std::string p = path.empty() ? k : path + "." + k;
-      if (x && y) differences(*x, *y, p, out);
-      else out.push_back(p + ": " + (x ? format::canonical_json(*x) : "absent") + " -> " + (y ? format::canonical_json(*y) : "absent"));
+      if (x && y)
+        differences(*x, *y, p, out);
+      else
+        out.push_back(p + ": " + (x ? format::canonical_json(*x) : "absent") + " -> " +
+                      (y ? format::canonical_json(*y) : "absent"));
     }
-  } else if (a.kind() == Kind::Array && b.kind() == Kind::Array && !leaf_array && a.items().size() == b.items().size()) {
+  } else if (a.kind() == Kind::Array && b.kind() == Kind::Array && !leaf_array &&
+             a.items().size() == b.items().size()) {
     for (size_t i = 0; i < a.items().size(); ++i)
       differences(a.items()[i], b.items()[i], path + "[" + std::to_string(i) + "]", out);
   } else {
@@ -212,13 +216,14 @@ JsonValue kernel_changes(const Run& a, const Row& ra, const Run& b, const Row& r
                                          {"name_b", nb ? *nb : JsonValue::null()},
                                          {"metrics", std::move(metrics)}}));
   }
-  return JsonValue::object({{"a_profile", JsonValue::string(ra.profile)},
-                            {"b_profile", JsonValue::string(rb.profile)},
-                            {"kernel_time_us_per_call_a", ra.kernel_us ? JsonValue::floating(*ra.kernel_us) : JsonValue::null()},
-                            {"kernel_time_us_per_call_b", rb.kernel_us ? JsonValue::floating(*rb.kernel_us) : JsonValue::null()},
-                            {"kernels_a", JsonValue::integer(static_cast<int64_t>(la->items().size()))},
-                            {"kernels_b", JsonValue::integer(static_cast<int64_t>(lb->items().size()))},
-                            {"kernels", std::move(kernels)}});
+  return JsonValue::object(
+      {{"a_profile", JsonValue::string(ra.profile)},
+       {"b_profile", JsonValue::string(rb.profile)},
+       {"kernel_time_us_per_call_a", ra.kernel_us ? JsonValue::floating(*ra.kernel_us) : JsonValue::null()},
+       {"kernel_time_us_per_call_b", rb.kernel_us ? JsonValue::floating(*rb.kernel_us) : JsonValue::null()},
+       {"kernels_a", JsonValue::integer(static_cast<int64_t>(la->items().size()))},
+       {"kernels_b", JsonValue::integer(static_cast<int64_t>(lb->items().size()))},
+       {"kernels", std::move(kernels)}});
 }
 
 struct Entry {
@@ -239,7 +244,6 @@ JsonValue row_json(const Row& r) {
                             {"profile", r.profile.empty() ? JsonValue::null() : JsonValue::string(r.profile)}});
 }
 
-
 // Calls per rank that runs them (the ranks of every row together).
 long double per_rank(const std::vector<const Row*>& rows) {
   std::set<std::string> ranks;
@@ -255,7 +259,8 @@ std::string calls_change_text(uint64_t a, uint64_t b) {
   std::string s = std::to_string(a) + " → " + std::to_string(b);
   if (a) {
     char buf[32];
-    std::snprintf(buf, sizeof buf, " (%+.1f%%)", 100.0 * (static_cast<double>(b) - static_cast<double>(a)) / static_cast<double>(a));
+    std::snprintf(buf, sizeof buf, " (%+.1f%%)",
+                  100.0 * (static_cast<double>(b) - static_cast<double>(a)) / static_cast<double>(a));
     s += buf;
   }
   return s;
@@ -293,8 +298,10 @@ bool load(const std::string& dir, Run& run, std::vector<std::string>& warnings, 
     r.calls = static_cast<uint64_t>(row.find("calls")->as_int());
     r.calls_by_rank = *row.find("calls_by_rank");
     if (const JsonValue* f = row.find("flops_per_call"); f && f->kind() == Kind::Int) r.flops = f->as_int();
-    if (const JsonValue* p = row.find("profile"); p && p->kind() == Kind::Object) r.profile = p->find("path")->as_string();
-    if (const JsonValue* k = row.find("kernel_time_us_per_call"); k && k->kind() == Kind::Float) r.kernel_us = k->as_float();
+    if (const JsonValue* p = row.find("profile"); p && p->kind() == Kind::Object)
+      r.profile = p->find("path")->as_string();
+    if (const JsonValue* k = row.find("kernel_time_us_per_call"); k && k->kind() == Kind::Float)
+      r.kernel_us = k->as_float();
     run.rows.push_back(std::move(r));
   }
   return true;
@@ -305,7 +312,8 @@ bool load(const std::string& dir, Run& run, std::vector<std::string>& warnings, 
 DiffOutcome diff_runs(const DiffOptions& options) {
   DiffOutcome outcome;
   Run a, b;
-  if (!load(options.run_a, a, outcome.warnings, outcome.error) || !load(options.run_b, b, outcome.warnings, outcome.error))
+  if (!load(options.run_a, a, outcome.warnings, outcome.error) ||
+      !load(options.run_b, b, outcome.warnings, outcome.error))
     return outcome;
   auto wanted = [&options](const Row& r) { return options.stage.empty() || r.stage == options.stage; };
 
@@ -338,12 +346,18 @@ DiffOutcome diff_runs(const DiffOptions& options) {
     auto& [in_a, in_b] = sides;
     const Row* any = in_a.empty() ? in_b.front() : in_a.front();
     Entry e{"", any->stage, any->op, in_a, in_b, ""};
-    if (in_b.empty()) e.kind = "only_in_a";
-    else if (in_a.empty()) e.kind = "only_in_b";
-    else if (in_a.size() == 1 && in_b.size() == 1) e.kind = "shape_changed";
-    else if (in_a.size() == 1) e.kind = "one_to_many";
-    else if (in_b.size() == 1) e.kind = "many_to_one";
-    else e.kind = "many_to_many";
+    if (in_b.empty())
+      e.kind = "only_in_a";
+    else if (in_a.empty())
+      e.kind = "only_in_b";
+    else if (in_a.size() == 1 && in_b.size() == 1)
+      e.kind = "shape_changed";
+    else if (in_a.size() == 1)
+      e.kind = "one_to_many";
+    else if (in_b.size() == 1)
+      e.kind = "many_to_one";
+    else
+      e.kind = "many_to_many";
     if (e.kind == "many_to_many" && in_a.size() == in_b.size()) {
       // As many on each side (a layer at several input sizes: a cached and an uncached frame): paired in the
       // order of their shapes where that order is strict on both sides (a larger input against a larger one).
@@ -355,7 +369,8 @@ DiffOutcome diff_runs(const DiffOptions& options) {
       };
       const auto sa = by_shape(in_a), sb = by_shape(in_b);
       if (!sa.empty() && !sb.empty()) {
-        for (size_t i = 0; i < sa.size(); ++i) entries.push_back(Entry{"shape_changed", e.stage, e.op, {sa[i]}, {sb[i]}, "size_order"});
+        for (size_t i = 0; i < sa.size(); ++i)
+          entries.push_back(Entry{"shape_changed", e.stage, e.op, {sa[i]}, {sb[i]}, "size_order"});
         continue;
       }
     }
@@ -400,13 +415,14 @@ DiffOutcome diff_runs(const DiffOptions& options) {
   };
   const JsonValue ja = side(a), jb = side(b);
   md << "# lingprobe diff\n\n"
-     << "- A: `" << a.dir << "` (run `" << a.run_id << "`, world size " << a.world_size << "): "
-     << ja.find("signatures")->as_int() << " signatures, " << ja.find("calls")->as_int() << " calls\n"
-     << "- B: `" << b.dir << "` (run `" << b.run_id << "`, world size " << b.world_size << "): "
-     << jb.find("signatures")->as_int() << " signatures, " << jb.find("calls")->as_int() << " calls\n\n"
+     << "- A: `" << a.dir << "` (run `" << a.run_id << "`, world size " << a.world_size
+     << "): " << ja.find("signatures")->as_int() << " signatures, " << ja.find("calls")->as_int() << " calls\n"
+     << "- B: `" << b.dir << "` (run `" << b.run_id << "`, world size " << b.world_size
+     << "): " << jb.find("signatures")->as_int() << " signatures, " << jb.find("calls")->as_int() << " calls\n\n"
      << "Signatures are paired when identical; else when they changed only in shapes (same stage, op, dtypes, tensor "
         "ranks, list lengths, scalars, and weight/bias shapes). Sorted by FLOPs moved.\n\n"
-     << "| stage | unchanged | calls changed | shape changed (1:1) | paired as groups | only in A | only in B | FLOPs A | FLOPs B |\n"
+     << "| stage | unchanged | calls changed | shape changed (1:1) | paired as groups | only in A | only in B | FLOPs "
+        "A | FLOPs B |\n"
      << "|---|---|---|---|---|---|---|---|---|\n";
   std::ostringstream detail;
   for (const auto& [stage, group] : by_stage) {
@@ -445,8 +461,8 @@ DiffOutcome diff_runs(const DiffOptions& options) {
           if (group.size() < 2) continue;
           JsonValue shas = JsonValue::array();
           for (const Row* r : group) shas.push_back(JsonValue::string(r->sha));
-          variants.push_back(JsonValue::object({{"side", JsonValue::string(rows == &e->a ? "a" : "b")},
-                                                {"signatures", std::move(shas)}}));
+          variants.push_back(JsonValue::object(
+              {{"side", JsonValue::string(rows == &e->a ? "a" : "b")}, {"signatures", std::move(shas)}}));
         }
       }
       if (!variants.items().empty()) j.set("stride_variants", std::move(variants));
@@ -459,8 +475,8 @@ DiffOutcome diff_runs(const DiffOptions& options) {
             differences(*x->signature, *y->signature, "", d);
             JsonValue dj = JsonValue::array();
             for (auto& s : d) dj.push_back(JsonValue::string(std::move(s)));
-            pairs.push_back(JsonValue::object({{"a", JsonValue::string(x->sha)}, {"b", JsonValue::string(y->sha)},
-                                               {"differences", std::move(dj)}}));
+            pairs.push_back(JsonValue::object(
+                {{"a", JsonValue::string(x->sha)}, {"b", JsonValue::string(y->sha)}, {"differences", std::move(dj)}}));
           }
         j.set("pairs", std::move(pairs));
       }
@@ -473,12 +489,13 @@ DiffOutcome diff_runs(const DiffOptions& options) {
       list.push_back(std::move(j));
     }
     const uint64_t groups = kinds["one_to_many"] + kinds["many_to_one"] + kinds["many_to_many"];
-    JsonValue counts = JsonValue::object({{"unchanged", JsonValue::integer(static_cast<int64_t>(unchanged[stage]))},
-                                          {"calls_changed", JsonValue::integer(static_cast<int64_t>(kinds["same_signature"]))},
-                                          {"shape_changed", JsonValue::integer(static_cast<int64_t>(kinds["shape_changed"]))},
-                                          {"paired_groups", JsonValue::integer(static_cast<int64_t>(groups))},
-                                          {"only_in_a", JsonValue::integer(static_cast<int64_t>(kinds["only_in_a"]))},
-                                          {"only_in_b", JsonValue::integer(static_cast<int64_t>(kinds["only_in_b"]))}});
+    JsonValue counts =
+        JsonValue::object({{"unchanged", JsonValue::integer(static_cast<int64_t>(unchanged[stage]))},
+                           {"calls_changed", JsonValue::integer(static_cast<int64_t>(kinds["same_signature"]))},
+                           {"shape_changed", JsonValue::integer(static_cast<int64_t>(kinds["shape_changed"]))},
+                           {"paired_groups", JsonValue::integer(static_cast<int64_t>(groups))},
+                           {"only_in_a", JsonValue::integer(static_cast<int64_t>(kinds["only_in_a"]))},
+                           {"only_in_b", JsonValue::integer(static_cast<int64_t>(kinds["only_in_b"]))}});
     stages.push_back(JsonValue::object({{"stage", JsonValue::string(stage)},
                                         {"counts", std::move(counts)},
                                         {"flops_a", number(fa)},
@@ -498,8 +515,8 @@ DiffOutcome diff_runs(const DiffOptions& options) {
         for (const Row* r : rows) {
           s += (s.empty() ? "" : "<br>") + ("`" + r->text + "` " + r->sha.substr(0, 12));
           const JsonValue* args = r->signature->find("args");
-          const JsonValue* stride = args && !args->items().empty() && is_tensor(args->items()[0])
-                                        ? args->items()[0].find("stride") : nullptr;
+          const JsonValue* stride =
+              args && !args->items().empty() && is_tensor(args->items()[0]) ? args->items()[0].find("stride") : nullptr;
           if (same[format::canonical_json(without_strides(*r->signature))] > 1 && stride)
             s += " stride " + format::canonical_json(*stride);
         }
@@ -511,19 +528,20 @@ DiffOutcome diff_runs(const DiffOptions& options) {
         return std::string(buf);
       };
       const std::string per = "; per rank " + count(per_rank(e.a)) + " → " + count(per_rank(e.b));
-      detail << "| " << e.kind << (e.pairing.empty() ? "" : " (by size order)") << " | " << human_count(e.flops_b - e.flops_a)
-             << " | " << calls_change_text(e.calls_a, e.calls_b) << (e.a.empty() || e.b.empty() ? "" : per) << " | "
-             << cell(e.a) << " | " << cell(e.b) << " |\n";
+      detail << "| " << e.kind << (e.pairing.empty() ? "" : " (by size order)") << " | "
+             << human_count(e.flops_b - e.flops_a) << " | " << calls_change_text(e.calls_a, e.calls_b)
+             << (e.a.empty() || e.b.empty() ? "" : per) << " | " << cell(e.a) << " | " << cell(e.b) << " |\n";
     }
     if (group.size() > options.markdown_rows)
       detail << "\n" << group.size() - options.markdown_rows << " more in the JSON (`lingprobe diff --json`).\n";
   }
   md << detail.str();
-  outcome.report = JsonValue::object({{"format", JsonValue::string("lingprobe.diff/1")},
-                                      {"a", ja},
-                                      {"b", jb},
-                                      {"stage_filter", options.stage.empty() ? JsonValue::null() : JsonValue::string(options.stage)},
-                                      {"stages", std::move(stages)}});
+  outcome.report =
+      JsonValue::object({{"format", JsonValue::string("lingprobe.diff/1")},
+                         {"a", ja},
+                         {"b", jb},
+                         {"stage_filter", options.stage.empty() ? JsonValue::null() : JsonValue::string(options.stage)},
+                         {"stages", std::move(stages)}});
   outcome.markdown = md.str();
   outcome.ok = true;
   return outcome;

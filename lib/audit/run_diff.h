@@ -22,8 +22,8 @@
 namespace lingprobe::audit {
 
 struct DiffOptions {
-  std::string run_a, run_b;  // run directories (OUT/{run_id})
-  std::string stage;         // "": every stage
+  std::string run_a, run_b;   // run directories (OUT/{run_id})
+  std::string stage;          // "": every stage
   size_t markdown_rows = 15;  // entries per stage and kind in the Markdown
 };
 

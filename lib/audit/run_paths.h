@@ -11,9 +11,9 @@ bool is_dir(const std::string& path);
 bool is_symlink(const std::string& path);
 // The names in `dir` that do not start with '.', sorted; empty when it cannot be read.
 std::vector<std::string> list_dir(const std::string& dir);
-std::string parent(const std::string& path);    // "." for a bare name, "/" for a file in /
+std::string parent(const std::string& path);  // "." for a bare name, "/" for a file in /
 std::string basename(const std::string& path);
-std::string strip_slash(std::string path);      // trailing slashes off (not the root's)
+std::string strip_slash(std::string path);  // trailing slashes off (not the root's)
 // `path` relative to `base` when it lies inside it, else `path`.
 std::string relative(const std::string& path, const std::string& base);
 

@@ -33,17 +33,20 @@ StageTimeView stage_time_view(const std::vector<const FileSummary*>& files,
   bool extrapolated_any = false, unknown_any = false;
   char row[512];
   std::string md =
-      "| stage | GPU time | intervals (clean) | without windows | attributed | unattributed |\n|---|---|---|---|---|---|\n";
+      "| stage | GPU time | intervals (clean) | without windows | attributed | unattributed "
+      "|\n|---|---|---|---|---|---|\n";
   for (const auto& [stage, s] : by_stage) {
     // Without the windows' cost: all intervals clean, the measurement itself; some clean, their mean x all
     // intervals (a stage's runs alike, as a chunk loop's are); none clean, unknown.
     double without = -1;
-    if (s.clean_intervals == s.intervals) without = static_cast<double>(s.gpu_us);
+    if (s.clean_intervals == s.intervals)
+      without = static_cast<double>(s.gpu_us);
     else if (s.clean_intervals > 0)
       without = static_cast<double>(s.clean_gpu_us) / static_cast<double>(s.clean_intervals) *
                 static_cast<double>(s.intervals),
       extrapolated_any = true;
-    else unknown_any = true;
+    else
+      unknown_any = true;
     auto it = attributed_us.find(stage);
     const double attr = it == attributed_us.end() ? 0.0 : it->second;
     JsonValue j = JsonValue::object();
@@ -81,18 +84,22 @@ StageTimeView stage_time_view(const std::vector<const FileSummary*>& files,
   out.set("unattributed_us", JsonValue::floating(std::max(0.0, total - total_attr)));
   out.set("attributed_fraction", total > 0 ? JsonValue::floating(total_attr / total) : JsonValue::null());
   out.set("intervals_lost", std::move(lost_json));
-  out.set("scope", JsonValue::string(
-      std::string("Measured per rank with CUDA timing events on the stream of each stage run's first CUDA op, from that "
-                  "op to the stage's end, summed over the ranks (rank-seconds: ranks sharing a GPU overlap in time): "
-                  "the stage's GPU span on that stream, not its busy time, so it includes idle gaps where the host "
-                  "fell behind or waited (host-side collectives such as gloo's) and other streams' work it waited for "
-                  "(NCCL). An "
-                  "interval is clean when no counter window opened on its GPU while it ran; without windows = the "
-                  "measurement where all intervals are clean") +
-      (extrapolated_any ? ", else the clean intervals' mean x all intervals" : "") +
-      (unknown_any ? "; stages with no clean interval are left out of the totals" : "") +
-      ". Attributed = the passed jobs' kernel time per call x calls (kernels in isolation); unattributed = the rest "
-      "(unprofiled signatures, unrecorded ops, graph replays, compiled regions, NCCL, idle gaps)."));
+  out.set(
+      "scope",
+      JsonValue::string(
+          std::string(
+              "Measured per rank with CUDA timing events on the stream of each stage run's first CUDA op, from that "
+              "op to the stage's end, summed over the ranks (rank-seconds: ranks sharing a GPU overlap in time): "
+              "the stage's GPU span on that stream, not its busy time, so it includes idle gaps where the host "
+              "fell behind or waited (host-side collectives such as gloo's) and other streams' work it waited for "
+              "(NCCL). An "
+              "interval is clean when no counter window opened on its GPU while it ran; without windows = the "
+              "measurement where all intervals are clean") +
+          (extrapolated_any ? ", else the clean intervals' mean x all intervals" : "") +
+          (unknown_any ? "; stages with no clean interval are left out of the totals" : "") +
+          ". Attributed = the passed jobs' kernel time per call x calls (kernels in isolation); unattributed = the "
+          "rest "
+          "(unprofiled signatures, unrecorded ops, graph replays, compiled regions, NCCL, idle gaps)."));
   v.json = std::move(out);
   v.denominator_us = total;
   std::snprintf(row, sizeof row,

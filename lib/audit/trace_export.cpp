@@ -47,8 +47,7 @@ JsonValue finite_only(const JsonValue& v) {
       for (const auto& [k, x] : v.members()) o.set(k, finite_only(x));
       return o;
     }
-    default:
-      return v;
+    default: return v;
   }
 }
 
@@ -81,7 +80,8 @@ SliceText slice_text(const std::string& sha, const std::string& signature_json) 
   JsonValue scalars = JsonValue::array();
   if (const JsonValue* args = sig.find("args"); args && args->kind() == JsonValue::Kind::Array)
     for (const auto& a : args->items())
-      if (!(a.kind() == JsonValue::Kind::Object && a.find("shape")) && a.kind() != JsonValue::Kind::Array) scalars.push_back(finite_only(a));
+      if (!(a.kind() == JsonValue::Kind::Object && a.find("shape")) && a.kind() != JsonValue::Kind::Array)
+        scalars.push_back(finite_only(a));
   if (!scalars.items().empty()) t.args += ",\"scalars\":" + format::canonical_json(scalars);
   if (const JsonValue* kwargs = sig.find("kwargs"); kwargs && !kwargs->members().empty())
     t.args += ",\"kwargs\":" + format::canonical_json(finite_only(*kwargs));
@@ -181,9 +181,8 @@ class TraceVisitor final : public RecordVisitor {
   // A thread's held slices, parents before their children (start ascending, end descending).
   void flush(uint32_t tid) {
     std::vector<Pending>& held = pending_[tid];
-    std::stable_sort(held.begin(), held.end(), [](const Pending& a, const Pending& b) {
-      return a.t0 != b.t0 ? a.t0 < b.t0 : a.t1 > b.t1;
-    });
+    std::stable_sort(held.begin(), held.end(),
+                     [](const Pending& a, const Pending& b) { return a.t0 != b.t0 ? a.t0 < b.t0 : a.t1 > b.t1; });
     for (const Pending& p : held) out_.event(p.text);
     held.clear();
   }
@@ -196,8 +195,10 @@ class TraceVisitor final : public RecordVisitor {
     s += ",\"dur\":";
     append_us(s, t1 - t0);
     s += ",";
-    if (text != texts_.end()) s += text->second.head;
-    else s += "\"name\":\"signature " + std::to_string(c.id) + " (undefined)\",\"cat\":\"unknown\",";
+    if (text != texts_.end())
+      s += text->second.head;
+    else
+      s += "\"name\":\"signature " + std::to_string(c.id) + " (undefined)\",\"cat\":\"unknown\",";
     s += "\"args\":{\"seq\":" + std::to_string(c.seq) + ",\"depth\":" + std::to_string(c.depth);
     if (text != texts_.end()) s += text->second.args;
     if (auto sn = snapshots_.find(c.seq); sn != snapshots_.end()) {
@@ -215,14 +216,15 @@ class TraceVisitor final : public RecordVisitor {
     if (!threads_.insert(tid).second) return;
     ++outcome_.threads;
     const std::string name = (static_cast<int64_t>(tid) == f_.pid ? "main thread " : "thread ") + std::to_string(tid);
-    out_.event("\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid_) + ",\"tid\":" +
-               std::to_string(tid) + ",\"args\":{\"name\":" + json_string(name) + "}");
+    out_.event("\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid_) +
+               ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":" + json_string(name) + "}");
   }
 
   void snapshot(const CallLine& c, int64_t t0, const Evidence& e) {
     ++outcome_.snapshots;
-    std::string s = "\"ph\":\"i\",\"s\":\"t\",\"name\":\"snapshot\",\"cat\":\"lingprobe\",\"pid\":" + std::to_string(pid_) +
-                    ",\"tid\":" + std::to_string(c.tid) + ",\"ts\":";
+    std::string s =
+        "\"ph\":\"i\",\"s\":\"t\",\"name\":\"snapshot\",\"cat\":\"lingprobe\",\"pid\":" + std::to_string(pid_) +
+        ",\"tid\":" + std::to_string(c.tid) + ",\"ts\":";
     append_us(s, t0);
     out_.event(s + ",\"args\":{\"path\":" + json_string(e.path) + ",\"sha256\":" + json_string(e.sha256) +
                ",\"seq\":" + std::to_string(c.seq) + "}");
@@ -236,9 +238,9 @@ class TraceVisitor final : public RecordVisitor {
     ++outcome_.windows;
     const uint64_t track = kWindowTrack + c.tid;
     if (threads_.insert(track).second)
-      out_.event("\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid_) + ",\"tid\":" +
-                 std::to_string(track) + ",\"args\":{\"name\":" +
-                 json_string("counter windows of thread " + std::to_string(c.tid)) + "}");
+      out_.event("\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid_) +
+                 ",\"tid\":" + std::to_string(track) +
+                 ",\"args\":{\"name\":" + json_string("counter windows of thread " + std::to_string(c.tid)) + "}");
     const int64_t wait = e.lock_wait_seconds > 0 ? static_cast<int64_t>(std::llround(e.lock_wait_seconds * 1e9)) : 0;
     const int64_t length = e.window_seconds > 0 ? static_cast<int64_t>(std::llround(e.window_seconds * 1e9)) : 0;
     // The drawn start is the call's start less the lock wait, which the setup before the call makes late: a
@@ -247,8 +249,9 @@ class TraceVisitor final : public RecordVisitor {
     const int64_t start = std::max(t0 - wait, previous_end);
     previous_end = start + std::max(length, wait);
     const std::string where = "\"pid\":" + std::to_string(pid_) + ",\"tid\":" + std::to_string(track) + ",\"ts\":";
-    std::string s = "\"ph\":\"X\",\"name\":" + json_string("counter window (" + (e.status.empty() ? "unknown" : e.status) + ")") +
-                    ",\"cat\":\"lingprobe\"," + where;
+    std::string s =
+        "\"ph\":\"X\",\"name\":" + json_string("counter window (" + (e.status.empty() ? "unknown" : e.status) + ")") +
+        ",\"cat\":\"lingprobe\"," + where;
     append_us(s, start);
     s += ",\"dur\":";
     append_us(s, std::max(length, wait));
@@ -329,14 +332,17 @@ TraceOutcome write_trace(const TraceOptions& options) {
     run_id = f.run_id;
     if (f.role == "launcher") continue;
     constexpr int64_t kClockLimit = int64_t{1} << 62;
-    if (f.start_unix_ns < 0 || f.start_mono_ns < 0 || f.start_unix_ns >= kClockLimit || f.start_mono_ns >= kClockLimit) {
-      outcome.error = path + ": its header lacks start_unix_ns/start_mono_ns (or holds no clock's value), so its clock "
+    if (f.start_unix_ns < 0 || f.start_mono_ns < 0 || f.start_unix_ns >= kClockLimit ||
+        f.start_mono_ns >= kClockLimit) {
+      outcome.error = path +
+                      ": its header lacks start_unix_ns/start_mono_ns (or holds no clock's value), so its clock "
                       "cannot be aligned with the other processes'";
       return outcome;
     }
     base = std::min(base, f.start_unix_ns);  // the run's first process start, whichever ranks are drawn
     if (!options.ranks.empty() && !options.ranks.count(f.rank)) continue;
-    if (f.truncated_last_line) outcome.warnings.push_back(path + ": truncated last line skipped (killed while writing?)");
+    if (f.truncated_last_line)
+      outcome.warnings.push_back(path + ": truncated last line skipped (killed while writing?)");
     chosen.push_back(std::move(f));
   }
   if (chosen.empty()) {
@@ -350,9 +356,8 @@ TraceOutcome write_trace(const TraceOptions& options) {
   });
 
   outcome.output_path = options.output.empty() ? run_dir + "/reports/trace.json" : options.output;
-  const std::string dir = outcome.output_path.substr(0, outcome.output_path.rfind('/') == std::string::npos
-                                                            ? 0
-                                                            : outcome.output_path.rfind('/'));
+  const std::string dir = outcome.output_path.substr(
+      0, outcome.output_path.rfind('/') == std::string::npos ? 0 : outcome.output_path.rfind('/'));
   if (!dir.empty())
     if (std::string err = sink::make_directories(dir); !err.empty()) {
       outcome.error = err;
@@ -372,8 +377,8 @@ TraceOutcome write_trace(const TraceOptions& options) {
     while (pids_used.count(trace_pid)) trace_pid += int64_t{1} << 22;  // above Linux's pid_max
     pids_used.emplace(trace_pid, 0);
     ++outcome.processes;
-    out.event("\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(trace_pid) + ",\"args\":{\"name\":" +
-              json_string(process_name(f)) + "}");
+    out.event("\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(trace_pid) +
+              ",\"args\":{\"name\":" + json_string(process_name(f)) + "}");
     out.event("\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":" + std::to_string(trace_pid) +
               ",\"args\":{\"sort_index\":" + std::to_string(std::max<int64_t>(f.rank, 0)) + "}");
     const int64_t offset = f.start_unix_ns - base - f.start_mono_ns;  // monotonic ns -> ns since the shared start
@@ -389,13 +394,13 @@ TraceOutcome write_trace(const TraceOptions& options) {
     visitor.finish();
   }
   char other[512];
-  std::snprintf(other, sizeof other,
-                "\n],\"otherData\":{\"lingprobe_run_id\":%s,\"start_unix_ns\":%lld,\"slices\":%llu,"
-                "\"outside_from_to\":%llu,\"left_out_by_max_events\":%llu,\"call_records_without_times\":%llu}}\n",
-                json_string(run_id).c_str(), static_cast<long long>(base), static_cast<unsigned long long>(outcome.slices),
-                static_cast<unsigned long long>(outcome.outside_filters),
-                static_cast<unsigned long long>(outcome.over_limit),
-                static_cast<unsigned long long>(outcome.without_times));
+  std::snprintf(
+      other, sizeof other,
+      "\n],\"otherData\":{\"lingprobe_run_id\":%s,\"start_unix_ns\":%lld,\"slices\":%llu,"
+      "\"outside_from_to\":%llu,\"left_out_by_max_events\":%llu,\"call_records_without_times\":%llu}}\n",
+      json_string(run_id).c_str(), static_cast<long long>(base), static_cast<unsigned long long>(outcome.slices),
+      static_cast<unsigned long long>(outcome.outside_filters), static_cast<unsigned long long>(outcome.over_limit),
+      static_cast<unsigned long long>(outcome.without_times));
   out.raw(other);
   if (!out.close() || std::rename(tmp.c_str(), outcome.output_path.c_str()) != 0) {
     outcome.error = "cannot write " + outcome.output_path + ": " + std::strerror(errno);
@@ -406,7 +411,8 @@ TraceOutcome write_trace(const TraceOptions& options) {
     outcome.warnings.push_back(std::to_string(outcome.over_limit) + " call record(s) left out past --max-events " +
                                std::to_string(options.max_events) + " (narrow the trace with --ranks or --from/--to)");
   if (outcome.slices == 0)
-    outcome.warnings.push_back("no call record to draw (call records off, LINGPROBE_CALL_RECORDS=0, or outside the filters)");
+    outcome.warnings.push_back(
+        "no call record to draw (call records off, LINGPROBE_CALL_RECORDS=0, or outside the filters)");
   outcome.ok = true;
   return outcome;
 }

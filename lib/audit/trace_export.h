@@ -20,11 +20,11 @@
 namespace lingprobe::audit {
 
 struct TraceOptions {
-  std::string run_dir;        // OUT/{run_id} (its metadata/*.jsonl)
-  std::string output;         // "": RUN/reports/trace.json
-  std::set<int64_t> ranks;    // empty: every rank (and every process that is not a rank)
+  std::string run_dir;            // OUT/{run_id} (its metadata/*.jsonl)
+  std::string output;             // "": RUN/reports/trace.json
+  std::set<int64_t> ranks;        // empty: every rank (and every process that is not a rank)
   double from_s = -1, to_s = -1;  // seconds from the run's earliest process start; < 0: open
-  uint64_t max_events = 0;    // call slices written at most (0: no limit); later ones are counted, not written
+  uint64_t max_events = 0;        // call slices written at most (0: no limit); later ones are counted, not written
 };
 
 struct TraceOutcome {
@@ -34,9 +34,9 @@ struct TraceOutcome {
   std::string output_path;
   uint64_t processes = 0, threads = 0;
   uint64_t slices = 0, snapshots = 0, windows = 0;
-  uint64_t outside_filters = 0;   // call records of the chosen ranks outside --from/--to
-  uint64_t over_limit = 0;        // call records left out by --max-events
-  uint64_t without_times = 0;     // call records with no times (not placed)
+  uint64_t outside_filters = 0;  // call records of the chosen ranks outside --from/--to
+  uint64_t over_limit = 0;       // call records left out by --max-events
+  uint64_t without_times = 0;    // call records with no times (not placed)
 };
 
 TraceOutcome write_trace(const TraceOptions& options);

@@ -5,8 +5,8 @@
 // no lingprobe thread is inside, so a fork never leaves that mutex held by a
 // thread the child does not have (the child's first op would wait on it
 // forever); it then brings the forking thread's own copy of the callbacks up
-// to date, so that the child's first op finds it current. Other callers of those torch functions (torch.profiler on another
-// thread) are not lingprobe's to gate: forking then is unsafe without it too.
+// to date, so that the child's first op finds it current. Other callers of those torch functions (torch.profiler on
+// another thread) are not lingprobe's to gate: forking then is unsafe without it too.
 #pragma once
 
 #include <atomic>

@@ -71,7 +71,7 @@ std::string check_pattern(const std::string& pattern) {
     }
     after_quantifier = after_risky_group = false;
     if (c == '\\') {
-      ++i;  // the escaped character (or the first digit)
+      ++i;                  // the escaped character (or the first digit)
     } else if (c == '[') {  // a class: its characters are literals
       size_t j = i + 1;
       if (j < pattern.size() && pattern[j] == '^') ++j;  // (ECMAScript: "[]" is an empty class, no literal ']')
@@ -93,7 +93,7 @@ std::mutex g_mu;
 std::shared_ptr<const Map> g_map;  // replaced whole under g_mu; read by copy
 
 struct ThreadNvtx {
-  std::vector<bool> pushed_stage;  // per open range: did it push a stage?
+  std::vector<bool> pushed_stage;              // per open range: did it push a stage?
   std::unordered_map<std::string, int> cache;  // name -> stage id, -1 unmapped
   std::shared_ptr<const Map> map;
   std::string scratch;
@@ -135,8 +135,7 @@ std::string set_nvtx_map(const std::string& spec) {
     start = end == std::string::npos ? spec.size() + 1 : end + 1;
     if (rule.find_first_not_of(" \t") == std::string::npos) continue;
     const size_t eq = rule.find('=');
-    if (eq == std::string::npos || eq == 0)
-      return "LINGPROBE_NVTX_MAP: rule '" + rule + "' is not stage=regex";
+    if (eq == std::string::npos || eq == 0) return "LINGPROBE_NVTX_MAP: rule '" + rule + "' is not stage=regex";
     const std::string pattern = rule.substr(eq + 1);
     if (std::string why = check_pattern(pattern); !why.empty())
       return "LINGPROBE_NVTX_MAP: the regex of rule '" + rule.substr(0, eq) + "' " + why;

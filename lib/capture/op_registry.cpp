@@ -27,9 +27,12 @@ OpInfo* OpRegistry::find_or_add(const at::RecordFunction& fn) {
   const std::string& op_name = schema->name();
   const bool collective = op_name.rfind("c10d::", 0) == 0 || op_name.rfind("_c10d_functional::", 0) == 0;
   const int8_t suppress = o.nested || collective || o.suppress_nested == NestedSuppression::Never ? 0
-                          : o.suppress_nested == NestedSuppression::Always                      ? 1
-                                                                                                : -1;
-  auto* op = new OpInfo(std::move(*schema), suppress, !collective ? 0 : op_name == "_c10d_functional::wait_tensor" ? 2 : 1);
+                          : o.suppress_nested == NestedSuppression::Always                        ? 1
+                                                                                                  : -1;
+  auto* op = new OpInfo(std::move(*schema), suppress,
+                        !collective                                  ? 0
+                        : op_name == "_c10d_functional::wait_tensor" ? 2
+                                                                     : 1);
   ops_.emplace(name, op);
   return op;
 }

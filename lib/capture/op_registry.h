@@ -23,9 +23,9 @@ namespace lingprobe::capture {
 
 struct OpInfo {
   c10::FunctionSchema schema;
-  std::string name;           // "aten::to"
-  std::string with_overload;  // "aten::to.dtype"
-  std::string dotted;         // "aten.to.dtype"
+  std::string name;                          // "aten::to"
+  std::string with_overload;                 // "aten::to.dtype"
+  std::string dotted;                        // "aten.to.dtype"
   std::atomic<int8_t> selected[kMaxStages];  // -1 unknown, 0 no, 1 yes
   // Auto suppression of the calls nested below this op (all threads learn together).
   std::atomic<uint32_t> learn_calls{0};

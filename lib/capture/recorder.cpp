@@ -94,8 +94,7 @@ inline ThreadState& this_thread(Global& G) {
 }
 
 bool in_warm_up(Global& G) {
-  if (G.options.skip_calls && G.warmup_seen.fetch_add(1, std::memory_order_relaxed) < G.options.skip_calls)
-    return true;
+  if (G.options.skip_calls && G.warmup_seen.fetch_add(1, std::memory_order_relaxed) < G.options.skip_calls) return true;
   return G.options.skip_seconds > 0 &&
          now_ns() - G.started_ns.load(std::memory_order_relaxed) < static_cast<int64_t>(G.options.skip_seconds * 1e9);
 }
@@ -105,7 +104,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn);
 // Recording restarted since this thread's last call: the frames of the last window are stale.
 void forget_stale_frames(Global& G, ThreadState& ts, uint64_t epoch) {
   for (uint32_t d = 0; d < ts.depth && d < kMaxDepth; ++d)
-    if (ts.frames[d].recorded && ts.frames[d].sample) G.hooks.load(std::memory_order_relaxed)->abandon(ts.frames[d].sample);
+    if (ts.frames[d].recorded && ts.frames[d].sample)
+      G.hooks.load(std::memory_order_relaxed)->abandon(ts.frames[d].sample);
   ts.epoch = epoch;
   ts.depth = 0;
   ts.key.truncate(0);
@@ -196,7 +196,8 @@ C10_ALWAYS_INLINE void record_start(Global& G, ThreadState& ts, const at::Record
   enter_inputs(G, ts, *f, op, stage, inputs);
   f->recorded = true;
   f->sample = maybe_sample(G, ts.entries[f->entry].sample, *op, stage, inputs);
-  if (depth == 0) suppress_below(&ts, fn, op, on_start);  // after the sampled call's hooks (which run with RecordFunction off)
+  if (depth == 0)
+    suppress_below(&ts, fn, op, on_start);  // after the sampled call's hooks (which run with RecordFunction off)
   if (G.options.call_records) f->t0 = now_ns();
 }
 
@@ -205,9 +206,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (!G.active.load(std::memory_order_relaxed)) return nullptr;
   try {
     ThreadState& ts = this_thread(G);
-    if (const uint64_t epoch = G.epoch.load(std::memory_order_relaxed); ts.epoch != epoch) forget_stale_frames(G, ts, epoch);
-    if (ts.depth > 0 && !G.options.nested) enter_nested(G, ts, fn);
-    else record_start(G, ts, fn);
+    if (const uint64_t epoch = G.epoch.load(std::memory_order_relaxed); ts.epoch != epoch)
+      forget_stale_frames(G, ts, epoch);
+    if (ts.depth > 0 && !G.options.nested)
+      enter_nested(G, ts, fn);
+    else
+      record_start(G, ts, fn);
   } catch (...) {
     G.drop_error.fetch_add(1, std::memory_order_relaxed);
   }
@@ -228,7 +232,8 @@ void reclassify_as_traced(Global& G, ThreadState& ts, Frame& f) {
 // The call's signature id: the output key appended to its input key, then
 // found among its InputEntry's outputs, else resolved in the process's table
 // (the first sighting). false when the table is full (counted).
-C10_ALWAYS_INLINE bool signature_id(Global& G, ThreadState& ts, const Frame& f, c10::ArrayRef<const c10::IValue> outs, uint32_t& id) {
+C10_ALWAYS_INLINE bool signature_id(Global& G, ThreadState& ts, const Frame& f, c10::ArrayRef<const c10::IValue> outs,
+                                    uint32_t& id) {
   ts.key.push(outs.size());
   append_keys(outs.data(), outs.size(), ts.key);
   const uint64_t* key = ts.key.data() + f.key_begin;
@@ -253,7 +258,8 @@ C10_ALWAYS_INLINE bool signature_id(Global& G, ThreadState& ts, const Frame& f, 
 }
 
 // The call record into the thread's buffer (registered at its first record); the overflow policy is the sink's.
-C10_ALWAYS_INLINE void emit_call_record(Global& G, ThreadState& ts, const Frame& f, uint64_t seq, int64_t t1, uint32_t id) {
+C10_ALWAYS_INLINE void emit_call_record(Global& G, ThreadState& ts, const Frame& f, uint64_t seq, int64_t t1,
+                                        uint32_t id) {
   if (!ts.buffer && !ts.buffer_requested) {
     ts.buffer_requested = true;
     ts.buffer = G.sink->register_thread_buffer(G.options.buffer_records);

@@ -68,8 +68,9 @@ struct RecorderStats {
   uint64_t calls_seen = 0;      // top-level (or nested, if on) op calls observed while recording
   uint64_t calls_recorded = 0;  // selected and counted
   uint64_t signatures = 0;
-  uint64_t dropped = 0;         // all drop reasons together
-  uint64_t nested_seen = 0;     // nested op calls that reached the callback (each paid the boxing; 0 when all were switched off)
+  uint64_t dropped = 0;  // all drop reasons together
+  uint64_t nested_seen =
+      0;  // nested op calls that reached the callback (each paid the boxing; 0 when all were switched off)
   uint64_t nested_suppressed = 0;  // top-level calls below which RecordFunction was switched off
 };
 

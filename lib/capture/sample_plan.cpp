@@ -31,7 +31,8 @@ double mean_window_seconds(const JsonValue& audit) {
   const JsonValue* by_rank = windows ? windows->find("by_rank") : nullptr;
   double seconds = 0, n = 0;
   if (by_rank)
-    for (const auto& r : by_rank->items()) seconds += number(r.find("window_seconds_total")), n += number(r.find("windows"));
+    for (const auto& r : by_rank->items())
+      seconds += number(r.find("window_seconds_total")), n += number(r.find("windows"));
   return n > 0 && seconds > 0 ? seconds / n : kDefaultWindowS;
 }
 
@@ -67,8 +68,7 @@ std::string build_sample_plan(const JsonValue& audit, const PlanBudgets& budgets
   // One basis for every key: measured kernel time where the earlier run measured every ranked key, else FLOPs (a
   // time share over the measured keys alone would put each of a few profiled keys near 1).
   const bool by_time = all_measured && total_time > 0;
-  for (auto& r : ranked)
-    r.key.share = by_time ? r.time_us / total_time : total_flops > 0 ? r.flops / total_flops : 0;
+  for (auto& r : ranked) r.key.share = by_time ? r.time_us / total_time : total_flops > 0 ? r.flops / total_flops : 0;
   ranked.erase(std::remove_if(ranked.begin(), ranked.end(), [](const Ranked& r) { return r.key.share <= 0; }),
                ranked.end());
   std::sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {

@@ -23,7 +23,7 @@ namespace lingprobe::capture {
 
 struct PlannedKey {
   std::string input_sha, op, stage;
-  double share = 0;           // of the earlier run's measured kernel time, or of its FLOPs (SamplePlan::basis)
+  double share = 0;             // of the earlier run's measured kernel time, or of its FLOPs (SamplePlan::basis)
   uint64_t snapshot_bytes = 0;  // its tensors' stored bytes, inputs and outputs
 };
 

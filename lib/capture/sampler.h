@@ -54,14 +54,14 @@ enum class CallRefusal : uint8_t { None = 0, NoStorage = 1, NotOnGpu = 2 };
 const char* call_refusal_name(CallRefusal why);  // "no_storage", "not_on_gpu"
 
 struct SamplingOptions {
-  bool enabled = false;       // LINGPROBE_SNAPSHOTS or LINGPROBE_PROFILE
+  bool enabled = false;          // LINGPROBE_SNAPSHOTS or LINGPROBE_PROFILE
   uint8_t evidence = kSnapshot;  // what each key wants (kSnapshot, kCounters, both)
-  uint64_t first = 1;         // samples per input key per launch (K)
-  uint64_t skip = 0;          // calls of each key skipped first, in each process (N)
-  uint64_t every = 1;         // then every M-th call
-  double probability = 1.0;   // of those, each with this probability (seeded)
+  uint64_t first = 1;            // samples per input key per launch (K)
+  uint64_t skip = 0;             // calls of each key skipped first, in each process (N)
+  uint64_t every = 1;            // then every M-th call
+  double probability = 1.0;      // of those, each with this probability (seeded)
   uint64_t seed = 0;
-  OpSelection selection;      // which (stage, op) may be sampled; default everything recorded
+  OpSelection selection;  // which (stage, op) may be sampled; default everything recorded
   Coordination coordination = Coordination::Claims;
   uint32_t extra_signature_attempts = 8;  // per key, to find its other signatures
   int64_t poll_interval_ms = 2000;        // the claims poll's pace (tests: 0)
@@ -97,8 +97,8 @@ enum class KeyState : uint8_t {
 };
 
 struct SampleKey {
-  std::atomic<bool> active{true};       // the hot path's one load
-  std::atomic<bool> in_flight{false};   // one sample of a key at a time per process
+  std::atomic<bool> active{true};      // the hot path's one load
+  std::atomic<bool> in_flight{false};  // one sample of a key at a time per process
   std::atomic<uint64_t> calls{0};
   std::atomic<uint64_t> retry_at{0};   // after a refusal: no try before the key's calls reach this
   std::atomic<uint8_t> missing{0};     // evidence still wanted (Evidence bits)
@@ -112,7 +112,7 @@ struct SampleKey {
   bool holds_claim = false;  // this process's claim of the key is open (released once, done or failed)
   std::set<uint32_t> seen_signatures, sampled_signatures;  // process-local signature ids
   std::string stop_reason;
-  std::string last_refusal;               // "evidence:reason" of the latest refused call
+  std::string last_refusal;                 // "evidence:reason" of the latest refused call
   std::set<std::string> refusals_reported;  // "evidence:reason", each reported once
 };
 
@@ -124,8 +124,8 @@ enum class SampleResult {
 
 // Where refusals go (api: a "refusal" record), once per key, evidence and
 // reason; called on the refusing thread, outside the sampler's lock.
-using RefusalSink = std::function<void(const SampleKey& key, const char* evidence, const std::string& reason,
-                                       uint64_t call)>;
+using RefusalSink =
+    std::function<void(const SampleKey& key, const char* evidence, const std::string& reason, uint64_t call)>;
 
 struct SamplingStats {
   uint64_t keys = 0, sampled = 0, samples = 0;  // what stays unsampled and why: unsampled_reasons()

@@ -42,7 +42,8 @@ JsonValue to_json(const c10::IValue& v, const c10::TypePtr& type) {
   if (v.isTensor()) return tensor_json(v.toTensor());
   if (v.isInt()) {
     const int64_t i = v.toInt();
-    if (type_is(type, c10::TypeKind::ScalarTypeType)) return JsonValue::string(python_dtype_name(static_cast<c10::ScalarType>(i)));
+    if (type_is(type, c10::TypeKind::ScalarTypeType))
+      return JsonValue::string(python_dtype_name(static_cast<c10::ScalarType>(i)));
     if (type_is(type, c10::TypeKind::LayoutType)) {
       if (const char* name = python_layout_name(i)) return JsonValue::string(name);
     }
@@ -123,9 +124,8 @@ c10::TypePtr list_element_type(const c10::TypePtr& type) {
 
 const char* python_layout_name(int64_t layout) {
   // c10::Layout enumerators, in declaration order (stable across versions).
-  static const char* const kNames[] = {"torch.strided",    "torch.sparse_coo", "torch.sparse_csr",
-                                       "torch._mkldnn",    "torch.sparse_csc", "torch.sparse_bsr",
-                                       "torch.sparse_bsc", "torch.jagged"};
+  static const char* const kNames[] = {"torch.strided",    "torch.sparse_coo", "torch.sparse_csr", "torch._mkldnn",
+                                       "torch.sparse_csc", "torch.sparse_bsr", "torch.sparse_bsc", "torch.jagged"};
   if (layout >= 0 && layout < static_cast<int64_t>(sizeof kNames / sizeof kNames[0])) return kNames[layout];
   return nullptr;
 }
@@ -159,12 +159,24 @@ std::string python_dtype_name(c10::ScalarType type) {
     const char* python_name;
   };
   static const Entry kNames[] = {
-      {"Byte", "uint8"},          {"Char", "int8"},           {"Short", "int16"},
-      {"Int", "int32"},           {"Long", "int64"},          {"Half", "float16"},
-      {"Float", "float32"},       {"Double", "float64"},      {"ComplexHalf", "complex32"},
-      {"ComplexFloat", "complex64"}, {"ComplexDouble", "complex128"}, {"Bool", "bool"},
-      {"QInt8", "qint8"},         {"QUInt8", "quint8"},       {"QInt32", "qint32"},
-      {"BFloat16", "bfloat16"},   {"QUInt4x2", "quint4x2"},   {"QUInt2x4", "quint2x4"},
+      {"Byte", "uint8"},
+      {"Char", "int8"},
+      {"Short", "int16"},
+      {"Int", "int32"},
+      {"Long", "int64"},
+      {"Half", "float16"},
+      {"Float", "float32"},
+      {"Double", "float64"},
+      {"ComplexHalf", "complex32"},
+      {"ComplexFloat", "complex64"},
+      {"ComplexDouble", "complex128"},
+      {"Bool", "bool"},
+      {"QInt8", "qint8"},
+      {"QUInt8", "quint8"},
+      {"QInt32", "qint32"},
+      {"BFloat16", "bfloat16"},
+      {"QUInt4x2", "quint4x2"},
+      {"QUInt2x4", "quint2x4"},
   };
   const char* c10_name = c10::toString(type);
   for (const auto& e : kNames)
@@ -172,7 +184,8 @@ std::string python_dtype_name(c10::ScalarType type) {
   // Newer types (Float8_e4m3fn, UInt16, Bits8, ...): Python spells them as
   // the lowercased c10 name.
   std::string lower = "torch.";
-  for (const char* p = c10_name; *p; ++p) lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(*p))));
+  for (const char* p = c10_name; *p; ++p)
+    lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(*p))));
   return lower;
 }
 

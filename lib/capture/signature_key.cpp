@@ -21,8 +21,8 @@ void append_tensor(const at::Tensor& t, KeyBuffer& key) {
     key.push(kKeyUndefined);
     return;
   }
-  const uint64_t head = kKeyTensor | static_cast<uint64_t>(t.scalar_type()) << 8 |
-                        static_cast<uint64_t>(t.layout()) << 16;
+  const uint64_t head =
+      kKeyTensor | static_cast<uint64_t>(t.scalar_type()) << 8 | static_cast<uint64_t>(t.layout()) << 16;
   c10::IntArrayRef sizes, strides;
   try {
     sizes = t.sizes();

@@ -37,8 +37,19 @@ class KeyBuffer {
 };
 
 // Tags: the low byte of the first word of every value.
-enum KeyTag : uint64_t { kKeyNone = 1, kKeyTensor, kKeyUndefined, kKeyInt, kKeyDouble, kKeyBool, kKeyString,
-                         kKeyList, kKeyTuple, kKeyDevice, kKeyOther };
+enum KeyTag : uint64_t {
+  kKeyNone = 1,
+  kKeyTensor,
+  kKeyUndefined,
+  kKeyInt,
+  kKeyDouble,
+  kKeyBool,
+  kKeyString,
+  kKeyList,
+  kKeyTuple,
+  kKeyDevice,
+  kKeyOther
+};
 
 // Everything but ints and defined strided tensors (the hot cases, inline below).
 void append_other_key(const c10::IValue& value, KeyBuffer& key);
@@ -75,8 +86,8 @@ inline void append_keys(const c10::IValue* values, size_t count, KeyBuffer& key)
     }
     const size_t dim = sizes.size();
     uint64_t* w = key.reserve(1 + 2 * dim);
-    w[0] = kKeyTensor | static_cast<uint64_t>(t.scalar_type()) << 8 |
-           static_cast<uint64_t>(c10::kStrided) << 16 | static_cast<uint64_t>(dim) << 24 | uint64_t{1} << 56;
+    w[0] = kKeyTensor | static_cast<uint64_t>(t.scalar_type()) << 8 | static_cast<uint64_t>(c10::kStrided) << 16 |
+           static_cast<uint64_t>(dim) << 24 | uint64_t{1} << 56;
     for (size_t i = 0; i < dim; ++i) {
       w[1 + i] = static_cast<uint64_t>(sizes[i]);
       w[1 + dim + i] = static_cast<uint64_t>(strides[i]);

@@ -14,8 +14,8 @@ bool SignatureTable::resolve(const uint64_t* key, size_t words, const Call& call
   if (it == ids_.end()) {
     const uint32_t next = next_id_.load(std::memory_order_relaxed);
     if (next >= kMaxSignatures) return false;
-    const format::JsonValue sig = assemble_signature(call.op->dotted, *call.arguments,
-                                                     build_output(call.op->schema, call.outputs), stage_name(call.stage));
+    const format::JsonValue sig = assemble_signature(
+        call.op->dotted, *call.arguments, build_output(call.op->schema, call.outputs), stage_name(call.stage));
     const std::string text = format::canonical_json(sig);
     sha_.push_back(format::sha256_hex(text));
     next_id_.store(next + 1, std::memory_order_release);

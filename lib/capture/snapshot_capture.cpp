@@ -36,8 +36,10 @@ std::string bool_text(bool b) { return b ? "true" : "false"; }
 
 template <typename T>
 std::string setting_text(T v) {
-  if constexpr (std::is_same_v<T, bool>) return bool_text(v);
-  else return std::to_string(static_cast<int>(v));
+  if constexpr (std::is_same_v<T, bool>)
+    return bool_text(v);
+  else
+    return std::to_string(static_cast<int>(v));
 }
 
 // A tensor copied for a snapshot: its metadata and the copy (compact or span).
@@ -93,7 +95,8 @@ uint64_t stored_bytes(const at::Tensor& t) {
 // Walks the tensors of an IValue (lists, tuples, optionals).
 template <typename Fn>
 void for_each_tensor(const c10::IValue& v, Fn&& fn) {
-  if (v.isTensor()) fn(v.toTensor());
+  if (v.isTensor())
+    fn(v.toTensor());
   else if (v.isList())
     for (const auto& x : v.toListRef()) for_each_tensor(x, fn);
   else if (v.isTuple())
@@ -180,15 +183,21 @@ format::JsonValue policy_json(const PickleValue& policy) {
   for (const auto& [key, value] : policy.entries()) {
     if (value.kind() != PickleValue::Kind::String) continue;
     const std::string& t = value.as_string();
-    if (t == "true" || t == "false") o.set(key, format::JsonValue::boolean(t == "true"));
-    else o.set(key, format::JsonValue::string(t));
+    if (t == "true" || t == "false")
+      o.set(key, format::JsonValue::boolean(t == "true"));
+    else
+      o.set(key, format::JsonValue::string(t));
   }
   return o;
 }
 
 SnapshotCapture::SnapshotCapture(Sampler* sampler, SnapshotSink* sink, RunBudget* run_budget, DeviceAccess* device,
                                  SnapshotOptions options)
-    : sampler_(sampler), sink_(sink), run_budget_(run_budget), device_(device), options_(std::move(options)),
+    : sampler_(sampler),
+      sink_(sink),
+      run_budget_(run_budget),
+      device_(device),
+      options_(std::move(options)),
       rank_(options_.rank) {}
 
 void SnapshotCapture::count_drop(const std::string& reason) {
@@ -247,8 +256,10 @@ bool settles(uint8_t evidence, const std::string& reason) {
 }  // namespace
 
 void SnapshotCapture::refuse(Pending& p, uint8_t evidence, const std::string& reason) {
-  if (evidence == kCounters) count_profile(reason);
-  else count_drop(reason);
+  if (evidence == kCounters)
+    count_profile(reason);
+  else
+    count_drop(reason);
   if (p.key) sampler_->note_refusal(p.key, evidence, reason);
   if (settles(evidence, reason)) p.settled |= evidence;
 }
@@ -295,7 +306,8 @@ std::string unsupported(const at::Tensor& t) {
   if (!t.defined()) return "";
   if (t.is_meta() || !t.has_storage()) return "no_storage";
   if (t.layout() != c10::kStrided || t.is_quantized() || t.is_nested()) return "unsupported_layout";
-  if (t.device().type() != c10::DeviceType::CPU && t.device().type() != c10::DeviceType::CUDA) return "unsupported_device";
+  if (t.device().type() != c10::DeviceType::CPU && t.device().type() != c10::DeviceType::CUDA)
+    return "unsupported_device";
   if (format::dtype_element_size(python_dtype_name(t.scalar_type())) == 0) return "unsupported_dtype";
   return "";
 }
@@ -396,14 +408,19 @@ bool is_setup_call(const SampledCall& call) {
   const std::string name = call.schema->name();
   if (!format::result_by_definition(name).empty()) return true;
   // Ops whose result may alias their input but that copy when they must (a kernel may run): not view-only.
-  static const char* const kMayCopy[] = {"aten::to", "aten::contiguous", "aten::reshape", "aten::reshape_as",
-                                         "aten::flatten", "aten::type_as", "aten::_autocast_to_reduced_precision",
+  static const char* const kMayCopy[] = {"aten::to",
+                                         "aten::contiguous",
+                                         "aten::reshape",
+                                         "aten::reshape_as",
+                                         "aten::flatten",
+                                         "aten::type_as",
+                                         "aten::_autocast_to_reduced_precision",
                                          "aten::_autocast_to_full_precision"};
   const auto& returns = call.schema->returns();
-  if (!returns.empty() && std::none_of(std::begin(kMayCopy), std::end(kMayCopy), [&](const char* n) { return name == n; }) &&
-      std::all_of(returns.begin(), returns.end(), [](const c10::Argument& r) {
-        return r.alias_info() && !r.alias_info()->isWrite();
-      }))
+  if (!returns.empty() &&
+      std::none_of(std::begin(kMayCopy), std::end(kMayCopy), [&](const char* n) { return name == n; }) &&
+      std::all_of(returns.begin(), returns.end(),
+                  [](const c10::Argument& r) { return r.alias_info() && !r.alias_info()->isWrite(); }))
     return true;
   // Writes that initialise or load a parameter (an optimizer's add_ or _foreach_* on one is compute).
   const bool fills = name == "aten::copy_" || name == "aten::fill_" || name == "aten::zero_" || name == "aten::set_";
@@ -414,9 +431,8 @@ bool is_setup_call(const SampledCall& call) {
   for (size_t i = 0; i < call.inputs.size() && !setup; ++i) {
     const bool written = fills && matches && is_written(params[i]);
     if (!written && !moves) continue;
-    for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {
-      setup = setup || (t.defined() && t.is_leaf() && t.requires_grad());
-    });
+    for_each_tensor(call.inputs[i],
+                    [&](const at::Tensor& t) { setup = setup || (t.defined() && t.is_leaf() && t.requires_grad()); });
   }
   return setup;
 }
@@ -436,8 +452,9 @@ void* SnapshotCapture::begin(const SampledCall& call) {
   p->schema = call.schema;
   p->op = *call.op_dotted;
   p->stage = call.stage;
-  const uint8_t wants = call.key ? sampler_->wanted(call.key)
-                                 : static_cast<uint8_t>((options_.snapshots ? kSnapshot : 0) | (options_.profile ? kCounters : 0));
+  const uint8_t wants =
+      call.key ? sampler_->wanted(call.key)
+               : static_cast<uint8_t>((options_.snapshots ? kSnapshot : 0) | (options_.profile ? kCounters : 0));
   bool snapshot = options_.snapshots && (wants & kSnapshot);
   const bool counters = options_.profile && (wants & kCounters);
   try {
@@ -454,7 +471,8 @@ void* SnapshotCapture::begin(const SampledCall& call) {
         bytes += b;
         if (t.is_cuda()) {
           device_bytes += b;
-          if (!device_ || !kHasStreamNativeHandle) reason = "no_gpu_access";
+          if (!device_ || !kHasStreamNativeHandle)
+            reason = "no_gpu_access";
           else if (device_->stream_capture(current_stream_handle(t.device())) != DeviceAccess::Capture::None)
             capturing = true;
         }
@@ -537,8 +555,7 @@ void SnapshotCapture::copy_written_arguments(Pending& p, const SampledCall& call
   }
 }
 
-void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id,
-                          uint64_t seq) {
+void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id, uint64_t seq) {
   SampleKey* key = static_cast<Pending*>(token)->key;
   try {
     finish(std::unique_ptr<Pending>(static_cast<Pending*>(token)), outputs, signature_id, seq);
@@ -564,8 +581,8 @@ void SnapshotCapture::close_window(Pending& p, runtime::SnapshotJob& job) {
   if (job.profile.status != "passed") refuse(p, kCounters, job.profile.status);
 }
 
-void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id,
-                             uint64_t seq) {
+void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs,
+                             uint32_t signature_id, uint64_t seq) {
   runtime::SnapshotJob job;
   if (p->window) close_window(*p, job);  // first, so that lingprobe's own copies stay outside the window
   job.snapshot = p->snapshot;
@@ -595,7 +612,8 @@ void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10
           if (t.is_cuda()) {
             out_device += stored_bytes(t);
             // factory ops and to(cuda) have CUDA outputs only: the same rules as inputs
-            if (!device_ || !kHasStreamNativeHandle) reason = "no_gpu_access";
+            if (!device_ || !kHasStreamNativeHandle)
+              reason = "no_gpu_access";
             else if (device_->stream_capture(current_stream_handle(t.device())) != DeviceAccess::Capture::None)
               reason = "stream_capturing";
           }
@@ -630,8 +648,10 @@ format::PickleValue SnapshotCapture::snapshot_document(Pending& p, c10::ArrayRef
   for (size_t i = 0; i < p.args.size(); ++i) {
     Captured& c = p.args[i];
     PickleValue v = write(c.value, matches ? params[i].real_type() : nullptr, c.copied ? &c.tensors : nullptr);
-    if (matches && params[i].kwarg_only()) kwargs.set(params[i].name(), std::move(v));
-    else args.push_back(std::move(v));
+    if (matches && params[i].kwarg_only())
+      kwargs.set(params[i].name(), std::move(v));
+    else
+      args.push_back(std::move(v));
   }
   const auto& returns = p.schema->returns();
   PickleValue output;
@@ -670,7 +690,8 @@ format::PickleValue SnapshotCapture::snapshot_document(Pending& p, c10::ArrayRef
   return doc;
 }
 
-void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob job, uint32_t signature_id, uint64_t seq) {
+void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob job, uint32_t signature_id,
+                             uint64_t seq) {
   job.signature_id = signature_id;
   job.seq = seq;
   job.stage = stage_name(p->stage);
@@ -690,8 +711,9 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
     if (r == Result::Kept) {
       const bool snapshot_kept = kept & runtime::SnapshotJob::kKeptSnapshot;
       if (!snapshot_kept) self->give_back(reserved, setup);
-      const uint8_t got = static_cast<uint8_t>((snapshot_kept ? kSnapshot : 0) |
-                                               (counters_passed && (kept & runtime::SnapshotJob::kKeptProfile) ? kCounters : 0));
+      const uint8_t got =
+          static_cast<uint8_t>((snapshot_kept ? kSnapshot : 0) |
+                               (counters_passed && (kept & runtime::SnapshotJob::kKeptProfile) ? kCounters : 0));
       sampler->finished(key, signature_id, sha, SampleResult::Kept, snapshot_kept ? reserved : 0, got, settled);
       return;
     }
@@ -700,8 +722,10 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
       self->count_drop("duplicate_signature");
       sampler->finished(key, signature_id, sha, SampleResult::Duplicate, 0, 0, settled);
     } else {
-      if (asked & kSnapshot) self->count_drop(what);
-      else self->count_profile(what);
+      if (asked & kSnapshot)
+        self->count_drop(what);
+      else
+        self->count_profile(what);
       if (key) sampler->note_refusal(key, asked, what);
       sampler->finished(key, signature_id, sha, SampleResult::Refused, 0, 0, settled);
     }
@@ -716,8 +740,8 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
 // the process's window seconds (set-up calls: their share) are spent.
 void SnapshotCapture::open_window(Pending& p, const SampledCall& call) {
   const std::string name = call.schema->name();
-  static const char* const kCollectives[] = {"c10d::", "_c10d_functional::", "c10d_functional::",
-                                             "_c10d_functional_autograd::", "symm_mem::"};
+  static const char* const kCollectives[] = {
+      "c10d::", "_c10d_functional::", "c10d_functional::", "_c10d_functional_autograd::", "symm_mem::"};
   const auto budget_us = static_cast<uint64_t>(options_.profile_budget_s * 1e6);
   if (std::any_of(std::begin(kCollectives), std::end(kCollectives),
                   [&](const char* prefix) { return name.rfind(prefix, 0) == 0; }))

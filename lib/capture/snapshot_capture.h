@@ -56,15 +56,15 @@ class RunBudget {
 };
 
 struct SnapshotOptions {
-  bool snapshots = true;   // copy the tensors (LINGPROBE_SNAPSHOTS)
-  bool profile = false;    // measure the kernels' counters (LINGPROBE_PROFILE)
+  bool snapshots = true;  // copy the tensors (LINGPROBE_SNAPSHOTS)
+  bool profile = false;   // measure the kernels' counters (LINGPROBE_PROFILE)
   uint64_t budget_process = 4ull << 30;
   uint64_t budget_device = 2ull << 30;  // device copies waiting for the writer
   int64_t rank = 0;
   std::string run_id;
-  bool gpu_on_machine = false;          // the machine shows an NVIDIA GPU (without it, no call has counters)
-  bool gpu_calls_only = false;          // calls without a CUDA tensor or device are refused (not_on_gpu)
-  double profile_budget_s = 300;        // counter-window seconds per process
+  bool gpu_on_machine = false;    // the machine shows an NVIDIA GPU (without it, no call has counters)
+  bool gpu_calls_only = false;    // calls without a CUDA tensor or device are refused (not_on_gpu)
+  double profile_budget_s = 300;  // counter-window seconds per process
   // The largest snapshot a call may have (its tensors' stored bytes, inputs
   // and outputs): the archive has no ZIP64, so one over 4 GiB is refused as
   // `too_large` before any copy or byte is written (the room left is for the
@@ -102,7 +102,8 @@ class SnapshotCapture : public SampledCallHooks {
   // Adds a window's (or a refused window's) wall seconds to the stall budget and, for a set-up call, its share.
   void charge_window(const Pending& p, double seconds);
   void copy_written_arguments(Pending& p, const SampledCall& call);
-  void finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id, uint64_t seq);
+  void finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id,
+              uint64_t seq);
   format::PickleValue snapshot_document(Pending& p, c10::ArrayRef<const c10::IValue> outputs, uint64_t seq,
                                         std::vector<std::unique_ptr<format::BlobSource>>& blobs);
   void submit(std::unique_ptr<Pending> p, runtime::SnapshotJob job, uint32_t signature_id, uint64_t seq);

@@ -18,7 +18,8 @@ void begin_stage_interval(StageTiming& clock, ThreadState& ts, const at::RecordF
     if (!cuda && t.defined() && t.is_cuda()) cuda = t;
   };
   for (const c10::IValue& v : fn.inputs()) {
-    if (v.isTensor()) consider(v.toTensor());
+    if (v.isTensor())
+      consider(v.toTensor());
     else if (v.isTensorList())
       for (const at::Tensor& t : v.toTensorList().vec()) consider(t);
     if (cuda) break;

@@ -102,7 +102,8 @@ SideTotals ThreadRegistry::side_totals() {
 
 void time_collective(ThreadState& ts, const OpInfo& op, int64_t now) {
   if (ts.collective_t0) {
-    bump(ts.collectives.load(std::memory_order_relaxed)->ns[ts.collective_stage], static_cast<uint64_t>(now - ts.collective_t0));
+    bump(ts.collectives.load(std::memory_order_relaxed)->ns[ts.collective_stage],
+         static_cast<uint64_t>(now - ts.collective_t0));
     ts.collective_t0 = 0;
   }
   if (!op.collective) return;

@@ -33,7 +33,9 @@ constexpr size_t kMaxCountChunks = 256;  // up to 1,048,576 signatures per proce
 
 using Counter = std::atomic<uint64_t>;  // written by one thread (load, add, store), read by the writer
 
-inline void bump(Counter& c, uint64_t n = 1) { c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+inline void bump(Counter& c, uint64_t n = 1) {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
 
 struct Frame {
   const at::RecordFunction* fn;
@@ -41,12 +43,12 @@ struct Frame {
   int64_t t0;
   uint32_t key_begin;  // words of the thread's KeyBuffer
   uint32_t input_end;
-  uint32_t entry;      // the InputEntry of the input key
+  uint32_t entry;  // the InputEntry of the input key
   StageId stage;
   bool recorded;
-  bool traced;         // a compile-time call on fake tensors (counted apart, never recorded)
-  uint32_t nested;     // nested calls seen below this top-level call
-  void* sample;        // the hooks' token of a sampled call, or nullptr
+  bool traced;      // a compile-time call on fake tensors (counted apart, never recorded)
+  uint32_t nested;  // nested calls seen below this top-level call
+  void* sample;     // the hooks' token of a sampled call, or nullptr
 };
 
 // One per distinct input key (op, stage, inputs) seen by a thread: the JSON
@@ -88,7 +90,7 @@ class SignatureCounts {
 struct ThreadState {
   uint64_t epoch = 0;
   uint32_t depth = 0;
-  int64_t collective_t0 = 0;     // the open collective's start (0: none open); beside depth, read at every call
+  int64_t collective_t0 = 0;  // the open collective's start (0: none open); beside depth, read at every call
   uint32_t tid = 0;
   const StageStack* stages = nullptr;  // this thread's stage stack
   Frame frames[kMaxDepth];
@@ -99,10 +101,11 @@ struct ThreadState {
   Counter calls_seen{0};
   Counter nested_seen{0};        // nested calls that reached the callback (added at each top-level call's end)
   Counter nested_suppressed{0};  // top-level calls below which RecordFunction was switched off
-  Counter traced[kCompileTracingKinds] = {};  // compile-time calls on fake tensors (nested ones too with NESTED), by how recognised
+  Counter traced[kCompileTracingKinds] =
+      {};  // compile-time calls on fake tensors (nested ones too with NESTED), by how recognised
   const at::RecordFunction* suppressed_rf = nullptr;  // the call below which RecordFunction is off (kept over restarts)
-  uint32_t others_recheck = 0;   // suppressions left before the global callbacks are looked at again
-  bool others_global = false;    // another global callback was registered at the last look
+  uint32_t others_recheck = 0;  // suppressions left before the global callbacks are looked at again
+  bool others_global = false;   // another global callback was registered at the last look
   SignatureCounts counts;
   runtime::RecordBuffer* buffer = nullptr;
   bool buffer_requested = false;

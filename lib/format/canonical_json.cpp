@@ -174,8 +174,7 @@ void write_pretty(const JsonValue& value, std::string& out, int depth) {
       out.push_back('}');
       return;
     }
-    default:
-      write_canonical_json(value, out);
+    default: write_canonical_json(value, out);
   }
 }
 

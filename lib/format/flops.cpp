@@ -42,11 +42,35 @@ std::string base_name(const std::string& op) {
   return op.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1);
 }
 
-const char* const kDataMovement[] = {
-    "to",       "_to_copy", "copy_",  "clone",     "contiguous", "view",    "reshape", "permute",
-    "transpose", "t",       "expand", "cat",       "stack",      "chunk",   "split",   "slice",
-    "select",   "narrow",   "squeeze", "unsqueeze", "flatten",   "constant_pad_nd", "pad", "as_strided",
-    "unbind",   "_unsafe_view", "split_with_sizes", "empty_like", "zeros_like"};
+const char* const kDataMovement[] = {"to",
+                                     "_to_copy",
+                                     "copy_",
+                                     "clone",
+                                     "contiguous",
+                                     "view",
+                                     "reshape",
+                                     "permute",
+                                     "transpose",
+                                     "t",
+                                     "expand",
+                                     "cat",
+                                     "stack",
+                                     "chunk",
+                                     "split",
+                                     "slice",
+                                     "select",
+                                     "narrow",
+                                     "squeeze",
+                                     "unsqueeze",
+                                     "flatten",
+                                     "constant_pad_nd",
+                                     "pad",
+                                     "as_strided",
+                                     "unbind",
+                                     "_unsafe_view",
+                                     "split_with_sizes",
+                                     "empty_like",
+                                     "zeros_like"};
 
 }  // namespace
 
@@ -96,8 +120,9 @@ std::optional<int64_t> flops_per_call(const JsonValue& sig) {
     const int64_t batch = prod(q, 0, q.size() - 2), l = q[q.size() - 2], e = q.back();
     const int64_t s = k[k.size() - 2], ev = v.back();
     // is_causal (the flash overload's 5th argument, the efficient one's 7th, SDPA's 6th): half the pairs
-    const size_t causal_at = name == "_scaled_dot_product_flash_attention" ? 4
-                             : name == "_scaled_dot_product_efficient_attention" ? 6 : 5;
+    const size_t causal_at = name == "_scaled_dot_product_flash_attention"       ? 4
+                             : name == "_scaled_dot_product_efficient_attention" ? 6
+                                                                                 : 5;
     const JsonValue* causal = arg(sig, causal_at);
     const bool half = causal && causal->kind() == JsonValue::Kind::Bool && causal->as_bool();
     const int64_t full = 2 * batch * l * s * e + 2 * batch * l * s * ev;

@@ -84,11 +84,36 @@ class Parser {
         out = JsonValue::string(std::move(s));
         return true;
       }
-      case 't': if (consume_word("true")) { out = JsonValue::boolean(true); return true; } break;
-      case 'f': if (consume_word("false")) { out = JsonValue::boolean(false); return true; } break;
-      case 'n': if (consume_word("null")) { out = JsonValue::null(); return true; } break;
-      case 'N': if (consume_word("NaN")) { out = JsonValue::floating(std::numeric_limits<double>::quiet_NaN()); return true; } break;
-      case 'I': if (consume_word("Infinity")) { out = JsonValue::floating(std::numeric_limits<double>::infinity()); return true; } break;
+      case 't':
+        if (consume_word("true")) {
+          out = JsonValue::boolean(true);
+          return true;
+        }
+        break;
+      case 'f':
+        if (consume_word("false")) {
+          out = JsonValue::boolean(false);
+          return true;
+        }
+        break;
+      case 'n':
+        if (consume_word("null")) {
+          out = JsonValue::null();
+          return true;
+        }
+        break;
+      case 'N':
+        if (consume_word("NaN")) {
+          out = JsonValue::floating(std::numeric_limits<double>::quiet_NaN());
+          return true;
+        }
+        break;
+      case 'I':
+        if (consume_word("Infinity")) {
+          out = JsonValue::floating(std::numeric_limits<double>::infinity());
+          return true;
+        }
+        break;
       case '-':
         if (consume_word("-Infinity")) {
           out = JsonValue::floating(-std::numeric_limits<double>::infinity());
@@ -150,10 +175,14 @@ class Parser {
     for (int i = 0; i < 4; ++i) {
       char c = s_[pos_ + i];
       cp <<= 4;
-      if (c >= '0' && c <= '9') cp |= c - '0';
-      else if (c >= 'a' && c <= 'f') cp |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') cp |= c - 'A' + 10;
-      else return fail("invalid \\u escape");
+      if (c >= '0' && c <= '9')
+        cp |= c - '0';
+      else if (c >= 'a' && c <= 'f')
+        cp |= c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        cp |= c - 'A' + 10;
+      else
+        return fail("invalid \\u escape");
     }
     pos_ += 4;
     return true;
@@ -224,9 +253,7 @@ class Parser {
           append_utf8(cp, out);
           break;
         }
-        default:
-          --pos_;
-          return fail("invalid escape in string");
+        default: --pos_; return fail("invalid escape in string");
       }
     }
   }

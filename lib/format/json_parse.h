@@ -17,8 +17,8 @@ namespace lingprobe::format {
 struct JsonParseResult {
   bool ok = false;
   JsonValue value;
-  std::string error;   // what was wrong, e.g. "expecting ':' after object key"
-  size_t offset = 0;   // byte offset of the error in the input
+  std::string error;  // what was wrong, e.g. "expecting ':' after object key"
+  size_t offset = 0;  // byte offset of the error in the input
 };
 
 // Parses exactly one JSON value surrounded by optional whitespace.

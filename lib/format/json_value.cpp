@@ -74,8 +74,7 @@ bool operator==(const JsonValue& a, const JsonValue& b) {
     case JsonValue::Kind::Null: return true;
     case JsonValue::Kind::Bool: return a.bool_ == b.bool_;
     case JsonValue::Kind::Int: return a.int_ == b.int_;
-    case JsonValue::Kind::Float:
-      return a.float_ == b.float_ || (a.float_ != a.float_ && b.float_ != b.float_);
+    case JsonValue::Kind::Float: return a.float_ == b.float_ || (a.float_ != a.float_ && b.float_ != b.float_);
     case JsonValue::Kind::BigInt:
     case JsonValue::Kind::String: return a.text_ == b.text_;
     case JsonValue::Kind::Array: return a.items_ == b.items_;

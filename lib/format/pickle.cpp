@@ -31,7 +31,8 @@ void put_int(std::string& out, int64_t v) {
     int n = 0;
     uint64_t u = static_cast<uint64_t>(v);
     for (int i = 0; i < 8; ++i) bytes[n++] = static_cast<unsigned char>((u >> (8 * i)) & 0xFF);
-    while (n > 1 && ((bytes[n - 1] == 0x00 && !(bytes[n - 2] & 0x80)) || (bytes[n - 1] == 0xFF && (bytes[n - 2] & 0x80))))
+    while (n > 1 &&
+           ((bytes[n - 1] == 0x00 && !(bytes[n - 2] & 0x80)) || (bytes[n - 1] == 0xFF && (bytes[n - 2] & 0x80))))
       --n;
     out.push_back(LONG1);
     out.push_back(static_cast<char>(n));
@@ -61,10 +62,14 @@ void put_int_tuple(std::string& out, const std::vector<int64_t>& v) {
   }
   if (v.size() > 3) out.push_back(MARK);
   for (int64_t x : v) put_int(out, x);
-  if (v.size() == 1) out.push_back(TUPLE1);
-  else if (v.size() == 2) out.push_back(TUPLE2);
-  else if (v.size() == 3) out.push_back(TUPLE3);
-  else out.push_back(TUPLE);
+  if (v.size() == 1)
+    out.push_back(TUPLE1);
+  else if (v.size() == 2)
+    out.push_back(TUPLE2);
+  else if (v.size() == 3)
+    out.push_back(TUPLE3);
+  else
+    out.push_back(TUPLE);
 }
 
 void put(std::string& out, const PickleValue& v) {
@@ -290,10 +295,12 @@ class Reader {
           Cell c;
           c.kind = Cell::Kind::Storage;
           const auto& v = cells;
-          auto is = [&](size_t i, PickleValue::Kind k) { return v[i].kind == Cell::Kind::Value && v[i].value.kind() == k; };
-          if (!is(0, PickleValue::Kind::String) || v[0].value.as_string() != "storage" || v[1].global.module != "torch" ||
-              !is(2, PickleValue::Kind::String) || !is(3, PickleValue::Kind::String) || !is(4, PickleValue::Kind::Int) ||
-              v[4].value.as_int() < 0)
+          auto is = [&](size_t i, PickleValue::Kind k) {
+            return v[i].kind == Cell::Kind::Value && v[i].value.kind() == k;
+          };
+          if (!is(0, PickleValue::Kind::String) || v[0].value.as_string() != "storage" ||
+              v[1].global.module != "torch" || !is(2, PickleValue::Kind::String) || !is(3, PickleValue::Kind::String) ||
+              !is(4, PickleValue::Kind::Int) || v[4].value.as_int() < 0)
             return "malformed storage reference";
           c.storage.storage_class = v[1].global.name;
           c.storage.storage_key = v[2].value.as_string();
@@ -305,7 +312,8 @@ class Reader {
         int depth = 0;
         for (auto& c : cells) {
           depth = std::max(depth, c.depth + 1);
-          if (c.kind == Cell::Kind::Value) items.push_back(std::move(c.value));
+          if (c.kind == Cell::Kind::Value)
+            items.push_back(std::move(c.value));
           else if (c.kind == Cell::Kind::Storage) {
             // inside the arguments of _rebuild_tensor_v2: keep as a tensor placeholder
             items.push_back(PickleValue::tensor(c.storage));

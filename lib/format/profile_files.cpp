@@ -58,10 +58,12 @@ JsonValue kernels_json(const ProfileData& p) {
       m.set(p.metrics[j], metric(k.values[j] * u.factor, u.unit));
     }
     m.set("launch__registers_per_thread", metric(k.registers_per_thread, "register/thread"));
-    m.set("launch__shared_mem_per_block", metric(static_cast<double>(k.shared_bytes_per_block) / 1000.0, "Kbyte/block"));
-    JsonValue grid = JsonValue::array({JsonValue::integer(k.grid[0]), JsonValue::integer(k.grid[1]), JsonValue::integer(k.grid[2])});
-    JsonValue block =
-        JsonValue::array({JsonValue::integer(k.block[0]), JsonValue::integer(k.block[1]), JsonValue::integer(k.block[2])});
+    m.set("launch__shared_mem_per_block",
+          metric(static_cast<double>(k.shared_bytes_per_block) / 1000.0, "Kbyte/block"));
+    JsonValue grid =
+        JsonValue::array({JsonValue::integer(k.grid[0]), JsonValue::integer(k.grid[1]), JsonValue::integer(k.grid[2])});
+    JsonValue block = JsonValue::array(
+        {JsonValue::integer(k.block[0]), JsonValue::integer(k.block[1]), JsonValue::integer(k.block[2])});
     list.push_back(JsonValue::object({{"id", JsonValue::string(std::to_string(i))},
                                       {"name", JsonValue::string(k.name)},
                                       {"mangled_name", JsonValue::string(k.mangled_name)},
@@ -74,8 +76,8 @@ JsonValue kernels_json(const ProfileData& p) {
 }
 
 std::string metrics_csv(const ProfileData& p, int pid, const std::string& process, const std::string& host) {
-  std::vector<std::string> head = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
-                                   "Block Size", "Grid Size", "Device", "CC"};
+  std::vector<std::string> head = {"ID",     "Process ID", "Process Name", "Host Name", "Kernel Name", "Context",
+                                   "Stream", "Block Size", "Grid Size",    "Device",    "CC"};
   std::vector<std::string> metrics = p.metrics;
   metrics.push_back("launch__registers_per_thread");
   metrics.push_back("launch__shared_mem_per_block");
@@ -87,7 +89,7 @@ std::string metrics_csv(const ProfileData& p, int pid, const std::string& proces
   std::vector<std::string> names = head, units(head.size(), "");
   for (const auto& m : metrics) {
     names.push_back(m);
-    units.push_back(m == "launch__registers_per_thread" ? "register/thread"
+    units.push_back(m == "launch__registers_per_thread"   ? "register/thread"
                     : m == "launch__shared_mem_per_block" ? "byte/block"
                                                           : base_unit(m));
   }
@@ -95,12 +97,18 @@ std::string metrics_csv(const ProfileData& p, int pid, const std::string& proces
   row(units);
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const ProfiledKernel& k = p.kernels[i];
-    std::vector<std::string> cells = {std::to_string(i), std::to_string(pid), process, host, k.mangled_name, "1", "",
-                                      "(" + std::to_string(k.block[0]) + ", " + std::to_string(k.block[1]) + ", " +
-                                          std::to_string(k.block[2]) + ")",
-                                      "(" + std::to_string(k.grid[0]) + ", " + std::to_string(k.grid[1]) + ", " +
-                                          std::to_string(k.grid[2]) + ")",
-                                      std::to_string(k.device), p.compute_capability};
+    std::vector<std::string> cells = {
+        std::to_string(i),
+        std::to_string(pid),
+        process,
+        host,
+        k.mangled_name,
+        "1",
+        "",
+        "(" + std::to_string(k.block[0]) + ", " + std::to_string(k.block[1]) + ", " + std::to_string(k.block[2]) + ")",
+        "(" + std::to_string(k.grid[0]) + ", " + std::to_string(k.grid[1]) + ", " + std::to_string(k.grid[2]) + ")",
+        std::to_string(k.device),
+        p.compute_capability};
     for (size_t j = 0; j < p.metrics.size(); ++j) cells.push_back(j < k.values.size() ? number(k.values[j]) : "");
     cells.push_back(std::to_string(k.registers_per_thread));
     cells.push_back(std::to_string(k.shared_bytes_per_block));

@@ -34,10 +34,10 @@ void add_tensor_bytes(const JsonValue& v, uint64_t& bytes) {
   const JsonValue* shape = v.find("shape");
   if (dtype && shape && dtype->kind() == JsonValue::Kind::String) {
     const std::vector<int64_t> sizes = ints(shape), strides = ints(v.find("stride"));
-    const int64_t elements = strides.size() == sizes.size() && !non_overlapping(sizes, strides)
-                                 ? span_of(sizes, strides)
-                                 : numel_of(sizes);
-    if (elements > 0) bytes += static_cast<uint64_t>(elements) * static_cast<uint64_t>(dtype_element_size(dtype->as_string()));
+    const int64_t elements =
+        strides.size() == sizes.size() && !non_overlapping(sizes, strides) ? span_of(sizes, strides) : numel_of(sizes);
+    if (elements > 0)
+      bytes += static_cast<uint64_t>(elements) * static_cast<uint64_t>(dtype_element_size(dtype->as_string()));
     return;
   }
   for (const auto& [name, member] : v.members()) add_tensor_bytes(member, bytes);

@@ -13,16 +13,26 @@ struct DtypeInfo {
   const char* storage;  // "" : stored raw (uint8)
 };
 constexpr DtypeInfo kDtypes[] = {
-    {"torch.float32", 4, "FloatStorage"},     {"torch.float64", 8, "DoubleStorage"},
-    {"torch.float16", 2, "HalfStorage"},      {"torch.bfloat16", 2, "BFloat16Storage"},
-    {"torch.int64", 8, "LongStorage"},        {"torch.int32", 4, "IntStorage"},
-    {"torch.int16", 2, "ShortStorage"},       {"torch.int8", 1, "CharStorage"},
-    {"torch.uint8", 1, "ByteStorage"},        {"torch.bool", 1, "BoolStorage"},
-    {"torch.complex64", 8, "ComplexFloatStorage"}, {"torch.complex128", 16, "ComplexDoubleStorage"},
-    {"torch.complex32", 4, ""},               {"torch.float8_e4m3fn", 1, ""},
-    {"torch.float8_e5m2", 1, ""},             {"torch.float8_e4m3fnuz", 1, ""},
-    {"torch.float8_e5m2fnuz", 1, ""},         {"torch.uint16", 2, ""},
-    {"torch.uint32", 4, ""},                  {"torch.uint64", 8, ""},
+    {"torch.float32", 4, "FloatStorage"},
+    {"torch.float64", 8, "DoubleStorage"},
+    {"torch.float16", 2, "HalfStorage"},
+    {"torch.bfloat16", 2, "BFloat16Storage"},
+    {"torch.int64", 8, "LongStorage"},
+    {"torch.int32", 4, "IntStorage"},
+    {"torch.int16", 2, "ShortStorage"},
+    {"torch.int8", 1, "CharStorage"},
+    {"torch.uint8", 1, "ByteStorage"},
+    {"torch.bool", 1, "BoolStorage"},
+    {"torch.complex64", 8, "ComplexFloatStorage"},
+    {"torch.complex128", 16, "ComplexDoubleStorage"},
+    {"torch.complex32", 4, ""},
+    {"torch.float8_e4m3fn", 1, ""},
+    {"torch.float8_e5m2", 1, ""},
+    {"torch.float8_e4m3fnuz", 1, ""},
+    {"torch.float8_e5m2fnuz", 1, ""},
+    {"torch.uint16", 2, ""},
+    {"torch.uint32", 4, ""},
+    {"torch.uint64", 8, ""},
 };
 
 const DtypeInfo* dtype_info(const std::string& d) {
@@ -60,7 +70,8 @@ std::string check_tensor(const PickleValue& v, const std::string& path) {
   if (!dtype || !dtype_info(dtype->as_string()))
     return path + ".dtype: " + (dtype ? "'" + dtype->as_string() + "' is not a dtype this build knows" : "missing");
   std::vector<int64_t> shape, stride;
-  if (!read_int_list(v.find("shape"), shape) || !read_int_list(v.find("stride"), stride) || shape.size() != stride.size())
+  if (!read_int_list(v.find("shape"), shape) || !read_int_list(v.find("stride"), stride) ||
+      shape.size() != stride.size())
     return path + ": shape and stride must be integer lists of one length";
   if (shape.size() > 64) return path + ": more than 64 dimensions";
   for (size_t i = 0; i < shape.size(); ++i)
@@ -112,7 +123,8 @@ std::string check_value(const PickleValue& v, const std::string& path, int depth
         if (!items || items->kind() != PickleValue::Kind::List) return path + ": tuple without items";
         return check_value(*items, path + ".items", depth + 1);
       }
-      if (k == "float" || k == "dtype" || k == "layout" || k == "memory_format" || k == "device" || k == "unsupported") {
+      if (k == "float" || k == "dtype" || k == "layout" || k == "memory_format" || k == "device" ||
+          k == "unsupported") {
         const PickleValue* r = v.find("repr");
         return r && r->kind() == PickleValue::Kind::String ? "" : path + ": " + k + " without repr";
       }
@@ -175,8 +187,7 @@ PickleValue tensor_value(const TensorMeta& m, size_t blob_index, int64_t stored_
   return v;
 }
 
-std::string write_snapshot_archive(const PickleValue& document, const std::vector<BlobSource*>& blobs,
-                                   ZipWriter& zip) {
+std::string write_snapshot_archive(const PickleValue& document, const std::vector<BlobSource*>& blobs, ZipWriter& zip) {
   std::string pkl;
   write_pickle(document, pkl);
   auto failed = [&](const std::string& what) { return what + (zip.error().empty() ? "" : ": " + zip.error()); };

@@ -68,8 +68,7 @@ PickleValue typed_value(const std::string& kind, const std::string& repr);
 
 // Writes the archive: data.pkl (the document), data/{i} for blob i, version,
 // byteorder. "" or the error.
-std::string write_snapshot_archive(const PickleValue& document, const std::vector<BlobSource*>& blobs,
-                                   ZipWriter& zip);
+std::string write_snapshot_archive(const PickleValue& document, const std::vector<BlobSource*>& blobs, ZipWriter& zip);
 
 // A snapshot file opened for reading (replay): the document, validated, and
 // its tensors' bytes on demand.

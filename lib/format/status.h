@@ -39,8 +39,8 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Expected {
  public:
-  Expected(T value) : v_(std::move(value)) {}                     // NOLINT: implicit, as a return value
-  Expected(Status error) : v_(std::move(error)) {}                // NOLINT: must not be ok
+  Expected(T value) : v_(std::move(value)) {}       // NOLINT: implicit, as a return value
+  Expected(Status error) : v_(std::move(error)) {}  // NOLINT: must not be ok
   bool ok() const { return std::holds_alternative<T>(v_); }
   T& value() { return std::get<T>(v_); }
   const T& value() const { return std::get<T>(v_); }

@@ -61,10 +61,10 @@ bool ZipWriter::begin_entry(const std::string& name) {
   put32(h, kLocalSig);
   put16(h, 20);  // version needed
   put16(h, kFlagDescriptor | kFlagUtf8);
-  put16(h, 0);  // stored
-  put16(h, 0);  // time
+  put16(h, 0);     // stored
+  put16(h, 0);     // time
   put16(h, 0x21);  // date: 1980-01-01
-  put32(h, 0);  // crc, sizes: in the data descriptor
+  put32(h, 0);     // crc, sizes: in the data descriptor
   put32(h, 0);
   put32(h, 0);
   put16(h, static_cast<uint16_t>(name.size()));
@@ -83,7 +83,8 @@ bool ZipWriter::write(const void* data, size_t n) {
   if (!open_ || code_ != Error::None) return false;
   Entry& e = entries_.back();
   // Refused before any byte is read or written: the archive has no ZIP64.
-  if (e.size + n > kZip32Max || offset_ + n > kZip32Max) return fail(Error::TooLarge, "archive larger than 4 GiB (no ZIP64)");
+  if (e.size + n > kZip32Max || offset_ + n > kZip32Max)
+    return fail(Error::TooLarge, "archive larger than 4 GiB (no ZIP64)");
   e.crc = crc32_update(e.crc, data, n);
   e.size += n;
   return emit(data, n);

@@ -163,7 +163,13 @@ class Window : public OpenCounterWindow {
  public:
   Window(CounterWindows::State* owner, CudaDriver* d, int device, void* ctx, std::chrono::steady_clock::time_point t0,
          std::chrono::steady_clock::time_point t_locked, int lock_fd, std::unique_ptr<NvmlGuard> guard)
-      : owner_(owner), d_(d), device_(device), ctx_(ctx), t0_(t0), t_locked_(t_locked), lock_fd_(lock_fd),
+      : owner_(owner),
+        d_(d),
+        device_(device),
+        ctx_(ctx),
+        t0_(t0),
+        t_locked_(t_locked),
+        lock_fd_(lock_fd),
         guard_(std::move(guard)) {}
   // A window that was never closed (its op threw past the capture) still
   // releases the GPU's lock, so the other ranks are not blocked by it.
@@ -307,7 +313,7 @@ std::unique_ptr<OpenCounterWindow> CounterWindows::open(int device, void* stream
     detail = began.message();
     return nullptr;
   }
-  slot.keep();  // the Window releases it
+  slot.keep();                 // the Window releases it
   s.local_epoch.fetch_add(1);  // odd while the window is open (the Window bumps it back)
   refusal = WindowRefusal::None;
   return std::make_unique<Window>(&s, d, device, ctx, t0, t_locked, lock_fd, std::move(guard));

@@ -108,7 +108,8 @@ bool CudaDriver::load(std::string& error) {
   sym(api->cuEventRecord, "cuEventRecord");
   sym(api->cuEventQuery, "cuEventQuery");
   sym(api->cuEventDestroy, "cuEventDestroy_v2");
-  api->cuEventElapsedTime = reinterpret_cast<CUresult (*)(float*, CUevent, CUevent)>(dlsym(lib, "cuEventElapsedTime_v2"));
+  api->cuEventElapsedTime =
+      reinterpret_cast<CUresult (*)(float*, CUevent, CUevent)>(dlsym(lib, "cuEventElapsedTime_v2"));
   if (!api->cuEventElapsedTime) sym(api->cuEventElapsedTime, "cuEventElapsedTime");
   sym(api->cuStreamCreate, "cuStreamCreate");
   sym(api->cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
@@ -259,8 +260,10 @@ std::string CudaDriver::copy_to_host(int device, void* event, const void* device
     const size_t n = nbytes - off < kStagingBytes ? nbytes - off : kStagingBytes;
     CUresult r = api_->cuMemcpyDtoHAsync(staging_, reinterpret_cast<CUdeviceptr>(device_ptr) + off, n, s);
     if (r == 0) r = api_->cuStreamSynchronize(s);
-    if (r != 0) err = "device-to-host copy: " + describe(r);
-    else if (!out(staging_, n)) err = "write failed";
+    if (r != 0)
+      err = "device-to-host copy: " + describe(r);
+    else if (!out(staging_, n))
+      err = "write failed";
   }
   restore_capture_mode(previous);
   CUcontext popped = nullptr;

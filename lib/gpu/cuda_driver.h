@@ -75,7 +75,7 @@ class CudaDriver {
  private:
   CudaDriver() = default;
   bool load(std::string& error);
-  void* context(int device);   // the device's primary context (retained once)
+  void* context(int device);  // the device's primary context (retained once)
   void* own_stream(int device);
   std::string describe(int code) const;
 

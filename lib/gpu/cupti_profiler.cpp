@@ -41,7 +41,6 @@ const std::vector<std::string>& seed_metrics() {
   return m;
 }
 
-
 struct Cupti::Api {
   CUptiResult (*GetResultString)(CUptiResult, const char**);
   CUptiResult (*ProfilerInitialize)(CUpti_Profiler_Initialize_Params*);
@@ -181,11 +180,14 @@ void release_held_launches(Window& w) {
 }
 
 // The driver launches the guard watches (runtime launches reach them too); the graph launches first.
-constexpr CUpti_CallbackId kLaunchCallbacks[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,           CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,          CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz};
+constexpr CUpti_CallbackId kLaunchCallbacks[] = {CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+                                                 CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+                                                 CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+                                                 CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+                                                 CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+                                                 CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+                                                 CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+                                                 CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz};
 constexpr size_t kGraphLaunchCallbacks = 2;
 
 bool is_launch(CUpti_CallbackId cbid, bool& graph) {
@@ -316,7 +318,8 @@ namespace {
 // CUPTI's answer as a code: whether counters can ever be read here, or later.
 format::StatusCode code_of(CUptiResult r) {
   if (r == CUPTI_ERROR_HARDWARE_BUSY) return format::StatusCode::kBusy;
-  if (r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES || r == CUPTI_ERROR_NOT_SUPPORTED) return format::StatusCode::kUnsupported;
+  if (r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES || r == CUPTI_ERROR_NOT_SUPPORTED)
+    return format::StatusCode::kUnsupported;
   return format::StatusCode::kFailed;
 }
 
@@ -329,7 +332,7 @@ std::string Cupti::describe(int r) const {
 }
 
 format::Status Cupti::build_metric_set(const std::string& chip, const std::vector<std::string>& metrics,
-                                    const std::vector<uint8_t>& availability, MetricSet& out) {
+                                       const std::vector<uint8_t>& availability, MetricSet& out) {
   std::lock_guard<std::mutex> lock(host_mu_);
   if (host_object_ && (host_chip_ != chip || host_metrics_ != metrics)) {
     auto d = params<CUpti_Profiler_Host_Deinitialize_Params>(CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE);
@@ -349,7 +352,8 @@ format::Status Cupti::build_metric_set(const std::string& chip, const std::vecto
     host_metrics_ = metrics;
     std::vector<const char*> names;
     for (const auto& m : metrics) names.push_back(m.c_str());
-    auto add = params<CUpti_Profiler_Host_ConfigAddMetrics_Params>(CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE);
+    auto add =
+        params<CUpti_Profiler_Host_ConfigAddMetrics_Params>(CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE);
     add.pHostObject = init.pHostObject;
     add.ppMetricNames = names.data();
     add.numMetrics = names.size();
@@ -358,9 +362,11 @@ format::Status Cupti::build_metric_set(const std::string& chip, const std::vecto
       return {code_of(r), "metrics not accepted on " + chip + ": " + describe(r)};
     }
   }
-  auto size = params<CUpti_Profiler_Host_GetConfigImageSize_Params>(CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE);
+  auto size =
+      params<CUpti_Profiler_Host_GetConfigImageSize_Params>(CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE);
   size.pHostObject = static_cast<CUpti_Profiler_Host_Object*>(host_object_);
-  if (CUptiResult r = api_->HostGetConfigImageSize(&size); r != CUPTI_SUCCESS) return {code_of(r), "config image size: " + describe(r)};
+  if (CUptiResult r = api_->HostGetConfigImageSize(&size); r != CUPTI_SUCCESS)
+    return {code_of(r), "config image size: " + describe(r)};
   out.chip = chip;
   out.metrics = metrics;
   out.config_image.assign(size.configImageSize, 0);
@@ -368,18 +374,22 @@ format::Status Cupti::build_metric_set(const std::string& chip, const std::vecto
   image.pHostObject = size.pHostObject;
   image.configImageSize = out.config_image.size();
   image.pConfigImage = out.config_image.data();
-  if (CUptiResult r = api_->HostGetConfigImage(&image); r != CUPTI_SUCCESS) return {code_of(r), "config image: " + describe(r)};
-  auto passes = params<CUpti_Profiler_Host_GetNumOfPasses_Params>(CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE);
+  if (CUptiResult r = api_->HostGetConfigImage(&image); r != CUPTI_SUCCESS)
+    return {code_of(r), "config image: " + describe(r)};
+  auto passes =
+      params<CUpti_Profiler_Host_GetNumOfPasses_Params>(CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE);
   passes.configImageSize = out.config_image.size();
   passes.pConfigImage = out.config_image.data();
-  if (CUptiResult r = api_->HostGetNumOfPasses(&passes); r != CUPTI_SUCCESS) return {code_of(r), "passes: " + describe(r)};
+  if (CUptiResult r = api_->HostGetNumOfPasses(&passes); r != CUPTI_SUCCESS)
+    return {code_of(r), "passes: " + describe(r)};
   out.passes = passes.numOfPasses;
   return format::Status::Ok();
 }
 
 format::Status Cupti::device_chip(int device, std::string& chip) {
   auto init = params<CUpti_Profiler_Initialize_Params>(CUpti_Profiler_Initialize_Params_STRUCT_SIZE);
-  if (CUptiResult r = api_->ProfilerInitialize(&init); r != CUPTI_SUCCESS) return {code_of(r), "cuptiProfilerInitialize: " + describe(r)};
+  if (CUptiResult r = api_->ProfilerInitialize(&init); r != CUPTI_SUCCESS)
+    return {code_of(r), "cuptiProfilerInitialize: " + describe(r)};
   auto p = params<CUpti_Device_GetChipName_Params>(CUpti_Device_GetChipName_Params_STRUCT_SIZE);
   p.deviceIndex = static_cast<size_t>(device);
   if (CUptiResult r = api_->DeviceGetChipName(&p); r != CUPTI_SUCCESS || !p.pChipName)
@@ -389,12 +399,15 @@ format::Status Cupti::device_chip(int device, std::string& chip) {
 }
 
 format::Status Cupti::counter_availability(void* ctx, std::vector<uint8_t>& image) {
-  auto p = params<CUpti_Profiler_GetCounterAvailability_Params>(CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE);
+  auto p =
+      params<CUpti_Profiler_GetCounterAvailability_Params>(CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE);
   p.ctx = static_cast<CUcontext>(ctx);
-  if (CUptiResult r = api_->GetCounterAvailability(&p); r != CUPTI_SUCCESS) return {code_of(r), "counter availability: " + describe(r)};
+  if (CUptiResult r = api_->GetCounterAvailability(&p); r != CUPTI_SUCCESS)
+    return {code_of(r), "counter availability: " + describe(r)};
   image.assign(p.counterAvailabilityImageSize, 0);
   p.pCounterAvailabilityImage = image.data();
-  if (CUptiResult r = api_->GetCounterAvailability(&p); r != CUPTI_SUCCESS) return {code_of(r), "counter availability: " + describe(r)};
+  if (CUptiResult r = api_->GetCounterAvailability(&p); r != CUPTI_SUCCESS)
+    return {code_of(r), "counter availability: " + describe(r)};
   return format::Status::Ok();
 }
 
@@ -414,7 +427,8 @@ namespace {
 format::Status configure_range(const Cupti& cupti, Cupti::Api* api_, Window& w, const MetricSet& set) {
   std::vector<const char*> names;
   for (const auto& m : set.metrics) names.push_back(m.c_str());
-  auto size = params<CUpti_RangeProfiler_GetCounterDataSize_Params>(CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE);
+  auto size =
+      params<CUpti_RangeProfiler_GetCounterDataSize_Params>(CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE);
   size.pRangeProfilerObject = w.object;
   size.pMetricNames = names.data();
   size.numMetrics = names.size();
@@ -514,10 +528,12 @@ format::Status Cupti::begin_window(void* ctx, void* stream, const MetricSet& set
     release_held_launches(w);  // before the unsubscribe, as at the window's end
   });
   if (w.subscriber)
-    for (CUpti_CallbackId cbid : kLaunchCallbacks) api_->EnableCallback(1, w.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+    for (CUpti_CallbackId cbid : kLaunchCallbacks)
+      api_->EnableCallback(1, w.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
   auto start = params<CUpti_RangeProfiler_Start_Params>(CUpti_RangeProfiler_Start_Params_STRUCT_SIZE);
   start.pRangeProfilerObject = w.object;
-  if (CUptiResult r = api_->RangeStart(&start); r != CUPTI_SUCCESS) return {code_of(r), "cuptiRangeProfilerStart: " + describe(r)};
+  if (CUptiResult r = api_->RangeStart(&start); r != CUPTI_SUCCESS)
+    return {code_of(r), "cuptiRangeProfilerStart: " + describe(r)};
   activity_off.dismiss();
   disabled.dismiss();
   unsubscribed.dismiss();
@@ -532,8 +548,10 @@ WindowResult Cupti::end_window(const std::function<bool()>& synchronize) {
   if (std::lock_guard<std::mutex> lock(w.stop_mu); !w.stopped.exchange(true)) {
     auto stop = params<CUpti_RangeProfiler_Stop_Params>(CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE);
     stop.pRangeProfilerObject = w.object;
-    if (CUptiResult r = api_->RangeStop(&stop); r != CUPTI_SUCCESS) res.reason = "cuptiRangeProfilerStop: " + describe(r);
-    else if (!stop.isAllPassSubmitted) res.reason = "not every replay pass was submitted";
+    if (CUptiResult r = api_->RangeStop(&stop); r != CUPTI_SUCCESS)
+      res.reason = "cuptiRangeProfilerStop: " + describe(r);
+    else if (!stop.isAllPassSubmitted)
+      res.reason = "not every replay pass was submitted";
   }
   if (synchronize && !synchronize() && res.reason.empty()) res.reason = "synchronizing the context failed";
   if (res.reason.empty()) {
@@ -543,7 +561,8 @@ WindowResult Cupti::end_window(const std::function<bool()>& synchronize) {
     res.dropped_ranges = decode.numOfRangeDropped;
   }
   if (res.reason.empty()) {
-    auto info = params<CUpti_RangeProfiler_GetCounterDataInfo_Params>(CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE);
+    auto info = params<CUpti_RangeProfiler_GetCounterDataInfo_Params>(
+        CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE);
     info.pCounterDataImage = w.counter_data.data();
     info.counterDataImageSize = w.counter_data.size();
     if (CUptiResult r = api_->RangeGetCounterDataInfo(&info); r != CUPTI_SUCCESS) res.reason = "ranges: " + describe(r);

@@ -40,7 +40,6 @@ struct MetricSet {
 // The eight counter metrics of ../shared/seeds/capability_report.seed.json.
 const std::vector<std::string>& seed_metrics();
 
-
 class Cupti {
  public:
   // The process's CUPTI, loaded on first call; nullptr (and `error`) when it cannot be.

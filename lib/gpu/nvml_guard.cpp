@@ -92,9 +92,9 @@ double now_seconds() {
 format::JsonValue processes_json(const std::vector<ComputeProcess>& ps) {
   format::JsonValue a = format::JsonValue::array();
   for (const auto& p : ps)
-    a.push_back(format::JsonValue::object({{"pid", format::JsonValue::integer(p.pid)},
-                                           {"used_memory_bytes", format::JsonValue::integer(
-                                                                     static_cast<int64_t>(p.used_memory_bytes))}}));
+    a.push_back(format::JsonValue::object(
+        {{"pid", format::JsonValue::integer(p.pid)},
+         {"used_memory_bytes", format::JsonValue::integer(static_cast<int64_t>(p.used_memory_bytes))}}));
   return a;
 }
 
@@ -149,8 +149,9 @@ GuardVerdict judge(const std::vector<GuardSample>& samples, const std::vector<ui
   }
   if (max_count == 0) {
     v.verdict = "unknown";
-    v.reason = "NVML lists no compute process on the device while this process holds a context on it (a pid "
-               "namespace or a container hides them)";
+    v.reason =
+        "NVML lists no compute process on the device while this process holds a context on it (a pid "
+        "namespace or a container hides them)";
     return v;
   }
   if (matched) {

@@ -39,7 +39,9 @@ class DriverEvents : public StageEvents {
       default: return State::Failed;
     }
   }
-  bool elapsed_ms(int device, void* start, void* end, float& ms) override { return d_->elapsed_ms(device, start, end, ms); }
+  bool elapsed_ms(int device, void* start, void* end, float& ms) override {
+    return d_->elapsed_ms(device, start, end, ms);
+  }
   void destroy(int device, void* event) override { d_->destroy_event(device, event); }
 
  private:
@@ -138,8 +140,10 @@ void StageClock::close(Open& o) {
   }
   void* ev = nullptr;
   const char* error = nullptr;
-  if (ev_->capturing(was.stream)) error = "stream_capturing";
-  else if (!(ev = ev_->record(was.device, was.stream))) error = "event_failed";
+  if (ev_->capturing(was.stream))
+    error = "stream_capturing";
+  else if (!(ev = ev_->record(was.device, was.stream)))
+    error = "event_failed";
   const uint64_t epoch = epoch_ ? epoch_(was.device) : 0;
   std::lock_guard<std::mutex> lock(mu_);
   if (error || pending_.size() >= kMaxPending) {

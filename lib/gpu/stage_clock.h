@@ -36,8 +36,8 @@ class StageEvents {
  public:
   virtual ~StageEvents() = default;
   enum class State { Done, Pending, Failed };
-  virtual bool capturing(void* stream) = 0;                 // being captured, or unknown
-  virtual void* record(int device, void* stream) = 0;       // a timing event recorded now; nullptr on failure
+  virtual bool capturing(void* stream) = 0;            // being captured, or unknown
+  virtual void* record(int device, void* stream) = 0;  // a timing event recorded now; nullptr on failure
   virtual State state(int device, void* event) = 0;
   virtual bool elapsed_ms(int device, void* start, void* end, float& ms) = 0;
   virtual void destroy(int device, void* event) = 0;

@@ -17,7 +17,8 @@ const char* status_name(WindowResult::Status s) {
 
 void decide_window(WindowObservations seen, WindowResult& res) {
   // This context's launches, once each, in launch order; others are foreign.
-  std::sort(seen.records.begin(), seen.records.end(), [](const KernelLaunch& a, const KernelLaunch& b) { return a.correlation < b.correlation; });
+  std::sort(seen.records.begin(), seen.records.end(),
+            [](const KernelLaunch& a, const KernelLaunch& b) { return a.correlation < b.correlation; });
   uint32_t last = 0;
   bool graph = seen.graph_launched;
   for (auto& k : seen.records) {
@@ -34,16 +35,18 @@ void decide_window(WindowObservations seen, WindowResult& res) {
     res.status = WindowResult::Status::Failed;
   } else if (seen.taken_over) {
     res.status = WindowResult::Status::Abandoned;
-    res.reason = "another CUPTI client registered its Activity callbacks during the window (torch.profiler started on "
-                 "another thread?): the launch records went to it; its tracing was left enabled";
+    res.reason =
+        "another CUPTI client registered its Activity callbacks during the window (torch.profiler started on "
+        "another thread?): the launch records went to it; its tracing was left enabled";
   } else if (seen.hold_timeouts) {
     res.status = WindowResult::Status::Abandoned;
     res.reason = std::to_string(seen.hold_timeouts) + " launch(es) of other threads waited " +
                  std::to_string(kHoldSeconds) + " s for the window to close, then ran inside it";
   } else if (graph) {
     res.status = WindowResult::Status::Abandoned;
-    res.reason = "a CUDA graph (or a device-side launch) ran inside the window: kernel replay profiles only its first "
-                 "node";
+    res.reason =
+        "a CUDA graph (or a device-side launch) ran inside the window: kernel replay profiles only its first "
+        "node";
   } else if (!res.foreign.empty()) {
     res.status = WindowResult::Status::Contaminated;
     res.reason = std::to_string(res.foreign.size()) + " kernel(s) of other streams or contexts ran inside the window";

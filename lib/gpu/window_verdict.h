@@ -25,13 +25,13 @@ struct KernelLaunch {
 struct WindowResult {
   enum class Status { Passed, Abandoned, Contaminated, Failed, Unavailable };
   Status status = Status::Failed;
-  std::string reason;                        // why not passed
-  std::vector<KernelLaunch> kernels;         // this window's kernels, in launch order
-  std::vector<std::vector<double>> values;   // per range (kernel): one value per metric of the set
+  std::string reason;                       // why not passed
+  std::vector<KernelLaunch> kernels;        // this window's kernels, in launch order
+  std::vector<std::vector<double>> values;  // per range (kernel): one value per metric of the set
   size_t ranges = 0, dropped_ranges = 0, dropped_records = 0;
-  std::vector<std::string> foreign;          // kernels of other streams or contexts seen in the window
-  bool launch_guard = false;                 // the launch callback (CUPTI's subscriber) was armed
-  uint32_t launches_held = 0;                // other threads' kernel/graph launches held at their entry until the window closed
+  std::vector<std::string> foreign;  // kernels of other streams or contexts seen in the window
+  bool launch_guard = false;         // the launch callback (CUPTI's subscriber) was armed
+  uint32_t launches_held = 0;        // other threads' kernel/graph launches held at their entry until the window closed
 };
 
 const char* status_name(WindowResult::Status s);
@@ -40,9 +40,9 @@ const char* status_name(WindowResult::Status s);
 struct WindowObservations {
   std::vector<KernelLaunch> records;  // the Activity launch records of the window, in any order, duplicates possible
   uint32_t context_id = 0, stream_id = 0;  // the op's (0: unknown, not checked)
-  bool graph_launched = false;   // the launch guard saw a graph launch on the window's thread
-  uint32_t hold_timeouts = 0;    // other threads' launches that waited the whole hold and ran inside the window
-  bool taken_over = false;       // ranges but no launch record: another client took the Activity callbacks
+  bool graph_launched = false;             // the launch guard saw a graph launch on the window's thread
+  uint32_t hold_timeouts = 0;  // other threads' launches that waited the whole hold and ran inside the window
+  bool taken_over = false;     // ranges but no launch record: another client took the Activity callbacks
 };
 
 // Fills res.kernels (the op's launches, once each, in launch order), res.foreign, res.status and res.reason

@@ -183,8 +183,10 @@ static void arrange_python_shim(void) {
   char* value = (char*)malloc(size);
   if (!value) return;
   snprintf(value, size, "%s%s%s", shim, old && *old ? ":" : "", old && *old ? old : "");
-  if (old) setenv("LINGPROBE_PYTHONPATH_BEFORE", old, 1);
-  else unsetenv("LINGPROBE_PYTHONPATH_BEFORE");
+  if (old)
+    setenv("LINGPROBE_PYTHONPATH_BEFORE", old, 1);
+  else
+    unsetenv("LINGPROBE_PYTHONPATH_BEFORE");
   setenv("LINGPROBE_SHIM_PATH", shim, 1);
   setenv("PYTHONPATH", value, 1);
   free(value);
@@ -213,8 +215,7 @@ static void try_attach(void) {
    * process loads later (the Python shim finds this copy by its soname). */
   void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
-    fprintf(stderr, "[lingprobe] cannot load %s: %s; recording is off (set LINGPROBE_REAL_LIBRARY)\n", path,
-            dlerror());
+    fprintf(stderr, "[lingprobe] cannot load %s: %s; recording is off (set LINGPROBE_REAL_LIBRARY)\n", path, dlerror());
     return;
   }
   if (!getenv("LINGPROBE_LIBRARY")) setenv("LINGPROBE_LIBRARY", path, 0); /* the Python shim uses the same copy */
@@ -230,37 +231,57 @@ static void try_attach(void) {
 static __thread int unforwarded_depth; /* ranges pushed before forwarding began */
 
 static void range_push(const char* name) {
-  if (forward_push && forward_pop) forward_push(name);
-  else ++unforwarded_depth;
+  if (forward_push && forward_pop)
+    forward_push(name);
+  else
+    ++unforwarded_depth;
 }
 
 static void range_pop(void) {
-  if (unforwarded_depth > 0) --unforwarded_depth;
-  else if (forward_pop) forward_pop();
+  if (unforwarded_depth > 0)
+    --unforwarded_depth;
+  else if (forward_pop)
+    forward_pop();
 }
 
 static const char* ascii_message(const nvtxEventAttributes_t* a) {
   return (a && a->messageType == NVTX_MESSAGE_TYPE_ASCII) ? a->message.ascii : NULL;
 }
 
-static int NVTX_API nvtx_range_push_a(const char* message) { range_push(message); return 0; }
-static int NVTX_API nvtx_range_push_w(const wchar_t* message) { (void)message; range_push(NULL); return 0; }
-static int NVTX_API nvtx_range_push_ex(const nvtxEventAttributes_t* a) { range_push(ascii_message(a)); return 0; }
-static int NVTX_API nvtx_range_pop(void) { range_pop(); return 0; }
+static int NVTX_API nvtx_range_push_a(const char* message) {
+  range_push(message);
+  return 0;
+}
+static int NVTX_API nvtx_range_push_w(const wchar_t* message) {
+  (void)message;
+  range_push(NULL);
+  return 0;
+}
+static int NVTX_API nvtx_range_push_ex(const nvtxEventAttributes_t* a) {
+  range_push(ascii_message(a));
+  return 0;
+}
+static int NVTX_API nvtx_range_pop(void) {
+  range_pop();
+  return 0;
+}
 static int NVTX_API nvtx_domain_range_push_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
   (void)d;
   range_push(ascii_message(a));
   return 0;
 }
-static int NVTX_API nvtx_domain_range_pop(nvtxDomainHandle_t d) { (void)d; range_pop(); return 0; }
+static int NVTX_API nvtx_domain_range_pop(nvtxDomainHandle_t d) {
+  (void)d;
+  range_pop();
+  return 0;
+}
 
 static void patch(NvtxFunctionTable table, unsigned size, unsigned slot, NvtxFunctionPointer fn) {
   if (table && slot <= size && table[slot]) *table[slot] = fn;
 }
 
 __attribute__((visibility("default"))) int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_export_table) {
-  const NvtxExportTableCallbacks* callbacks =
-      (const NvtxExportTableCallbacks*)get_export_table(NVTX_ETID_CALLBACKS);
+  const NvtxExportTableCallbacks* callbacks = (const NvtxExportTableCallbacks*)get_export_table(NVTX_ETID_CALLBACKS);
   if (!callbacks || !callbacks->GetModuleFunctionTable) return 0;
   NvtxFunctionTable core = NULL, core2 = NULL;
   unsigned core_size = 0, core2_size = 0;
@@ -282,8 +303,10 @@ static void claim_nvtx_injection(void) {
   if (!dladdr((void*)&claim_nvtx_injection, &info) || !info.dli_fname) return;
   if (current && *current) {
     if (strcmp(current, info.dli_fname) != 0 && getenv("LINGPROBE_NVTX_MAP"))
-      fprintf(stderr, "[lingprobe] NVTX_INJECTION64_PATH is owned by another tool (%s); NVTX ranges will not "
-                      "set stages (use the stage API, the shim or LINGPROBE_STAGE_MAP)\n", current);
+      fprintf(stderr,
+              "[lingprobe] NVTX_INJECTION64_PATH is owned by another tool (%s); NVTX ranges will not "
+              "set stages (use the stage API, the shim or LINGPROBE_STAGE_MAP)\n",
+              current);
     return;
   }
   setenv("NVTX_INJECTION64_PATH", info.dli_fname, 1);
@@ -326,6 +349,7 @@ __attribute__((destructor)) static void lingprobe_preload_fini(void) {
   fprintf(stderr,
           "[lingprobe] this Python process loaded torch but lingprobe could not attach: python %s; nothing was "
           "recorded (run it without that option, or call lingprobe.start() from the program)\n",
-          python_blocker ? python_blocker : "did not import lingprobe's sitecustomize (is another sitecustomize "
-                                            "imported before it without chaining?)");
+          python_blocker ? python_blocker
+                         : "did not import lingprobe's sitecustomize (is another sitecustomize "
+                           "imported before it without chaining?)");
 }

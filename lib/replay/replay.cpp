@@ -38,7 +38,7 @@ using format::PickleValue;
 
 struct Context {
   const format::SnapshotReader* reader;
-  std::string device;  // target device, "" : as recorded
+  std::string device;     // target device, "" : as recorded
   bool keep_cpu = false;  // the snapshot has CUDA tensors: --device leaves its CPU tensors alone
   std::ostringstream log;
   bool layout_exact = true;
@@ -73,8 +73,8 @@ c10::Device target_device(const std::string& recorded, const std::string& wanted
   const c10::Device r(recorded);
   const c10::Device d = wanted.empty() || (keep_cpu && r.is_cpu()) ? r : c10::Device(wanted);
   if (d.is_cuda() && !at::hasCUDA())
-    throw std::runtime_error("the snapshot's tensors are on " + recorded + ", but this torch (" TORCH_VERSION
-                             ") has no CUDA device; replay with --device cpu");
+    throw std::runtime_error("the snapshot's tensors are on " + recorded +
+                             ", but this torch (" TORCH_VERSION ") has no CUDA device; replay with --device cpu");
   if (!d.is_cuda() && !d.is_cpu())
     throw std::runtime_error("device " + d.str() + " is not supported by lingprobe replay (cpu, cuda)");
   return d;
@@ -107,7 +107,8 @@ at::Tensor rebuild_tensor(Context& ctx, const PickleValue& v) {
   const int64_t es = static_cast<int64_t>(c10::elementSize(dtype));
   const int64_t extent = format::span_of(shape, stride);
   const int64_t stored = span ? extent : format::numel_of(shape);
-  if (static_cast<int64_t>(bytes.size()) != stored * es) throw std::runtime_error("tensor bytes do not match its shape");
+  if (static_cast<int64_t>(bytes.size()) != stored * es)
+    throw std::runtime_error("tensor bytes do not match its shape");
   at::Tensor host = at::empty({stored}, at::TensorOptions().dtype(dtype));
   if (!bytes.empty()) std::memcpy(host.data_ptr(), bytes.data(), bytes.size());
   // A buffer with room to place the data pointer at the recorded alignment.
@@ -121,12 +122,14 @@ at::Tensor rebuild_tensor(Context& ctx, const PickleValue& v) {
     if (a == alignment || (alignment >= 4096 && a >= 4096)) shift = k, aligned = true;
   }
   if (!aligned) ctx.layout_exact = false;
-  at::Tensor storage = at::from_blob(base + shift, {elements}, [buffer](void*) {},
-                                     at::TensorOptions().dtype(dtype).device(device));
+  at::Tensor storage = at::from_blob(
+      base + shift, {elements}, [buffer](void*) {}, at::TensorOptions().dtype(dtype).device(device));
   at::Tensor t = storage.as_strided(shape, stride, offset);
   if (stored > 0) {
-    if (span) storage.narrow(0, offset, extent).copy_(host);
-    else t.copy_(host.view(shape));
+    if (span)
+      storage.narrow(0, offset, extent).copy_(host);
+    else
+      t.copy_(host.view(shape));
   }
   return t;
 }
@@ -173,7 +176,8 @@ c10::IValue rebuild(Context& ctx, const PickleValue& v, const c10::TypePtr& type
   if (kind == "tensor") return c10::IValue(rebuild_tensor(ctx, v));
   if (kind == "float") return c10::IValue(parse_float(v.find("repr")->as_string()));
   if (kind == "complex")
-    return c10::IValue(c10::complex<double>(parse_float(v.find("real")->as_string()), parse_float(v.find("imag")->as_string())));
+    return c10::IValue(
+        c10::complex<double>(parse_float(v.find("real")->as_string()), parse_float(v.find("imag")->as_string())));
   if (kind == "dtype") return c10::IValue(static_cast<int64_t>(scalar_type_of(v.find("repr")->as_string())));
   if (kind == "layout") return c10::IValue(name_index(v.find("repr")->as_string(), capture::python_layout_name));
   if (kind == "memory_format")
@@ -215,8 +219,10 @@ void apply_reduction(Ctx& c, const std::string& text, Get get, Set set) {
   using T = decltype((c.*get)());
   const bool numeric = !text.empty() && std::isdigit(static_cast<unsigned char>(text[0]));
   const int n = numeric ? std::atoi(text.c_str()) : (text == "true" ? 0 : 1);
-  if constexpr (std::is_same_v<T, bool>) (c.*set)(n == 0);
-  else (c.*set)(n == 0, n != 2);
+  if constexpr (std::is_same_v<T, bool>)
+    (c.*set)(n == 0);
+  else
+    (c.*set)(n == 0, n != 2);
 }
 
 void apply_math_policy(const PickleValue* p, std::ostringstream& log) {
@@ -227,30 +233,44 @@ void apply_math_policy(const PickleValue* p, std::ostringstream& log) {
     const std::string& t = value.as_string();
     const bool b = t == "true";
     try {
-      if (key == "matmul_precision") c.setFloat32MatmulPrecision(t);
-      else if (key == "matmul_allow_tf32") c.setAllowTF32CuBLAS(b);
-      else if (key == "cudnn_allow_tf32") c.setAllowTF32CuDNN(b);
-      else if (key == "cudnn_benchmark") c.setBenchmarkCuDNN(b);
-      else if (key == "cudnn_deterministic") c.setDeterministicCuDNN(b);
-      else if (key == "cudnn_enabled") c.setUserEnabledCuDNN(b);
-      else if (key == "deterministic_algorithms") c.setDeterministicAlgorithms(b, false);
-      else if (key == "mkldnn_enabled") c.setUserEnabledMkldnn(b);
+      if (key == "matmul_precision")
+        c.setFloat32MatmulPrecision(t);
+      else if (key == "matmul_allow_tf32")
+        c.setAllowTF32CuBLAS(b);
+      else if (key == "cudnn_allow_tf32")
+        c.setAllowTF32CuDNN(b);
+      else if (key == "cudnn_benchmark")
+        c.setBenchmarkCuDNN(b);
+      else if (key == "cudnn_deterministic")
+        c.setDeterministicCuDNN(b);
+      else if (key == "cudnn_enabled")
+        c.setUserEnabledCuDNN(b);
+      else if (key == "deterministic_algorithms")
+        c.setDeterministicAlgorithms(b, false);
+      else if (key == "mkldnn_enabled")
+        c.setUserEnabledMkldnn(b);
       else if (key == "matmul_allow_fp16_reduced_precision_reduction")
         apply_reduction(c, t, &at::Context::allowFP16ReductionCuBLAS, &at::Context::setAllowFP16ReductionCuBLAS);
 #if TORCH_VERSION_MAJOR >= 2
       else if (key == "matmul_allow_bf16_reduced_precision_reduction")
         apply_reduction(c, t, &at::Context::allowBF16ReductionCuBLAS, &at::Context::setAllowBF16ReductionCuBLAS);
-      else if (key == "sdpa_mem_efficient") c.setSDPUseMemEfficient(b);
+      else if (key == "sdpa_mem_efficient")
+        c.setSDPUseMemEfficient(b);
 #endif
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-      else if (key == "sdpa_cudnn") c.setSDPUseCuDNN(b);
-      else if (key == "blas_backend") c.setBlasPreferredBackend(static_cast<at::BlasBackend>(std::atoi(t.c_str())));
+      else if (key == "sdpa_cudnn")
+        c.setSDPUseCuDNN(b);
+      else if (key == "blas_backend")
+        c.setBlasPreferredBackend(static_cast<at::BlasBackend>(std::atoi(t.c_str())));
 #endif
-      else if (key == "sdpa_flash") c.setSDPUseFlash(b);
-      else if (key == "sdpa_math") c.setSDPUseMath(b);
+      else if (key == "sdpa_flash")
+        c.setSDPUseFlash(b);
+      else if (key == "sdpa_math")
+        c.setSDPUseMath(b);
       else if (key == "cublas_workspace_config") {
         if (!t.empty()) ::setenv("CUBLAS_WORKSPACE_CONFIG", t.c_str(), 1);
-      } else if (key == "cpu_threads") at::set_num_threads(std::atoi(t.c_str()));
+      } else if (key == "cpu_threads")
+        at::set_num_threads(std::atoi(t.c_str()));
       else {
         log << "math policy: " << key << "=" << t << " is not settable in torch " TORCH_VERSION << "\n";
         continue;
@@ -300,7 +320,8 @@ class AutocastScope {
 };
 
 void flatten_tensors(const c10::IValue& v, std::vector<at::Tensor>& out) {
-  if (v.isTensor()) out.push_back(v.toTensor());
+  if (v.isTensor())
+    out.push_back(v.toTensor());
   else if (v.isList())
     for (const auto& x : v.toListRef()) flatten_tensors(x, out);
   else if (v.isTuple())
@@ -331,8 +352,10 @@ void compare(const at::Tensor& expected, const at::Tensor& got, Difference& d) {
   const at::Tensor gd = complex ? g.to(at::kComplexDouble) : g.to(at::kDouble);
   if (g.is_floating_point() || complex) d.finite = d.finite && at::isfinite(g).all().item<bool>();
   at::Tensor diff = (gd - ed).abs();
-  if (!complex) diff = at::where(at::isnan(ed) & at::isnan(gd), at::zeros_like(diff), diff);
-  else diff = diff.to(at::kDouble);
+  if (!complex)
+    diff = at::where(at::isnan(ed) & at::isnan(gd), at::zeros_like(diff), diff);
+  else
+    diff = diff.to(at::kDouble);
   d.max_abs = std::max(d.max_abs, diff.max().item<double>());
   d.sum_sq += (diff * diff).sum().item<double>();
   d.n += e.numel();
@@ -382,10 +405,17 @@ std::string nondeterminism(const std::string& op, const std::string& device_type
   if (has_generator) return "takes a Generator";
   const bool conv = op.find("conv") != std::string::npos || starts("aten::cudnn_");
   if (device_type == "cuda" && conv && cudnn_benchmark) return "cuDNN benchmark mode picks the algorithm per run";
-  static const char* const kAtomics[] = {"aten::index_add", "aten::scatter_add", "aten::scatter_reduce",
-                                         "aten::index_put", "aten::_index_put_impl", "aten::put_",
-                                         "aten::embedding_dense_backward", "aten::_embedding_bag",
-                                         "aten::histc", "aten::bincount", "aten::index_reduce"};
+  static const char* const kAtomics[] = {"aten::index_add",
+                                         "aten::scatter_add",
+                                         "aten::scatter_reduce",
+                                         "aten::index_put",
+                                         "aten::_index_put_impl",
+                                         "aten::put_",
+                                         "aten::embedding_dense_backward",
+                                         "aten::_embedding_bag",
+                                         "aten::histc",
+                                         "aten::bincount",
+                                         "aten::index_reduce"};
   if (device_type == "cuda" && !deterministic_algorithms)
     for (const char* a : kAtomics)
       if (starts(a)) return "CUDA kernel with atomic accumulation (deterministic algorithms off)";
@@ -433,8 +463,10 @@ ReplayResult replay_one(const std::string& path, const ReplayOptions& options) {
     if (ns == "aten" || ns == "prim")
       r.error = path + ": unknown op " + full + " (not registered in torch " + TORCH_VERSION + ")";
     else  // an extension's op (torchvision::, a custom op): its library registers it
-      r.skipped = "op " + full + " is registered by a library this process did not load; replay it with "
-                  "`lingprobe replay --library PATH/TO/THE/" + ns + "/LIBRARY.so`";
+      r.skipped = "op " + full +
+                  " is registered by a library this process did not load; replay it with "
+                  "`lingprobe replay --library PATH/TO/THE/" +
+                  ns + "/LIBRARY.so`";
     return r;
   }
   const c10::FunctionSchema& schema = handle->schema();
@@ -453,10 +485,14 @@ ReplayResult replay_one(const std::string& path, const ReplayOptions& options) {
     const PickleValue* kwargs = doc.find("kwargs");
     for (size_t i = 0; i < params.size(); ++i) {
       const PickleValue* v = i < args.size() ? &args[i] : kwargs->find(params[i].name());
-      if (v && v->kind() == PickleValue::Kind::Dict && v->find("kind")->as_string() == "generator") has_generator = true;
-      if (v) stack.push_back(rebuild(ctx, *v, params[i].real_type()));
-      else if (params[i].default_value()) stack.push_back(*params[i].default_value());
-      else throw std::runtime_error("argument '" + params[i].name() + "' is missing from the snapshot");
+      if (v && v->kind() == PickleValue::Kind::Dict && v->find("kind")->as_string() == "generator")
+        has_generator = true;
+      if (v)
+        stack.push_back(rebuild(ctx, *v, params[i].real_type()));
+      else if (params[i].default_value())
+        stack.push_back(*params[i].default_value());
+      else
+        throw std::runtime_error("argument '" + params[i].name() + "' is missing from the snapshot");
     }
     if (args.size() > params.size()) throw std::runtime_error("more arguments than the schema has");
     for (const auto& v : stack) {
@@ -523,7 +559,8 @@ ReplayResult replay_one(const std::string& path, const ReplayOptions& options) {
   c.set("math_policy", policy_json(policy));
   c.set("scope", JsonValue::string("Original ATen op (" + name + (overload.empty() ? "" : "." + overload) +
                                    ", dispatcher, boxed) on this run's own saved tensors, rebuilt with their recorded "
-                                   "layout; isolated replay on " + device_str + " by lingprobe replay"));
+                                   "layout; isolated replay on " +
+                                   device_str + " by lingprobe replay"));
   if (!r.nondeterministic.empty()) c.set("nondeterministic", JsonValue::string(r.nondeterministic));
   c.set("signature_sha256", JsonValue::string(recorded_sha));
   c.set("replayed_signature_sha256", JsonValue::string(replayed_sha));
@@ -537,9 +574,9 @@ ReplayResult replay_one(const std::string& path, const ReplayOptions& options) {
   c.set("elapsed_seconds", JsonValue::floating(secs));
   r.comparison = c;
   r.ok = true;
-  ctx.log << "exact " << (r.exact ? (*r.exact ? "true" : "false") : "null (" + r.nondeterministic + ")")
-          << " max_abs " << r.max_abs << " rmse " << r.rmse << " finite " << r.finite << " signature_matches "
-          << r.signature_matches << " on " << device_str << " in " << secs << " s\n";
+  ctx.log << "exact " << (r.exact ? (*r.exact ? "true" : "false") : "null (" + r.nondeterministic + ")") << " max_abs "
+          << r.max_abs << " rmse " << r.rmse << " finite " << r.finite << " signature_matches " << r.signature_matches
+          << " on " << device_str << " in " << secs << " s\n";
 
   if (!options.out_dir.empty()) {
     if (std::string e = sink::make_directories(options.out_dir); !e.empty()) {
@@ -571,7 +608,8 @@ ReplayResult replay_one(const std::string& path, const ReplayOptions& options) {
     manifest.set("snapshot", JsonValue::string(rel));
     manifest.set("snapshot_sha256", JsonValue::string(snapshot_sha));
     manifest.set("sha256", std::move(sums));
-    if (std::string e = write_text(options.out_dir + "/manifest.json", format::pretty_json(manifest) + "\n"); !e.empty()) {
+    if (std::string e = write_text(options.out_dir + "/manifest.json", format::pretty_json(manifest) + "\n");
+        !e.empty()) {
       r.ok = false;
       r.error = e;
     }

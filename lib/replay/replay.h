@@ -16,25 +16,25 @@
 namespace lingprobe::replay {
 
 struct ReplayOptions {
-  std::string device;       // "" : the device the snapshot's tensors were on
-  std::string out_dir;      // the replay's own folder (replays/{stem}); "" : write nothing
-  std::string snapshot_rel; // the snapshot's path relative to its run directory (for the reports)
+  std::string device;        // "" : the device the snapshot's tensors were on
+  std::string out_dir;       // the replay's own folder (replays/{stem}); "" : write nothing
+  std::string snapshot_rel;  // the snapshot's path relative to its run directory (for the reports)
   // Run just before and just after the op's call, around nothing else (`replay --profile`
   // records only the call itself, not the rebuilding of its inputs).
   std::function<void()> before_call, after_call;
 };
 
 struct ReplayResult {
-  bool ok = false;                 // the call ran and was compared
-  std::string error;               // why not
-  std::string skipped;             // not replayable in this process (its op's library is not loaded): why
+  bool ok = false;      // the call ran and was compared
+  std::string error;    // why not
+  std::string skipped;  // not replayable in this process (its op's library is not loaded): why
   std::string op, stage, device;
-  std::optional<bool> exact;       // nullopt: a nondeterministic op (reason)
+  std::optional<bool> exact;  // nullopt: a nondeterministic op (reason)
   std::string nondeterministic;
   double max_abs = 0, rmse = 0;
   bool finite = true;
   bool signature_matches = false;
-  format::JsonValue comparison;    // replay_comparison.json
+  format::JsonValue comparison;  // replay_comparison.json
 };
 
 ReplayResult replay_snapshot(const std::string& path, const ReplayOptions& options);

@@ -89,10 +89,14 @@ JsonValue compare_profiles(const std::string& run_dir, const std::string& replay
   out.set("max_abs_rel_diff", JsonValue::floating(worst));
   out.set("max_abs_rel_diff_metric", JsonValue::string(worst_metric));
   out.set("kernels", std::move(kernels));
-  out.set("scope", JsonValue::string(
-      "Both measured inline by lingprobe (CUPTI range profiler, kernel replay, the same metrics): the run's call after "
-      "the run's own work, the replay's in the replayer after its inputs were rebuilt (and the replays before it). "
-      "DRAM writes and the L2/DRAM figures they drive depend on what that earlier work left in L2 (docs/COUNTERS.md)."));
+  out.set(
+      "scope",
+      JsonValue::string(
+          "Both measured inline by lingprobe (CUPTI range profiler, kernel replay, the same metrics): the run's call "
+          "after "
+          "the run's own work, the replay's in the replayer after its inputs were rebuilt (and the replays before it). "
+          "DRAM writes and the L2/DRAM figures they drive depend on what that earlier work left in L2 "
+          "(docs/COUNTERS.md)."));
   return out;
 }
 
@@ -104,10 +108,11 @@ std::string profile_line(const JsonValue& c) {
   const int64_t m = c.find("replay_kernels") ? c.find("replay_kernels")->as_int() : 0;
   const bool match = c.find("kernels_match") && c.find("kernels_match")->as_bool();
   char line[384];
-  std::snprintf(line, sizeof line, "profile kernels %lld run / %lld replay (%s), time %.1f -> %.1f us (%+.1f%%), "
-                "max |diff| %.1f%% (%s)", static_cast<long long>(n), static_cast<long long>(m),
-                match ? "same" : "DIFFER", rt, pt, rt > 0 ? 100.0 * (pt - rt) / rt : 0.0, 100.0 * worst,
-                text(c.find("max_abs_rel_diff_metric")).c_str());
+  std::snprintf(line, sizeof line,
+                "profile kernels %lld run / %lld replay (%s), time %.1f -> %.1f us (%+.1f%%), "
+                "max |diff| %.1f%% (%s)",
+                static_cast<long long>(n), static_cast<long long>(m), match ? "same" : "DIFFER", rt, pt,
+                rt > 0 ? 100.0 * (pt - rt) / rt : 0.0, 100.0 * worst, text(c.find("max_abs_rel_diff_metric")).c_str());
   return line;
 }
 

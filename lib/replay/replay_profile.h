@@ -16,7 +16,8 @@ namespace lingprobe::replay {
 format::JsonValue compare_profiles(const std::string& run_profile_dir, const std::string& replay_profile_dir,
                                    std::string& error);
 
-// One line for the terminal: "profile  kernels 5/5 match, time 187.3 -> 186.9 us (-0.2%), max |diff| 4.1% (dram__bytes_write.sum)".
+// One line for the terminal: "profile  kernels 5/5 match, time 187.3 -> 186.9 us (-0.2%), max |diff| 4.1%
+// (dram__bytes_write.sum)".
 std::string profile_line(const format::JsonValue& comparison);
 
 }  // namespace lingprobe::replay

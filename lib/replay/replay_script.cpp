@@ -22,7 +22,8 @@ recorded autocast region, calls the op and compares with the recorded output
 call N more times (for profilers: ncu --nvtx --nvtx-include lingprobe_replay/)."""
 import argparse, contextlib, json, math, torch
 
-SNAPSHOT = )PY" + quoted + R"PY(
+SNAPSHOT = )PY" +
+         quoted + R"PY(
 
 
 def span(shape, stride):

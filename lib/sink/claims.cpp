@@ -61,7 +61,10 @@ uint64_t process_start_ticks(long pid) {
 }
 
 Claims::Claims(std::string run_dir, int64_t rank)
-    : run_dir_(std::move(run_dir)), dir_(run_dir_ + "/claims"), host_(hostname()), rank_(rank),
+    : run_dir_(std::move(run_dir)),
+      dir_(run_dir_ + "/claims"),
+      host_(hostname()),
+      rank_(rank),
       start_ticks_(process_start_ticks(getpid())) {}
 
 Claims::~Claims() {
@@ -135,8 +138,8 @@ void Claims::release_key(const std::string& sha, bool failed, uint64_t bytes) {
   auto it = mine_.find(sha);
   if (it == mine_.end()) return;
   if (!ensure_dir()) return;
-  write_claim("key-" + sha.substr(0, 16) + "." + std::to_string(it->second), sha, failed ? "failed" : "done",
-              bytes, false);
+  write_claim("key-" + sha.substr(0, 16) + "." + std::to_string(it->second), sha, failed ? "failed" : "done", bytes,
+              false);
 }
 
 std::string Claims::newest_claim(const std::string& sha) {

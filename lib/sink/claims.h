@@ -45,7 +45,8 @@ class Claims {
 
  private:
   bool ensure_dir();
-  bool write_claim(const std::string& name, const std::string& input_sha, const char* state, uint64_t bytes, bool exclusive);
+  bool write_claim(const std::string& name, const std::string& input_sha, const char* state, uint64_t bytes,
+                   bool exclusive);
   bool owner_gone(const std::string& claim_name);
   std::string newest_claim(const std::string& input_sha);  // a name in the directory, "" if none
   std::string read_claim(const std::string& name);

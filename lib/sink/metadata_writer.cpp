@@ -62,8 +62,8 @@ RecordBuffer* MetadataWriter::register_buffer(size_t capacity) {
 }
 
 void MetadataWriter::add_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json) {
-  std::string line = "{\"id\":" + std::to_string(id) + ",\"kind\":\"signature\",\"sha256\":\"" + sha256 +
-                     "\",\"signature_json\":";
+  std::string line =
+      "{\"id\":" + std::to_string(id) + ",\"kind\":\"signature\",\"sha256\":\"" + sha256 + "\",\"signature_json\":";
   format::write_json_string(canonical_json, line);
   line += "}\n";
   std::lock_guard<std::mutex> lock(mu_);
@@ -188,7 +188,8 @@ size_t MetadataWriter::write_out(const std::string& text) {
         file_bytes_ += whole;
       }
       if (write_errors_.fetch_add(1, std::memory_order_relaxed) == 0)
-        std::fprintf(stderr, "[lingprobe] writing '%s' failed: %s; the writer keeps signature and evidence records "
+        std::fprintf(stderr,
+                     "[lingprobe] writing '%s' failed: %s; the writer keeps signature and evidence records "
                      "and retries them, call records that do not fit are dropped and counted\n",
                      options_.path.c_str(), std::strerror(why));
       return whole;
@@ -251,8 +252,10 @@ void MetadataWriter::cycle(bool final) {
     signatures.swap(pending_lines_);
     // Free buffers of exited threads once drained.
     for (auto it = buffers_.begin(); it != buffers_.end();) {
-      if ((*it)->closed() && (*it)->empty()) it = buffers_.erase(it);
-      else ++it;
+      if ((*it)->closed() && (*it)->empty())
+        it = buffers_.erase(it);
+      else
+        ++it;
     }
   }
   has_data_ = has_data_ || n_calls || !signatures.empty() || !buffers.empty();
@@ -336,14 +339,15 @@ void MetadataWriter::cycle(bool final) {
       if (ends[i] <= written) continue;
       if (must[i].signature_id >= 0) defined_[must[i].signature_id] = false;
       retry_bytes += must[i].text.size();
-      if (retry_bytes <= kRetryBytes) retry_.push_back(std::move(must[i]));
-      else ++lines_lost_;
+      if (retry_bytes <= kRetryBytes)
+        retry_.push_back(std::move(must[i]));
+      else
+        ++lines_lost_;
     }
     const size_t calls_end = kept_end + calls.size();  // the counts record follows
     const size_t from = std::max(written, kept_end);
-    const uint64_t lost = from < calls_end ? static_cast<uint64_t>(std::count(text.begin() + from,
-                                                                              text.begin() + calls_end, '\n'))
-                                           : 0;
+    const uint64_t lost =
+        from < calls_end ? static_cast<uint64_t>(std::count(text.begin() + from, text.begin() + calls_end, '\n')) : 0;
     calls_written = n_calls - lost;
     lines_lost_ += lost;
   }

@@ -23,16 +23,16 @@
 namespace lingprobe::sink {
 
 using format::CallRecord;
-using runtime::RecordBuffer;
 using format::CountsSnapshot;
 using format::DropCounts;
+using runtime::RecordBuffer;
 
 struct WriterOptions {
   std::string path;         // the JSONL file (created new: O_EXCL)
   std::string header_json;  // the complete header object (one line, no newline)
   int64_t flush_interval_ms = 500;
   std::function<void()> on_open;  // after the file was created (e.g. the run directory's latest link)
-  std::string run_dir;      // when `path` is below it: no symlink below it is followed on the way
+  std::string run_dir;            // when `path` is below it: no symlink below it is followed on the way
 };
 
 struct WriterStats {
@@ -113,11 +113,11 @@ class MetadataWriter {
   std::atomic<uint64_t> call_records_written_{0};
   std::atomic<uint64_t> write_errors_{0};
   uint64_t lines_lost_ = 0;
-  uint64_t file_bytes_ = 0;  // the file's length as written here (it is ours alone)
+  uint64_t file_bytes_ = 0;     // the file's length as written here (it is ours alone)
   bool end_half_line_ = false;  // a half line could not be cut back: the next write ends it
-  std::vector<Line> retry_;    // lines a failed write left that must still be written (header, signatures, evidence)
-  std::vector<bool> defined_;  // signature ids whose record is in the file: the only ids a counts record names
-  std::string calls_text_;  // cycle()'s buffers, under io_mu_
+  std::vector<Line> retry_;     // lines a failed write left that must still be written (header, signatures, evidence)
+  std::vector<bool> defined_;   // signature ids whose record is in the file: the only ids a counts record names
+  std::string calls_text_;      // cycle()'s buffers, under io_mu_
   std::string out_text_;
 };
 

@@ -205,9 +205,9 @@ std::string SnapshotWriter::write_snapshot(runtime::SnapshotJob& job, const std:
 }
 
 // profiles/{stem}/ through a temporary directory renamed at the end; "" or the drop reason.
-std::string SnapshotWriter::write_profile(const runtime::SnapshotJob& job, const std::string& stem, const std::string& sha,
-                                          const std::string& text, const std::string& snapshot_rel,
-                                          std::string& manifest_sha) {
+std::string SnapshotWriter::write_profile(const runtime::SnapshotJob& job, const std::string& stem,
+                                          const std::string& sha, const std::string& text,
+                                          const std::string& snapshot_rel, std::string& manifest_sha) {
   using format::JsonValue;
   if (!make_directories(run_dir_).empty()) return "write_error";
   const DirFd dir(open_directory_beneath(run_dir_, "profiles", true));
@@ -251,8 +251,9 @@ std::string SnapshotWriter::write_profile(const runtime::SnapshotJob& job, const
     ok = ok && write_whole(tmp_dir.fd, name, content);
     sums.set(name, JsonValue::string(format::sha256_hex(content)));
   }
-  const std::string manifest = format::pretty_json(JsonValue::object({{"status", JsonValue::string(p.status)},
-                                                                      {"sha256", std::move(sums)}})) + "\n";
+  const std::string manifest =
+      format::pretty_json(JsonValue::object({{"status", JsonValue::string(p.status)}, {"sha256", std::move(sums)}})) +
+      "\n";
   ok = ok && write_whole(tmp_dir.fd, "manifest.json", manifest);
   if (!ok || !rename_new(dir.fd, tmp, stem)) {
     const bool full = errno == ENOSPC;
@@ -273,9 +274,10 @@ void SnapshotWriter::pause_for_full_disk() {
   disk_full_until_ = monotonic_seconds() + kDiskFullPauseSeconds;
   if (!said_disk_full_) {
     said_disk_full_ = true;
-    std::fprintf(stderr, "[lingprobe] the disk is full under '%s': snapshots and profiles pause for %lld s at a time "
-                 "and are counted as dropped (disk_full); call records and counts go on\n", run_dir_.c_str(),
-                 static_cast<long long>(kDiskFullPauseSeconds));
+    std::fprintf(stderr,
+                 "[lingprobe] the disk is full under '%s': snapshots and profiles pause for %lld s at a time "
+                 "and are counted as dropped (disk_full); call records and counts go on\n",
+                 run_dir_.c_str(), static_cast<long long>(kDiskFullPauseSeconds));
   }
 }
 

@@ -48,7 +48,8 @@ class SnapshotWriter {
   void run();
   void write_one(runtime::SnapshotJob& job);
   void pause_for_full_disk();
-  std::string write_snapshot(runtime::SnapshotJob& job, const std::string& stem, std::string& file_sha, uint64_t& bytes);
+  std::string write_snapshot(runtime::SnapshotJob& job, const std::string& stem, std::string& file_sha,
+                             uint64_t& bytes);
   std::string write_profile(const runtime::SnapshotJob& job, const std::string& stem, const std::string& sha,
                             const std::string& text, const std::string& snapshot_rel, std::string& manifest_sha);
 

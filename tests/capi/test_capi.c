@@ -10,12 +10,12 @@
 #include <string.h>
 
 static int failures = 0;
-#define EXPECT(cond)                                                  \
-  do {                                                                \
-    if (!(cond)) {                                                    \
+#define EXPECT(cond)                                                      \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
       fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                     \
-    }                                                                 \
+      ++failures;                                                         \
+    }                                                                     \
   } while (0)
 
 int main(void) {

@@ -36,7 +36,8 @@ std::atomic<int> g_failures{0};
 void expect(lingprobe_status s, const char* what) {
   if (s == LINGPROBE_OK) return;
   if (g_finalized.load() && s == LINGPROBE_ERROR_FINALIZED) return;  // the one refusal expected after finalize
-  std::fprintf(stderr, "recorder_threads: %s returned %s: %s\n", what, lingprobe_status_string(s), lingprobe_last_error());
+  std::fprintf(stderr, "recorder_threads: %s returned %s: %s\n", what, lingprobe_status_string(s),
+               lingprobe_last_error());
   g_failures.fetch_add(1);
 }
 
@@ -93,7 +94,8 @@ int main(int argc, char** argv) {
       const pid_t pid = fork();
       if (pid == 0) {  // the child: lingprobe is off, every entry point returns at once, torch works
         at::add(at::ones({3}), 1);
-        _exit(lingprobe_start() == LINGPROBE_ERROR_UNAVAILABLE && lingprobe_flush() == LINGPROBE_ERROR_UNAVAILABLE ? 0 : 1);
+        _exit(lingprobe_start() == LINGPROBE_ERROR_UNAVAILABLE && lingprobe_flush() == LINGPROBE_ERROR_UNAVAILABLE ? 0
+                                                                                                                   : 1);
       }
       int status = 0;
       waitpid(pid, &status, 0);

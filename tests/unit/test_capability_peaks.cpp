@@ -35,7 +35,7 @@ TEST_CASE("peaks: none for an unknown GPU or mode", "[report]") {
   Peak p;
   CHECK_FALSE(device_peak("NVIDIA A100-SXM4-80GB", "bf16", p));
   CHECK_FALSE(device_peak("NVIDIA H200", "fp4", p));
-  CHECK_FALSE(device_peak("NVIDIA H200", "", p));  // integer ops: no roof
+  CHECK_FALSE(device_peak("NVIDIA H200", "", p));             // integer ops: no roof
   CHECK_FALSE(device_peak("NVIDIA GH200 480GB", "bf16", p));  // other figures than the H200 SXM
   CHECK_FALSE(device_peak("NVIDIA H100 NVL", "bf16", p));
   CHECK_FALSE(device_peak("NVIDIA H200 NVL", "bf16", p));
@@ -70,7 +70,8 @@ TEST_CASE("math mode: what ran, not the pre-cast inputs of an autocast region", 
   const auto policy = signature(R"({"matmul_allow_tf32":true})");
   CHECK(math_mode(fp32, &policy) == "tf32");
   // Not a GEMM: the first argument's dtype, whatever the output (a cast).
-  const auto cast = signature(R"({"op":"aten.to.dtype","args":[{"dtype":"torch.float32","shape":[4],"stride":[1]},"torch.bfloat16",
+  const auto cast =
+      signature(R"({"op":"aten.to.dtype","args":[{"dtype":"torch.float32","shape":[4],"stride":[1]},"torch.bfloat16",
       false,false,null],"kwargs":{},"output":{"dtype":"torch.bfloat16","shape":[4],"stride":[1]},"stage":"s"})");
   CHECK(math_mode(cast, nullptr) == "fp32");
 }

@@ -86,15 +86,19 @@ TEST_CASE("every option refuses the bad values of its type with a message naming
   for (const auto& e : api::config_table()) {
     std::vector<std::string> values;
     const std::string type = e.type;
-    if (auto it = bad.find(type); it != bad.end()) values = it->second;
-    else if (type.find('|') != std::string::npos) values = {"", "bogus", "auto|never"};
-    else if (std::string(e.name) == "OUT") values = {""};
+    if (auto it = bad.find(type); it != bad.end())
+      values = it->second;
+    else if (type.find('|') != std::string::npos)
+      values = {"", "bogus", "auto|never"};
+    else if (std::string(e.name) == "OUT")
+      values = {""};
     for (const auto& v : values) {
       api::Config c;
       const std::string err = api::apply_setting(c, e.name, v);
       INFO("LINGPROBE_" << e.name << "='" << v << "' -> " << err);
       // -5 is a valid RANK-like value only at -1; SAMPLE_PROBABILITY 1.5 and a number of seconds 1.5 differ.
-      const bool allowed = v == "1.5" && (std::string(e.name) == "SKIP_SECONDS" || std::string(e.name) == "PROFILE_BUDGET_S");
+      const bool allowed =
+          v == "1.5" && (std::string(e.name) == "SKIP_SECONDS" || std::string(e.name) == "PROFILE_BUDGET_S");
       if (allowed) continue;
       CHECK(err.rfind("LINGPROBE_" + std::string(e.name) + ": ", 0) == 0);
       ++cases;

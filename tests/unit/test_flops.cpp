@@ -17,50 +17,71 @@ std::optional<int64_t> flops(const char* sig) {
 TEST_CASE("linear FLOPs for the seed's DiT shapes, bias included", "[flops]") {
   // [1,2640,5120] x [5120,5120]^T + bias: M=2640, N=5120, K=5120.
   // 2*M*N*K = 2*2640*5120*5120 = 138,412,032,000; bias M*N = 13,516,800.
-  CHECK(flops(R"({"op":"aten.linear.default","args":[{"dtype":"torch.bfloat16","shape":[1,2640,5120],"stride":[13516800,5120,1]},
+  CHECK(
+      flops(
+          R"({"op":"aten.linear.default","args":[{"dtype":"torch.bfloat16","shape":[1,2640,5120],"stride":[13516800,5120,1]},
       {"dtype":"torch.bfloat16","shape":[5120,5120],"stride":[5120,1]},{"dtype":"torch.bfloat16","shape":[5120],"stride":[1]}],
       "kwargs":{},"output":{"dtype":"torch.bfloat16","shape":[1,2640,5120],"stride":[13516800,5120,1]},"stage":"dit"})") ==
-        138425548800);
+      138425548800);
   // Patch embed Linear(144,5120) on [10560,144]: 2*10560*144*5120 + 10560*5120 = 15,625,420,800.
   CHECK(flops(R"({"op":"aten.linear.default","args":[{"dtype":"torch.bfloat16","shape":[10560,144],"stride":[144,1]},
       {"dtype":"torch.bfloat16","shape":[5120,144],"stride":[144,1]},{"dtype":"torch.bfloat16","shape":[5120],"stride":[1]}],
       "kwargs":{},"output":null,"stage":"dit"})") == 15625420800);
   // Without bias: no M*N term.
   CHECK(flops(R"({"op":"aten.linear.default","args":[{"dtype":"torch.float32","shape":[4,8],"stride":[8,1]},
-      {"dtype":"torch.float32","shape":[16,8],"stride":[8,1]}],"kwargs":{},"output":null,"stage":"s"})") == 2 * 4 * 16 * 8);
+      {"dtype":"torch.float32","shape":[16,8],"stride":[8,1]}],"kwargs":{},"output":null,"stage":"s"})") ==
+        2 * 4 * 16 * 8);
 }
 
 TEST_CASE("conv3d FLOPs for a seed VAE shape", "[flops]") {
   // out [1,384,1,88,40] = 1,351,680 elements; per element C_in*kt*kh*kw = 384*27 = 10,368 MACs.
   // 2 * 1,351,680 * 10,368 = 28,028,436,480, + bias 1,351,680 = 28,029,788,160.
-  CHECK(flops(R"({"op":"aten.conv3d.default","args":[{"dtype":"torch.float32","shape":[1,384,3,90,42],"stride":[4354560,11340,3780,42,1]},
+  CHECK(
+      flops(
+          R"({"op":"aten.conv3d.default","args":[{"dtype":"torch.float32","shape":[1,384,3,90,42],"stride":[4354560,11340,3780,42,1]},
       {"dtype":"torch.float32","shape":[384,384,3,3,3],"stride":[10368,27,9,3,1]},{"dtype":"torch.float32","shape":[384],"stride":[1]}],
       "kwargs":{},"output":{"dtype":"torch.float32","shape":[1,384,1,88,40],"stride":[1351680,3520,3520,40,1]},"stage":"vae"})") ==
-        28029788160);
+      28029788160);
   // time_conv (3,1,1) 384->768 on [1,384,4,176,80] -> [1,768,2,176,80]: 2*21,626,880*1,152 + 21,626,880.
-  CHECK(flops(R"({"op":"aten.conv3d.default","args":[{"dtype":"torch.float32","shape":[1,384,4,176,80],"stride":[1,1,1,1,1]},
+  CHECK(
+      flops(
+          R"({"op":"aten.conv3d.default","args":[{"dtype":"torch.float32","shape":[1,384,4,176,80],"stride":[1,1,1,1,1]},
       {"dtype":"torch.float32","shape":[768,384,3,1,1],"stride":[1,1,1,1,1]},{"dtype":"torch.float32","shape":[768],"stride":[1]}],
       "kwargs":{},"output":{"dtype":"torch.float32","shape":[1,768,2,176,80],"stride":[1,1,1,1,1]},"stage":"vae"})") ==
-        2LL * 21626880 * 1152 + 21626880);
+      2LL * 21626880 * 1152 + 21626880);
 }
 
 TEST_CASE("data movement is 0, unknown ops are null, other formulas", "[flops]") {
-  CHECK(flops(R"({"op":"aten.to.dtype","args":[{"dtype":"torch.float32","shape":[1,3,9,704,1280],"stride":[1,1,1,1,1]},"torch.uint8"],
-      "kwargs":{},"output":{"dtype":"torch.uint8","shape":[1,3,9,704,1280],"stride":[1,1,1,1,1]},"stage":"output"})") == 0);
+  CHECK(
+      flops(
+          R"({"op":"aten.to.dtype","args":[{"dtype":"torch.float32","shape":[1,3,9,704,1280],"stride":[1,1,1,1,1]},"torch.uint8"],
+      "kwargs":{},"output":{"dtype":"torch.uint8","shape":[1,3,9,704,1280],"stride":[1,1,1,1,1]},"stage":"output"})") ==
+      0);
   CHECK_FALSE(flops(R"({"op":"aten.softmax.int","args":[],"kwargs":{},"output":null,"stage":"s"})").has_value());
   CHECK_FALSE(flops(R"({"op":"aten.linear.default","args":[null],"kwargs":{},"output":null,"stage":"s"})").has_value());
-  CHECK(flops(R"({"op":"aten.mm.default","args":[{"dtype":"f","shape":[4,8],"stride":[8,1]},{"dtype":"f","shape":[8,16],"stride":[16,1]}],
+  CHECK(
+      flops(
+          R"({"op":"aten.mm.default","args":[{"dtype":"f","shape":[4,8],"stride":[8,1]},{"dtype":"f","shape":[8,16],"stride":[16,1]}],
       "kwargs":{},"output":{"dtype":"f","shape":[4,16],"stride":[16,1]},"stage":"s"})") == 2 * 4 * 16 * 8);
-  CHECK(flops(R"({"op":"aten.bmm.default","args":[{"dtype":"f","shape":[3,4,8],"stride":[1,1,1]},{"dtype":"f","shape":[3,8,16],"stride":[1,1,1]}],
+  CHECK(
+      flops(
+          R"({"op":"aten.bmm.default","args":[{"dtype":"f","shape":[3,4,8],"stride":[1,1,1]},{"dtype":"f","shape":[3,8,16],"stride":[1,1,1]}],
       "kwargs":{},"output":null,"stage":"s"})") == 2 * 3 * 4 * 16 * 8);
-  CHECK(flops(R"({"op":"aten.addmm.default","args":[{"dtype":"f","shape":[16],"stride":[1]},{"dtype":"f","shape":[4,8],"stride":[8,1]},
-      {"dtype":"f","shape":[8,16],"stride":[16,1]}],"kwargs":{},"output":null,"stage":"s"})") == 2 * 4 * 16 * 8 + 4 * 16);
+  CHECK(
+      flops(
+          R"({"op":"aten.addmm.default","args":[{"dtype":"f","shape":[16],"stride":[1]},{"dtype":"f","shape":[4,8],"stride":[8,1]},
+      {"dtype":"f","shape":[8,16],"stride":[16,1]}],"kwargs":{},"output":null,"stage":"s"})") ==
+      2 * 4 * 16 * 8 + 4 * 16);
   // SDPA [1,40,2640,128] q/k/v: QK^T and PV, 2*B*H*L*S*E each.
-  CHECK(flops(R"({"op":"aten.scaled_dot_product_attention.default","args":[{"dtype":"f","shape":[1,40,2640,128],"stride":[1,1,1,1]},
+  CHECK(
+      flops(
+          R"({"op":"aten.scaled_dot_product_attention.default","args":[{"dtype":"f","shape":[1,40,2640,128],"stride":[1,1,1,1]},
       {"dtype":"f","shape":[1,40,2640,128],"stride":[1,1,1,1]},{"dtype":"f","shape":[1,40,2640,128],"stride":[1,1,1,1]}],
       "kwargs":{},"output":null,"stage":"s"})") == 4LL * 40 * 2640 * 2640 * 128);
   // Causal (is_causal=True, SDPA's 6th argument): half of it.
-  CHECK(flops(R"({"op":"aten.scaled_dot_product_attention.default","args":[{"dtype":"f","shape":[1,8,64,32],"stride":[1,1,1,1]},
+  CHECK(
+      flops(
+          R"({"op":"aten.scaled_dot_product_attention.default","args":[{"dtype":"f","shape":[1,8,64,32],"stride":[1,1,1,1]},
       {"dtype":"f","shape":[1,8,64,32],"stride":[1,1,1,1]},{"dtype":"f","shape":[1,8,64,32],"stride":[1,1,1,1]},null,0.0,true],
       "kwargs":{"scale":null},"output":null,"stage":"s"})") == 2LL * 8 * 64 * 64 * 32);
 }

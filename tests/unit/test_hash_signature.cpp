@@ -23,7 +23,8 @@ TEST_CASE("hash-signature stops at the first malformed line, naming it, exit 2",
   std::istringstream in("{\"a\":1}\n{\"a\":2}\n{\"a\":\n{\"a\":3}\n");
   std::ostringstream out, err;
   CHECK(hash_signature(in, out, err) == 2);
-  CHECK(out.str() == lingprobe::format::sha256_hex(R"({"a":1})") + "\n" + lingprobe::format::sha256_hex(R"({"a":2})") + "\n");
+  CHECK(out.str() ==
+        lingprobe::format::sha256_hex(R"({"a":1})") + "\n" + lingprobe::format::sha256_hex(R"({"a":2})") + "\n");
   CHECK(err.str().find("line 3") != std::string::npos);
 }
 
@@ -37,7 +38,8 @@ TEST_CASE("hash-signature refuses a JSON value that is not an object", "[tools]"
 }
 
 TEST_CASE("hash-signature reproduces every seed signature_sha256", "[tools][seed]") {
-  auto seed = lingprobe::format::parse_json(lingprobe::test::read_file(lingprobe::test::seed_path("coverage_audit.seed.json")));
+  auto seed =
+      lingprobe::format::parse_json(lingprobe::test::read_file(lingprobe::test::seed_path("coverage_audit.seed.json")));
   REQUIRE(seed.ok);
   std::string input, expected;
   for (const auto& row : seed.value.find("rows")->items()) {
@@ -47,7 +49,8 @@ TEST_CASE("hash-signature reproduces every seed signature_sha256", "[tools][seed
     for (auto& c : line)
       if (c == ',') c = ';';  // placeholder so we can add spaces below
     std::string spaced;
-    for (char c : line) spaced += (c == ';') ? std::string(" ,  ") : (c == ':' ? std::string(" : ") : std::string(1, c));
+    for (char c : line)
+      spaced += (c == ';') ? std::string(" ,  ") : (c == ':' ? std::string(" : ") : std::string(1, c));
     input += spaced + "\n";
     expected += row.find("signature_sha256")->as_string() + "\n";
   }

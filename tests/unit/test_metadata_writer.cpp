@@ -33,8 +33,12 @@ std::string line_of(const format::CallRecord& r) {
 TEST_CASE("call record lines are canonical JSON", "[sink]") {
   CHECK(line_of({7, 100, 250, 3, 4242, 0}) ==
         "{\"depth\":0,\"id\":3,\"kind\":\"call\",\"seq\":7,\"t0_ns\":100,\"t1_ns\":250,\"tid\":4242}\n");
-  const format::CallRecord extreme{std::numeric_limits<uint64_t>::max(), std::numeric_limits<int64_t>::min(),
-                                   std::numeric_limits<int64_t>::max(), 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu};
+  const format::CallRecord extreme{std::numeric_limits<uint64_t>::max(),
+                                   std::numeric_limits<int64_t>::min(),
+                                   std::numeric_limits<int64_t>::max(),
+                                   0xFFFFFFFFu,
+                                   0xFFFFFFFFu,
+                                   0xFFFFFFFFu};
   const std::string text = line_of(extreme);
   REQUIRE(text.back() == '\n');
   auto parsed = format::parse_json(text.substr(0, text.size() - 1));
@@ -124,7 +128,8 @@ TEST_CASE("a write refused part-way leaves whole lines, retries signatures and c
   });
   auto* b = w.register_buffer(64);
   auto push = [&](uint32_t id, int n) {
-    for (int i = 0; i < n; ++i, ++pushed) REQUIRE(b->push({pushed, 1, 2, id, 9, 0}) != runtime::RecordBuffer::Push::kFull);
+    for (int i = 0; i < n; ++i, ++pushed)
+      REQUIRE(b->push({pushed, 1, 2, id, 9, 0}) != runtime::RecordBuffer::Push::kFull);
   };
   w.add_signature(0, "aa", "{\"op\":\"aten.add.Tensor\"}");
   push(0, 3);
@@ -189,7 +194,8 @@ TEST_CASE("a counts record names only signature ids whose records precede it in 
   ::rmdir(dir);
 }
 
-TEST_CASE("compile-time calls and collective times go into the counts record in key order, only when there are any", "[sink]") {
+TEST_CASE("compile-time calls and collective times go into the counts record in key order, only when there are any",
+          "[sink]") {
   char dir[] = "/tmp/lingprobe-writer-XXXXXX";
   REQUIRE(mkdtemp(dir));
   for (const bool traced : {false, true}) {
@@ -234,10 +240,11 @@ TEST_CASE("a wake that arrives while the writer drains gets a drain of its own",
   const std::string path = std::string(dir) + "/m.jsonl";
   std::atomic<int> cycles{0};
   sink::MetadataWriter* writer = nullptr;
-  sink::MetadataWriter w({path, "{\"kind\":\"header\"}", 60000}, [] { return format::CountsSnapshot{}; },
-                         [&] {
-                           if (cycles.fetch_add(1) == 0) writer->wake();  // the producer's crossing, mid-drain
-                         });
+  sink::MetadataWriter w(
+      {path, "{\"kind\":\"header\"}", 60000}, [] { return format::CountsSnapshot{}; },
+      [&] {
+        if (cycles.fetch_add(1) == 0) writer->wake();  // the producer's crossing, mid-drain
+      });
   writer = &w;
   w.start();
   w.wake();

@@ -65,7 +65,8 @@ TEST_CASE("signature table: a full key is interned once and its SHA-256 handed b
   OpInfo op(add_schema(), 0, 0);
   const at::Tensor x = at::ones({2, 3});
   const std::vector<c10::IValue> inputs{x, x, c10::IValue(1)};
-  const format::JsonValue arguments = build_arguments(op.schema, c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size()));
+  const format::JsonValue arguments =
+      build_arguments(op.schema, c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size()));
   const std::vector<c10::IValue> outputs{x};
   const SignatureTable::Call call{&op, &arguments, c10::ArrayRef<const c10::IValue>(outputs.data(), outputs.size()), 0};
   const uint64_t key_a[3] = {1, 2, 3}, key_b[3] = {1, 2, 4};
@@ -97,8 +98,7 @@ TEST_CASE("nested suppression is decided once, from an op's first 8 calls", "[re
 }
 
 // The recorder is one per process: one test case, installed once.
-TEST_CASE("recorder: one signature per distinct call, counted per call, a record per call in order",
-          "[recorder]") {
+TEST_CASE("recorder: one signature per distinct call, counted per call, a record per call in order", "[recorder]") {
   static TestSink sink;
   RecorderOptions options;
   options.buffer_records = 1024;

@@ -15,7 +15,8 @@ using lingprobe::format::JsonValue;
 namespace {
 std::string kernel(const char* mangled, double time_us, double dram_mb) {
   return std::string("{\"id\":\"0\",\"name\":\"") + mangled + "\",\"mangled_name\":\"" + mangled +
-         "\",\"device\":\"0\",\"grid\":[1,1,1],\"block\":[128,1,1],\"metrics\":{\"gpu__time_duration.sum\":{\"value\":" +
+         "\",\"device\":\"0\",\"grid\":[1,1,1],\"block\":[128,1,1],\"metrics\":{\"gpu__time_duration.sum\":{"
+         "\"value\":" +
          std::to_string(time_us) + ",\"unit\":\"us\"},\"dram__bytes_read.sum\":{\"value\":" + std::to_string(dram_mb) +
          ",\"unit\":\"Mbyte\"},\"launch__registers_per_thread\":{\"value\":32,\"unit\":\"register/thread\"}}}";
 }
@@ -37,8 +38,10 @@ TEST_CASE("replay profile: kernels matched by launch order and mangled name, dif
   char root[] = "/tmp/lingprobe-rp-XXXXXX";
   REQUIRE(mkdtemp(root));
   const std::string run = profile(root, "run", kernel("_Z4gemmv", 100, 50) + "," + kernel("_Z3addv", 10, 8), "passed");
-  const std::string same = profile(root, "same", kernel("_Z4gemmv", 102, 40) + "," + kernel("_Z3addv", 10, 8), "passed");
-  const std::string other = profile(root, "other", kernel("_Z4gemmv", 100, 50) + "," + kernel("_Z3mulv", 10, 8), "passed");
+  const std::string same =
+      profile(root, "same", kernel("_Z4gemmv", 102, 40) + "," + kernel("_Z3addv", 10, 8), "passed");
+  const std::string other =
+      profile(root, "other", kernel("_Z4gemmv", 100, 50) + "," + kernel("_Z3mulv", 10, 8), "passed");
   std::string error;
   JsonValue c = lingprobe::replay::compare_profiles(run, same, error);
   REQUIRE(error.empty());

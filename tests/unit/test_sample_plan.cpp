@@ -20,8 +20,8 @@ std::string linear(int m, int k, int n, const char* stage = "dit") {
     return "{\"dtype\":\"torch.float32\",\"shape\":[" + std::to_string(a) + "," + std::to_string(b) + "],\"stride\":[" +
            std::to_string(b) + ",1]}";
   };
-  return "{\"args\":[" + t(m, k) + "," + t(n, k) + "],\"kwargs\":{},\"op\":\"aten.linear.default\",\"output\":" +
-         t(m, n) + ",\"stage\":\"" + stage + "\"}";
+  return "{\"args\":[" + t(m, k) + "," + t(n, k) +
+         "],\"kwargs\":{},\"op\":\"aten.linear.default\",\"output\":" + t(m, n) + ",\"stage\":\"" + stage + "\"}";
 }
 
 std::string row(const std::string& sig, int calls, const char* flops, const char* time_us = "null") {
@@ -51,9 +51,10 @@ TEST_CASE("plan: a signature's input key and snapshot bytes", "[plan]") {
   CHECK(format::input_key_sha256(s) == format::input_key_sha256(other_output));
   CHECK(format::input_key_sha256(s) != format::input_key_sha256(sig(linear(4, 8, 16, "vae"))));
   // an expanded (stride 0) view is stored as the span it covers
-  const JsonValue expanded = sig(
-      "{\"args\":[{\"dtype\":\"torch.bfloat16\",\"shape\":[1024,64],\"stride\":[0,1]}],\"kwargs\":{},\"op\":\"aten.relu."
-      "default\",\"output\":null,\"stage\":\"unstaged\"}");
+  const JsonValue expanded =
+      sig("{\"args\":[{\"dtype\":\"torch.bfloat16\",\"shape\":[1024,64],\"stride\":[0,1]}],\"kwargs\":{},\"op\":\"aten."
+          "relu."
+          "default\",\"output\":null,\"stage\":\"unstaged\"}");
   CHECK(format::signature_tensor_bytes(expanded) == 64 * 2);
 }
 
@@ -115,7 +116,8 @@ TEST_CASE("plan: where only some keys were measured, FLOPs rank them all", "[pla
 
 TEST_CASE("plan: a file that is not an audit is refused with its reason", "[plan]") {
   capture::SamplePlan plan;
-  CHECK(build_sample_plan(format::parse_json("{\"jobs\":[]}").value, {}, plan) == "no `rows` (not a coverage_audit.json)");
+  CHECK(build_sample_plan(format::parse_json("{\"jobs\":[]}").value, {}, plan) ==
+        "no `rows` (not a coverage_audit.json)");
 }
 
 TEST_CASE("plan: the sampler samples only planned keys and reports the ones never met", "[plan]") {

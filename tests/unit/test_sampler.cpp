@@ -197,7 +197,7 @@ TEST_CASE("sampler: a refused call leaves the key to a later call, tried again a
   for (int call = 1; call <= 100; ++call)
     if (decide(s, k)) {
       tried.push_back(call);
-      s.finished(k, 0, "", SampleResult::Refused, 0, 0);  // e.g. copies in flight: nothing stored
+      s.finished(k, 0, "", SampleResult::Refused, 0, 0);          // e.g. copies in flight: nothing stored
       CHECK(b.progress[kKey] == ClaimBroker::KeyProgress::Free);  // released as failed: others may take it
       b.owner.erase(kKey);
     }
@@ -223,7 +223,7 @@ TEST_CASE("sampler: a key keeps asking for the evidence a call did not give, and
   s.finished(k, 1, "sig", SampleResult::Kept, 10, kCounters);  // counters kept; the snapshot refused by a budget
   CHECK(k->active.load());
   CHECK(b.progress[kKey] == ClaimBroker::KeyProgress::Done);  // no other process waits on it; this one asks on
-  REQUIRE(decide(s, k));               // call 2 (the refusal at call 1 put the next try at call 2)
+  REQUIRE(decide(s, k));  // call 2 (the refusal at call 1 put the next try at call 2)
   CHECK(s.wanted(k) == kSnapshot);
   s.finished(k, 1, "sig", SampleResult::Kept, 10, kSnapshot);
   CHECK_FALSE(k->active.load());

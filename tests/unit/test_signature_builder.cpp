@@ -59,8 +59,10 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
 std::string signature_of(const std::function<void()>& call, const std::string& stage = "unstaged") {
   Captured captured;
   g_captured = &captured;
-  auto handle = at::addThreadLocalCallback(
-      at::RecordFunctionCallback(on_start, on_end).needsInputs(true).needsOutputs(true).scopes({at::RecordScope::FUNCTION}));
+  auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(on_start, on_end)
+                                               .needsInputs(true)
+                                               .needsOutputs(true)
+                                               .scopes({at::RecordScope::FUNCTION}));
   call();
   at::removeCallback(handle);
   g_captured = nullptr;
@@ -71,7 +73,8 @@ std::string signature_of(const std::function<void()>& call, const std::string& s
 
 // The canonical text of a seed row's signature, re-staged.
 std::string seed_signature(const std::string& sha) {
-  auto seed = lingprobe::format::parse_json(lingprobe::test::read_file(lingprobe::test::seed_path("coverage_audit.seed.json")));
+  auto seed =
+      lingprobe::format::parse_json(lingprobe::test::read_file(lingprobe::test::seed_path("coverage_audit.seed.json")));
   REQUIRE(seed.ok);
   for (const auto& row : seed.value.find("rows")->items())
     if (row.find("signature_sha256")->as_string() == sha) return canonical_json(*row.find("signature"));
@@ -150,26 +153,35 @@ TEST_CASE("scalars: float repr, bool, int, None, Layout, MemoryFormat, Device ty
   CHECK(signature_of([&] { at::leaky_relu(x, 1e-06); }).find(R"(,1e-06],)") != std::string::npos);
   // masked_fill with -inf: Python json's bare -Infinity.
   auto mask = at::zeros({4}, at::kBool);
-  CHECK(signature_of([&] { at::masked_fill(x, mask, -std::numeric_limits<double>::infinity()); })
-            .find(R"(,-Infinity],)") != std::string::npos);
+  CHECK(signature_of([&] {
+          at::masked_fill(x, mask, -std::numeric_limits<double>::infinity());
+        }).find(R"(,-Infinity],)") != std::string::npos);
   // empty.memory_format: size positional; dtype, layout, device, pin_memory, memory_format kwarg-only.
   const std::string e = signature_of([&] {
-    at::empty({2, 3}, at::TensorOptions().dtype(at::kHalf).layout(at::kStrided).device(at::kCPU), at::MemoryFormat::Contiguous);
+    at::empty({2, 3}, at::TensorOptions().dtype(at::kHalf).layout(at::kStrided).device(at::kCPU),
+              at::MemoryFormat::Contiguous);
   });
   CHECK(e.find(R"("dtype":"torch.float16")") != std::string::npos);
   CHECK(e.find(R"("layout":"torch.strided")") != std::string::npos);
   CHECK(e.find(R"("device":"cpu")") != std::string::npos);
   CHECK(e.find(R"("memory_format":"torch.contiguous_format")") != std::string::npos);
   // cumsum(Tensor self, int dim, *, ScalarType? dtype=None): int positional.
-  CHECK(signature_of([&] { at::cumsum(x, 0); }).find(R"([{"dtype":"torch.float32","shape":[4],"stride":[1]},0])") != std::string::npos);
+  CHECK(signature_of([&] { at::cumsum(x, 0); }).find(R"([{"dtype":"torch.float32","shape":[4],"stride":[1]},0])") !=
+        std::string::npos);
 }
 
 TEST_CASE("tuple outputs are lists; list inputs nest", "[capture][outputs]") {
   auto x = at::ones({2, 6}, at::kFloat);
   const std::string mx = signature_of([&] { at::max(x, 1); });  // max.dim -> (values, indices)
-  CHECK(mx.find(R"("output":[{"dtype":"torch.float32","shape":[2],"stride":[1]},{"dtype":"torch.int64","shape":[2],"stride":[1]}])") != std::string::npos);
+  CHECK(
+      mx.find(
+          R"("output":[{"dtype":"torch.float32","shape":[2],"stride":[1]},{"dtype":"torch.int64","shape":[2],"stride":[1]}])") !=
+      std::string::npos);
   const std::string cat = signature_of([&] { at::cat({x, x}, 0); });
-  CHECK(cat.find(R"("args":[[{"dtype":"torch.float32","shape":[2,6],"stride":[6,1]},{"dtype":"torch.float32","shape":[2,6],"stride":[6,1]}]])") != std::string::npos);
+  CHECK(
+      cat.find(
+          R"("args":[[{"dtype":"torch.float32","shape":[2,6],"stride":[6,1]},{"dtype":"torch.float32","shape":[2,6],"stride":[6,1]}]])") !=
+      std::string::npos);
   const std::string chunk = signature_of([&] { at::chunk(x, 3, 1); });
   CHECK(chunk.find(R"("output":[{"dtype":"torch.float32","shape":[2,2],"stride":[6,1]},)") != std::string::npos);
 }

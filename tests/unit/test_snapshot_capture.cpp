@@ -147,7 +147,7 @@ TEST_CASE("capture: view-only calls count as set-up; copying ones and an optimiz
   o.budget_process = 1 << 20;  // set-up calls: 128 KiB of it
   Rig rig(o);
   at::Tensor weight = at::ones({256, 256}).set_requires_grad(true);  // 256 KiB
-  Call detach = call_of("aten::detach", {weight});                  // nn.Parameter detaches every new weight
+  Call detach = call_of("aten::detach", {weight});                   // nn.Parameter detaches every new weight
   CHECK_FALSE(rig.run(key('f'), detach, {weight.detach()}));
   at::Tensor x = at::ones({128, 256});
   Call flatten = call_of("aten::contiguous", {x.t(), static_cast<int64_t>(c10::MemoryFormat::Contiguous)});
@@ -167,7 +167,7 @@ TEST_CASE("capture: a snapshot over the archive's limit is refused before any co
   CHECK(rig.refusals == std::vector<std::string>{"aten::mm snapshot too_large"});
   CHECK(rig.sink.kept.empty());
   CHECK(rig.sampler.unsampled_reasons() == std::map<std::string, uint64_t>{{"snapshot:too_large", 1}});
-  for (int i = 0; i < 8; ++i) CHECK_FALSE(rig.run(key('i'), mm, {}));  // settled: no later call is tried
+  for (int i = 0; i < 8; ++i) CHECK_FALSE(rig.run(key('i'), mm, {}));             // settled: no later call is tried
   Call grows = call_of("aten::mm", {at::ones({1024, 64}), at::ones({64, 256})});  // 320 KiB in, 1 MiB out
   CHECK(rig.run(key('j'), grows, {at::ones({1024, 256})}));  // begun; refused at its end, nothing copied out
   CHECK(rig.refusals.back() == "aten::mm snapshot too_large");

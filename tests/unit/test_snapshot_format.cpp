@@ -63,7 +63,8 @@ TEST_CASE("crc32: the standard check value, in pieces too", "[snapshot]") {
   CHECK(crc32_update(0, "123456789", 9) == 0xCBF43926u);
   CHECK(crc32_update(crc32_update(0, "1234", 4), "56789", 5) == 0xCBF43926u);
   std::string big(100000, 'x');
-  CHECK(crc32_update(0, big.data(), big.size()) == crc32_update(crc32_update(0, big.data(), 777), big.data() + 777, big.size() - 777));
+  CHECK(crc32_update(0, big.data(), big.size()) ==
+        crc32_update(crc32_update(0, big.data(), 777), big.data() + 777, big.size() - 777));
 }
 
 TEST_CASE("zip: written front to back, data 64-byte aligned, read back with CRCs", "[snapshot]") {
@@ -91,10 +92,14 @@ TEST_CASE("zip: written front to back, data 64-byte aligned, read back with CRCs
   CHECK(ZipReader().open(tsrc).find("not a ZIP") != std::string::npos);
 }
 
-TEST_CASE("zip: a failure carries a code (the writer tells an archive over 4 GiB from a full disk by it)", "[snapshot]") {
+TEST_CASE("zip: a failure carries a code (the writer tells an archive over 4 GiB from a full disk by it)",
+          "[snapshot]") {
   using lingprobe::format::ZipWriter;
   std::string sink;
-  ZipWriter zip([&](const void* d, size_t n) { sink.append(static_cast<const char*>(d), n); return true; });
+  ZipWriter zip([&](const void* d, size_t n) {
+    sink.append(static_cast<const char*>(d), n);
+    return true;
+  });
   REQUIRE(zip.begin_entry("archive/data/0"));
   const char byte = 0;
   // 4 GiB and one byte: refused before a byte is read (the pointer holds one) or written
@@ -120,10 +125,10 @@ TEST_CASE("pickle: lingprobe's subset round-trips, integers of every width", "[s
   t.size = {3, 4};
   t.stride = {4, 1};
   PickleValue v = PickleValue::dict();
-  v.set("ints", PickleValue::list({PickleValue::integer(0), PickleValue::integer(255), PickleValue::integer(256),
-                                   PickleValue::integer(65536), PickleValue::integer(-1),
-                                   PickleValue::integer(INT64_MAX), PickleValue::integer(INT64_MIN),
-                                   PickleValue::integer(54067200)}));
+  v.set("ints",
+        PickleValue::list({PickleValue::integer(0), PickleValue::integer(255), PickleValue::integer(256),
+                           PickleValue::integer(65536), PickleValue::integer(-1), PickleValue::integer(INT64_MAX),
+                           PickleValue::integer(INT64_MIN), PickleValue::integer(54067200)}));
   v.set("text", PickleValue::string("caf\xc3\xa9"));
   v.set("flags", PickleValue::list({PickleValue::boolean(true), PickleValue::boolean(false), PickleValue::none()}));
   v.set("tuple", PickleValue::tuple({PickleValue::integer(1)}));
@@ -147,8 +152,14 @@ TEST_CASE("pickle: lingprobe's subset round-trips, integers of every width", "[s
   CHECK((bt.size == std::vector<int64_t>{3, 4} && bt.stride == std::vector<int64_t>{4, 1}));
   // anything outside the subset is refused, never executed
   PickleValue x;
-  CHECK(read_pickle(std::string("\x80\x02" "cos\nsystem\n" "X\x02\x00\x00\x00ls" "\x85" "R.", 24), x).find("os.system") !=
-        std::string::npos);
+  CHECK(read_pickle(std::string("\x80\x02"
+                                "cos\nsystem\n"
+                                "X\x02\x00\x00\x00ls"
+                                "\x85"
+                                "R.",
+                                24),
+                    x)
+            .find("os.system") != std::string::npos);
   CHECK_FALSE(read_pickle("\x80\x02G", x).empty());  // BINFLOAT: not ours
   // containers nested by APPEND alone (no MARK): bounded too (the destructor recurses)
   std::string deep = "\x80\x02";
@@ -156,7 +167,8 @@ TEST_CASE("pickle: lingprobe's subset round-trips, integers of every width", "[s
   for (int i = 0; i < 199; ++i) deep += "a";
   deep += ".";
   CHECK(read_pickle(deep, x).find("nested too deeply") != std::string::npos);
-  CHECK(read_pickle(std::string("\x80\x02]q\x00h\x00.", 8), x).find("unsupported opcode") != std::string::npos);  // no memo
+  CHECK(read_pickle(std::string("\x80\x02]q\x00h\x00.", 8), x).find("unsupported opcode") !=
+        std::string::npos);  // no memo
   CHECK_FALSE(read_pickle(bytes.substr(0, bytes.size() / 2), x).empty());
 }
 

@@ -73,8 +73,8 @@ TEST_CASE("stage clock: intervals per stage, clean unless a window moved or was 
   clock.begin(1, 0, stream(7));
   epoch = 1;  // a window opens...
   ev.now_ms = 5;
-  epoch = 2;  // ...and closes
-  clock.end();  // 3 ms, not clean
+  epoch = 2;                     // ...and closes
+  clock.end();                   // 3 ms, not clean
   clock.begin(2, 0, stream(7));  // the epoch did not move, but a window of another process is open (high half odd)
   epoch = 2 | (uint64_t{1} << 32);
   clock.begin(2, 0, stream(7));  // (an unheard change: the previous interval ends here)

@@ -36,16 +36,19 @@ TEST_CASE("stage GPU time round-trips through the counts record", "[report][stag
   REQUIRE(mkdtemp(dir));
   const std::string path = std::string(dir) + "/m.jsonl";
   {
-    sink::MetadataWriter w({path, "{\"format\":\"lingprobe-metadata/1\",\"kind\":\"header\",\"pid\":1,\"rank\":0,\"role\":\"rank\",\"run_id\":\"r\",\"world_size\":1}", 10000},
-                           [] {
-                             format::CountsSnapshot s;
-                             s.sampling["keys"] = 2;
-                             s.stage_gpu["dit"] = {{"gpu_us", 1500}, {"intervals", 3}, {"clean_gpu_us", 900},
-                                                   {"clean_intervals", 2}};
-                             s.stage_gpu["vae \"x\""] = {{"gpu_us", 7}, {"intervals", 1}};
-                             s.stage_gpu_lost["stream_capturing"] = 4;
-                             return s;
-                           });
+    sink::MetadataWriter w(
+        {path,
+         "{\"format\":\"lingprobe-metadata/"
+         "1\",\"kind\":\"header\",\"pid\":1,\"rank\":0,\"role\":\"rank\",\"run_id\":\"r\",\"world_size\":1}",
+         10000},
+        [] {
+          format::CountsSnapshot s;
+          s.sampling["keys"] = 2;
+          s.stage_gpu["dit"] = {{"gpu_us", 1500}, {"intervals", 3}, {"clean_gpu_us", 900}, {"clean_intervals", 2}};
+          s.stage_gpu["vae \"x\""] = {{"gpu_us", 7}, {"intervals", 1}};
+          s.stage_gpu_lost["stream_capturing"] = 4;
+          return s;
+        });
     w.add_signature(0, std::string(64, 'a'), "{\"op\":\"aten.add.Tensor\"}");  // the file opens with its first record
     w.finalize();
   }
@@ -82,10 +85,12 @@ TEST_CASE("no stage measurement: no denominator", "[report][stage_time]") {
 TEST_CASE("stage GPU time: ranks summed, windows taken out, attributed and unattributed", "[report][stage_time]") {
   // dit: all clean on rank 0, 1 of 2 clean on rank 1 -> 3 of 4 clean: mean 1000 x 4 = 4000 without windows.
   // vae: clean throughout -> the measurement. text: no clean interval -> unknown, out of the totals.
-  audit::FileSummary r0 = rank_with({{"dit", {{"gpu_us", 2000}, {"intervals", 2}, {"clean_gpu_us", 2000}, {"clean_intervals", 2}}},
-                                     {"vae", {{"gpu_us", 500}, {"intervals", 1}, {"clean_gpu_us", 500}, {"clean_intervals", 1}}}});
-  audit::FileSummary r1 = rank_with({{"dit", {{"gpu_us", 9000}, {"intervals", 2}, {"clean_gpu_us", 1000}, {"clean_intervals", 1}}},
-                                     {"text", {{"gpu_us", 300}, {"intervals", 1}}}});
+  audit::FileSummary r0 =
+      rank_with({{"dit", {{"gpu_us", 2000}, {"intervals", 2}, {"clean_gpu_us", 2000}, {"clean_intervals", 2}}},
+                 {"vae", {{"gpu_us", 500}, {"intervals", 1}, {"clean_gpu_us", 500}, {"clean_intervals", 1}}}});
+  audit::FileSummary r1 =
+      rank_with({{"dit", {{"gpu_us", 9000}, {"intervals", 2}, {"clean_gpu_us", 1000}, {"clean_intervals", 1}}},
+                 {"text", {{"gpu_us", 300}, {"intervals", 1}}}});
   r1.stage_gpu_lost["event_failed"] = 1;
   const auto v = audit::stage_time_view({&r0, &r1}, {{"dit", 3000.0}, {"vae", 800.0}});
   REQUIRE(!v.json.is_null());

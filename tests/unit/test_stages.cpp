@@ -42,14 +42,16 @@ TEST_CASE("stage changes are counted and heard on the changing thread", "[stages
 
 TEST_CASE("NVTX maps: patterns std::regex mishandles are refused, long names matched safely", "[stages]") {
   // fuzz/fuzz_parsers: a back-reference of 19 digits overflowed libstdc++'s regex compiler (UBSan).
-  CHECK(lingprobe::capture::set_nvtx_map("dit=^(dit|t)\\3333333333333333333").find("more than 4 digits") != std::string::npos);
+  CHECK(lingprobe::capture::set_nvtx_map("dit=^(dit|t)\\3333333333333333333").find("more than 4 digits") !=
+        std::string::npos);
   CHECK(lingprobe::capture::set_nvtx_map("dit=a{99999}").find("more than 4 digits") != std::string::npos);
   CHECK(lingprobe::capture::set_nvtx_map("dit=a{1,123456}").find("more than 4 digits") != std::string::npos);
   CHECK(lingprobe::capture::set_nvtx_map("t=f@f{55555555555555555555").find("more than 4 digits") != std::string::npos);
   CHECK(lingprobe::capture::set_nvtx_map("t=2^([]x){1}c{66666666666666666666}").find("more than 4 digits") !=
         std::string::npos);  // "[]" is an empty class in ECMAScript: what follows it is not inside a class
   CHECK(lingprobe::capture::set_nvtx_map("dit=" + std::string(600, 'a')).find("longer than 512") != std::string::npos);
-  REQUIRE(lingprobe::capture::set_nvtx_map("dit=^layer_12345$;vae=a{2,3}b").empty());  // digits outside braces are literals
+  REQUIRE(
+      lingprobe::capture::set_nvtx_map("dit=^layer_12345$;vae=a{2,3}b").empty());  // digits outside braces are literals
   // Nested repetition: exponential backtracking in libstdc++ (fuzz/fuzz_parsers timed out on 'vae_****').
   for (const char* bad : {"dit=vae_**", "dit=(a+)*", "dit=(a|b)+c", "dit=((a)*)+", "dit=x{2}{3}", "dit=(a*){2}"})
     CHECK(lingprobe::capture::set_nvtx_map(bad).find("repeats a repetition") != std::string::npos);

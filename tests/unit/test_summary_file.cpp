@@ -9,8 +9,8 @@ using namespace lingprobe::audit;
 
 namespace {
 const std::string kAudit = "# lingprobe coverage audit\n\n12 distinct signatures.\n\n## Stage dit\n\nrows\n";
-const std::string kCapability = std::string(kCapabilityHeading) + "\n\n### Left on the table\n\n| would save |\n\n" +
-                                kCapabilityEnd + "\n";
+const std::string kCapability =
+    std::string(kCapabilityHeading) + "\n\n### Left on the table\n\n| would save |\n\n" + kCapabilityEnd + "\n";
 }  // namespace
 
 TEST_CASE("the capability section comes right under the audit's title") {

@@ -10,8 +10,10 @@ namespace lingprobe::test {
 
 inline std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot read " + path + " (the seeds live in ../shared/seeds beside the checkout; "
-                                   "configure with -DLINGPROBE_SEEDS_DIR=... if they are elsewhere)");
+  if (!f)
+    throw std::runtime_error("cannot read " + path +
+                             " (the seeds live in ../shared/seeds beside the checkout; "
+                             "configure with -DLINGPROBE_SEEDS_DIR=... if they are elsewhere)");
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();

@@ -5,8 +5,11 @@
 
 Every quoted include of a source file under a layer's directories must name a file of its own layer or of a layer
 the table allows ("format/json_value.h" is layer format; "lingprobe/lingprobe.h" is the public headers); a layer
-without torch headers may not include <torch/...>, <ATen/...> or <c10/...>. Prints one line per violation
-(FILE:LINE: what crosses, and what the table allows) and exits 1 if there is any, 0 otherwise."""
+without torch headers may not include <torch/...>, <ATen/...> or <c10/...>. And every component (a file pair, or a
+lone header) of a layer's directories must be named in docs/ARCHITECTURE.md's picture, in backquotes (`recorder`,
+`torch_guard.h`, `capi/lingprobe_capi.cpp`), so that the picture cannot leave a room out. Prints one line per
+violation (FILE:LINE: what crosses, and what the table allows; FILE: not in the picture) and exits 1 if there is any,
+0 otherwise."""
 import pathlib
 import re
 import sys
@@ -63,13 +66,29 @@ def violations(root):
     return out
 
 
+def unnamed_components(root):
+    """Files of a layer whose component docs/ARCHITECTURE.md does not name."""
+    layers = read_table(root)
+    picture = (root / "docs" / "ARCHITECTURE.md").read_text()
+    out = []
+    for layer in layers.values():
+        for d in layer["dirs"]:
+            stems = sorted({p.stem for p in (root / d).glob("*") if p.suffix in (".h", ".cpp", ".c")})
+            for stem in stems:
+                if not re.search(r"`(?:[\w/]*/)?" + re.escape(stem) + r"(?:\.h|\.cpp|\.c)?`", picture):
+                    out.append(f"{d}/{stem}: not named in docs/ARCHITECTURE.md (add it, in backquotes, to its layer's row)")
+    return out
+
+
 def main():
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parents[1])
     found = violations(root)
-    for v in found:
+    unnamed = unnamed_components(root)
+    for v in found + unnamed:
         print(v)
-    print(f"check-includes: {len(found)} include(s) crossing lib/layers.txt")
-    return 1 if found else 0
+    print(f"check-includes: {len(found)} include(s) crossing lib/layers.txt, {len(unnamed)} component(s) missing from "
+          "docs/ARCHITECTURE.md")
+    return 1 if found or unnamed else 0
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ trap report EXIT
 step "install dependencies" "$root/scripts/install-deps.sh" || exit 1
 step "build" "$root/scripts/build.sh" || exit 1
 failed=0
-step "include check (lib/layers.txt)" python3 "$root/scripts/check-includes.py" || failed=1
+step "layer check (lib/layers.txt, ARCHITECTURE.md)" python3 "$root/scripts/check-includes.py" || failed=1
 step "format check (.clang-format)" "$root/scripts/check-format.sh" || failed=1
 step "ctest: C++ and C tiers" env -C "$build" ctest --output-on-failure --no-tests=error --timeout 1500 -LE python \
   || failed=1

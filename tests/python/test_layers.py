@@ -1,5 +1,6 @@
 """The layer table is enforced by a check, not by goodwill (issue 27): scripts/check-includes.py fails on an include
-that crosses lib/layers.txt, and docs/ARCHITECTURE.md shows that table as it is."""
+that crosses lib/layers.txt and on a component docs/ARCHITECTURE.md does not name, and ARCHITECTURE.md shows that
+table as it is."""
 import pathlib
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ def test_the_tree_keeps_the_table():
 
 
 def test_a_crossing_include_fails_with_its_file_and_line(tmp_path):
-    for part in ("lib", "capi", "tools", "include"):
+    for part in ("lib", "capi", "tools", "include", "docs"):
         shutil.copytree(ROOT / part, tmp_path / part)
     sink = tmp_path / "lib" / "sink" / "claims.cpp"
     sink.write_text('#include "capture/sampler.h"\n' + sink.read_text())  # sink may not know capture
@@ -37,3 +38,13 @@ def test_architecture_shows_the_table():
     table = [l for l in (ROOT / "lib" / "layers.txt").read_text().splitlines() if l and not l.startswith("#")]
     doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     assert "\n".join(table) in doc, "docs/ARCHITECTURE.md's layer table is stale: paste lib/layers.txt into it"
+
+
+def test_a_file_the_picture_does_not_name_fails(tmp_path):
+    for part in ("lib", "capi", "tools", "include", "docs"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    (tmp_path / "lib" / "gpu" / "new_room.cpp").write_text("// a component nobody drew\n")
+    p = run(tmp_path)
+    assert p.returncode == 1, p.stdout
+    assert "lib/gpu/new_room: not named in docs/ARCHITECTURE.md" in p.stdout, p.stdout
+    assert "0 include(s) crossing lib/layers.txt, 1 component(s) missing" in p.stdout, p.stdout

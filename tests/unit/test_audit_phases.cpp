@@ -1,0 +1,151 @@
+// The audit's phases, `diff` and `trace` on a real run: the stored H200
+// stand-in run with counters (tests/data/h200-seed-profile-run.tgz, 4 ranks),
+// unpacked into a temporary directory. No torch, no GPU.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "audit/audit_run.h"
+#include "audit/coverage_audit.h"
+#include "audit/run_diff.h"
+#include "audit/trace_export.h"
+
+using namespace lingprobe;
+using namespace lingprobe::audit;
+
+namespace {
+
+// A fresh copy of the stored run; its directory.
+std::string unpacked_run() {
+  char tmpl[] = "/tmp/lpunit-audit-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string cmd =
+      "tar xzf '" + std::string(LINGPROBE_TEST_DATA_DIR) + "/h200-seed-profile-run.tgz' -C '" + dir + "'";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  return dir + "/seed-profile";
+}
+
+// Rejected evidence under profiles/ (the stored run keeps its profiles, not its snapshots' .pt files).
+size_t profiles_rejected(const AuditRun& a) {
+  size_t n = 0;
+  for (const auto& r : a.rejected.items()) n += r.find("path")->as_string().rfind("profiles/", 0) == 0;
+  return n;
+}
+
+size_t profiles_counted(const AuditRun& a) {
+  size_t n = 0;
+  for (const auto& [sha, s] : a.sigs) n += s.profiles.size();
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("audit phases: found, read, totalled, checked and reported, in order", "[audit][phases]") {
+  const std::string run = unpacked_run();
+  AuditOptions o;
+  o.inputs = {run};
+  o.write = false;
+  AuditOutcome out;
+  AuditRun a(o, out);
+  REQUIRE(find_inputs(a));
+  CHECK(a.files.size() == 4);  // one metadata file per rank
+  REQUIRE(read_inputs(a));
+  CHECK(a.summaries.size() == 4);
+  CHECK(a.run_ids.size() == 1);
+  REQUIRE(total_ranks(a));
+  CHECK(a.ranks == std::set<int64_t>{0, 1, 2, 3});
+  CHECK(a.world_size == 4);
+  REQUIRE_FALSE(a.sigs.empty());
+  check_evidence(a);
+  const size_t profiles = profiles_counted(a);
+  CHECK(profiles == 30);  // the run's 30 counter windows, each with its files unaltered
+  CHECK(profiles_rejected(a) == 0);
+  build_report(a);
+  REQUIRE(a.report.find("stages"));
+  CHECK(a.report.find("stages")->items().size() == 3);  // dit, vae, output
+}
+
+TEST_CASE("audit phases: evidence whose files changed after the run is not counted", "[audit][phases]") {
+  const std::string run = unpacked_run();
+  AuditOptions o;
+  o.inputs = {run};
+  o.write = false;
+  AuditOutcome out;
+  AuditRun a(o, out);
+  REQUIRE((find_inputs(a) && read_inputs(a) && total_ranks(a)));
+  // One profile's manifest edited: its SHA-256 (recorded in the metadata) no longer matches.
+  std::string edited;
+  for (const auto& [sha, s] : a.sigs)
+    if (!s.profiles.empty() && edited.empty()) edited = s.profiles.front().path;
+  REQUIRE_FALSE(edited.empty());
+  std::ofstream(run + "/" + edited + "/manifest.json", std::ios::app) << " ";
+  check_evidence(a);
+  CHECK(profiles_counted(a) == 29);
+  CHECK(profiles_rejected(a) == 1);
+}
+
+TEST_CASE("audit phases: a directory without metadata stops at the first phase with the reason", "[audit][phases]") {
+  char tmpl[] = "/tmp/lpunit-empty-XXXXXX";
+  AuditOptions o;
+  o.inputs = {mkdtemp(tmpl)};
+  o.write = false;
+  AuditOutcome out;
+  AuditRun a(o, out);
+  CHECK_FALSE(find_inputs(a));
+  CHECK_FALSE(out.error.empty());
+}
+
+TEST_CASE("diff: a run against itself is unchanged in every stage", "[audit][diff]") {
+  const std::string run = unpacked_run();
+  DiffOptions o;
+  o.run_a = o.run_b = run;
+  const DiffOutcome d = diff_runs(o);
+  REQUIRE(d.ok);
+  const format::JsonValue* stages = d.report.find("stages");
+  REQUIRE(stages);
+  CHECK(stages->items().size() == 3);
+  for (const auto& s : stages->items()) {
+    const format::JsonValue& counts = *s.find("counts");
+    CHECK(counts.find("unchanged")->as_int() > 0);
+    for (const char* k : {"calls_changed", "shape_changed", "paired_groups", "only_in_a", "only_in_b"})
+      CHECK(counts.find(k)->as_int() == 0);
+    CHECK(s.find("entries")->items().empty());
+  }
+  DiffOptions one = o;
+  one.stage = "dit";
+  CHECK(diff_runs(one).report.find("stages")->items().size() == 1);
+  DiffOptions missing = o;
+  missing.run_b = run + "/no-such-run";
+  const DiffOutcome bad = diff_runs(missing);
+  CHECK_FALSE(bad.ok);
+  CHECK_FALSE(bad.error.empty());
+}
+
+TEST_CASE("trace: every rank's calls, snapshots and windows; filters and the event limit", "[audit][trace]") {
+  const std::string run = unpacked_run();
+  TraceOptions o;
+  o.run_dir = run;
+  const TraceOutcome all = write_trace(o);
+  REQUIRE(all.ok);
+  CHECK(all.processes == 4);
+  CHECK(all.slices == 17106);
+  CHECK(all.snapshots == 30);
+  CHECK(all.windows == 30);
+  CHECK(std::ifstream(all.output_path).good());
+  TraceOptions rank1 = o;
+  rank1.ranks = {1};
+  rank1.output = run + "/rank1.json";
+  const TraceOutcome r1 = write_trace(rank1);
+  REQUIRE(r1.ok);
+  CHECK(r1.processes == 1);
+  CHECK(r1.slices < all.slices);
+  TraceOptions limited = o;
+  limited.max_events = 100;
+  limited.output = run + "/limited.json";
+  const TraceOutcome l = write_trace(limited);
+  REQUIRE(l.ok);
+  CHECK(l.slices == 100);
+  CHECK(l.slices + l.over_limit == all.slices);
+}

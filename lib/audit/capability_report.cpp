@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "audit/capability_job.h"
 #include "audit/metadata_reader.h"
 #include "audit/profile_evidence.h"
 #include "audit/run_paths.h"
@@ -33,15 +34,6 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-double num(const JsonValue* v) {
-  if (!v) return 0;
-  if (v->kind() == JsonValue::Kind::Float) return v->as_float();
-  if (v->kind() == JsonValue::Kind::Int) return static_cast<double>(v->as_int());
-  return 0;
-}
-
-std::string str(const JsonValue* v) { return v && v->kind() == JsonValue::Kind::String ? v->as_string() : ""; }
-
 std::string human(double x, const char* unit) {
   const char* prefixes[] = {"", "K", "M", "G", "T", "P"};
   int i = 0;
@@ -54,7 +46,7 @@ std::string human(double x, const char* unit) {
 // The first tensor's dtype in a signature value (nested lists walked); "" if none.
 std::string first_dtype(const JsonValue* v) {
   if (!v) return "";
-  if (v->kind() == JsonValue::Kind::Object) return str(v->find("dtype"));
+  if (v->kind() == JsonValue::Kind::Object) return json_text(v->find("dtype"));
   if (v->kind() == JsonValue::Kind::Array)
     for (const auto& x : v->items())
       if (std::string d = first_dtype(&x); !d.empty()) return d;
@@ -72,7 +64,7 @@ std::string first_dtype(const JsonValue* v) {
 // switches of the call's math policy (without one, torch's defaults: matmul
 // no, cuDNN yes). "" where the table has no roof.
 std::string math_mode(const JsonValue& sig, const JsonValue* policy) {
-  const std::string op = str(sig.find("op"));
+  const std::string op = json_text(sig.find("op"));
   const bool gemm = op.find("linear") != std::string::npos || op.find("mm") != std::string::npos ||
                     op.find("matmul") != std::string::npos;
   const bool conv = op.find("conv") != std::string::npos;
@@ -96,26 +88,6 @@ std::string math_mode(const JsonValue& sig, const JsonValue* policy) {
 }
 
 namespace {
-
-// The call ran in a CUDA autocast region (its math policy, as the profile or its replay recorded it; profiles are
-// of CUDA calls, so CPU autocast casts nothing in their windows).
-bool autocast_on(const JsonValue* policy) {
-  const JsonValue* v = policy ? policy->find("autocast_cuda") : nullptr;
-  return v && ((v->kind() == JsonValue::Kind::Bool && v->as_bool()) ||
-               (v->kind() == JsonValue::Kind::String && v->as_string() == "true"));
-}
-
-struct Job {
-  JsonValue json;
-  std::string sha, stage, mode, h16;
-  double est_us = 0, flops_per_s = 0, intensity = 0, peak_flops = 0, peak_dram = 0, frac_flops = -1, frac_dram = -1;
-  double time_us = 0, dram_bytes_per_s = 0;
-  double cast_us = 0;          // of time_us, autocast's casts of the inputs (copy kernels in an arithmetic op's window)
-  double recoverable_us = -1;  // est_us x (1 - the bounding roof's fraction); -1: no roof known
-  uint64_t calls = 0;
-  std::string label;
-  bool passed = false;  // only passed jobs' figures enter the totals and the roofline
-};
 
 // Stage names are the user's: escaped for XML text.
 std::string xml_text(const std::string& in) {
@@ -265,6 +237,159 @@ std::string left_on_the_table(const std::vector<Job>& jobs) {
 
 }  // namespace
 
+namespace {
+
+// 2. One job per profiled signature: its first passed profile, else its first.
+std::vector<Job> signature_jobs(const std::string& run, const ReportInputs& in, std::vector<std::string>& warnings) {
+  std::vector<Job> jobs;
+  for (const EvidenceRecord& p : in.profiles) {
+    Job j;
+    if (!profile_job(run, p, in, warnings, j)) continue;
+    // One job per signature: its first passed profile, else its first.
+    auto same = std::find_if(jobs.begin(), jobs.end(), [&](const Job& x) { return x.sha == p.sha; });
+    if (same == jobs.end()) {
+      jobs.push_back(std::move(j));
+    } else if (j.passed && !same->passed) {
+      warnings.push_back(json_text(same->json.find("output")) + ": " + json_text(same->json.find("status")) +
+                         "; this signature's job is " + p.path + ", which passed");
+      *same = std::move(j);
+    } else {
+      warnings.push_back(p.path + ": a further profile of a signature that has a job (not used)");
+    }
+  }
+  return jobs;
+}
+
+// 3. The totals over the jobs: estimated GPU time, FLOPs attributed to profiled signatures or not, the measured
+// GPU time per stage.
+struct Totals {
+  std::set<std::string> profiled;  // the passed jobs' signatures
+  double est_us = 0, flops = 0, attributed_flops = 0;
+  uint64_t unattributed_calls = 0, unattributed_sigs = 0;
+  StageTimeView measured;
+};
+
+Totals run_totals(const std::vector<Job>& jobs, const ReportInputs& in) {
+  Totals t;
+  for (const auto& j : jobs)
+    if (j.passed) t.profiled.insert(j.sha);
+  for (const auto& j : jobs)
+    if (j.passed) t.est_us += j.est_us;
+  for (const auto& [sha, n] : in.calls) {
+    const auto text = in.texts.find(sha);
+    auto parsed = format::parse_json(text == in.texts.end() ? std::string() : text->second);
+    const auto f = parsed.ok ? format::flops_per_call(parsed.value) : std::nullopt;
+    if (f) t.flops += static_cast<double>(*f) * static_cast<double>(n);
+    if (t.profiled.count(sha)) {
+      if (f) t.attributed_flops += static_cast<double>(*f) * static_cast<double>(n);
+    } else {
+      t.unattributed_calls += n;
+      ++t.unattributed_sigs;
+    }
+  }
+  std::map<std::string, double> attributed_by_stage;
+  for (const auto& j : jobs)
+    if (j.passed) attributed_by_stage[j.stage] += j.est_us;
+  t.measured = stage_time_view(in.counted, attributed_by_stage);
+  return t;
+}
+
+// 4. The jobs, passed first by estimated GPU time, with their shares; `all_passed`: every job passed and replayed
+// exactly where it was replayed.
+JsonValue job_list(std::vector<Job>& jobs, const Totals& t, bool& all_passed) {
+  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
+    return a.passed != b.passed ? a.passed : a.est_us > b.est_us;  // passed first, by estimated GPU time
+  });
+  JsonValue list = JsonValue::array();
+  all_passed = !jobs.empty();
+  for (auto& j : jobs) {
+    j.json.set("share_of_estimated_gpu_time",
+               j.passed && t.est_us > 0 ? JsonValue::floating(j.est_us / t.est_us) : JsonValue::null());
+    // Of the total the report knows; null for a job whose stage's time is not in it (no clean interval, unmeasured).
+    j.json.set("share_of_measured_gpu_time",
+               j.passed && t.measured.denominator_us > 0 && t.measured.without_windows_us.count(j.stage)
+                   ? JsonValue::floating(j.est_us / t.measured.denominator_us)
+                   : JsonValue::null());
+    const JsonValue* c = j.json.find("correctness");
+    all_passed =
+        all_passed && json_text(j.json.find("status")) == "passed" &&
+        (!c || c->is_null() ||
+         (c->find("exact") && c->find("exact")->kind() == JsonValue::Kind::Bool && c->find("exact")->as_bool()));
+    list.push_back(j.json);
+  }
+  return list;
+}
+
+JsonValue whole_run(const std::vector<Job>& jobs, const ReportInputs& in, const Totals& t) {
+  JsonValue whole = JsonValue::object();
+  whole.set("signatures", JsonValue::integer(static_cast<int64_t>(in.calls.size())));
+  whole.set("profiled_signatures", JsonValue::integer(static_cast<int64_t>(jobs.size())));
+  whole.set("passed_signatures", JsonValue::integer(static_cast<int64_t>(t.profiled.size())));
+  whole.set("estimated_gpu_time_us", JsonValue::floating(t.est_us));
+  whole.set("flops", JsonValue::floating(t.flops));
+  whole.set("attributed_flops", JsonValue::floating(t.attributed_flops));
+  double recoverable = 0;
+  for (const auto& j : jobs) recoverable += std::max(0.0, j.recoverable_us);
+  whole.set("recoverable_gpu_time_us", JsonValue::floating(recoverable));
+  whole.set("unattributed_signatures", JsonValue::integer(static_cast<int64_t>(t.unattributed_sigs)));
+  whole.set("unattributed_calls", JsonValue::integer(static_cast<int64_t>(t.unattributed_calls)));
+  whole.set("achieved_flops_per_second",
+            t.est_us > 0 ? JsonValue::floating(t.attributed_flops / (t.est_us * 1e-6)) : JsonValue::null());
+  whole.set("measured_gpu_time", t.measured.json);
+  whole.set("note", JsonValue::string(
+                        "estimated GPU time = sum over profiled signatures of (kernel time per call x recorded calls): "
+                        "the recorded ops "
+                        "only (LINGPROBE_OPS), kernels in isolation under replay. measured_gpu_time is the run's own "
+                        "GPU time per stage "
+                        "(CUDA events, LINGPROBE_STAGE_GPU_TIME) and what of it the profiled signatures account for; " +
+                        std::string(t.measured.json.is_null()
+                                        ? "this run has no such measurement (PROFILE off, or no CUDA op)"
+                                        : "share_of_measured_gpu_time divides by its total without the windows")));
+  return whole;
+}
+
+// 5. summary.md's capability section: what is left on the table first, then the top jobs.
+std::string capability_section(const std::vector<Job>& jobs, const ReportInputs& in, const Totals& t) {
+  std::ostringstream md;
+  md << kCapabilityHeading << "\n";
+  if (jobs.empty()) {
+    md << "\nNo profiled call in this run (" << in.calls.size()
+       << " signatures): counters are measured with LINGPROBE_PROFILE=1 on calls with CUDA tensors "
+          "(docs/COUNTERS.md).\n";
+  } else {
+    std::map<std::string, int> by_status;
+    for (const auto& j : jobs) ++by_status[json_text(j.json.find("status"))];
+    std::string statuses;
+    for (const auto& [st, n] : by_status) statuses += (statuses.empty() ? "" : ", ") + std::to_string(n) + " " + st;
+    md << left_on_the_table(jobs) << "\n"
+       << jobs.size() << " of " << in.calls.size() << " signatures profiled inline (" << statuses
+       << "); estimated GPU time of the recorded ops " << human(t.est_us * 1e-6, "s")
+       << " (kernel time per call x calls), " << t.unattributed_sigs << " signature(s) and " << t.unattributed_calls
+       << " call(s) unattributed. Roofline: reports/roofline.svg.\n"
+       << t.measured.markdown
+       << "\n| share of est. GPU time | calls | us/call | achieved | % of peak | DRAM | % of DRAM peak | mode | status "
+          "| signature |\n"
+       << "|---|---|---|---|---|---|---|---|---|---|\n";
+    for (size_t i = 0; i < jobs.size() && i < 10; ++i) {
+      const Job& j = jobs[i];
+      auto pct = [](double f) { return f >= 0 ? std::to_string(static_cast<int>(std::lround(100 * f))) + "%" : "-"; };
+      char row[640];
+      char share[32] = "-";
+      if (j.passed && t.est_us > 0) std::snprintf(share, sizeof share, "%.1f%%", 100 * j.est_us / t.est_us);
+      std::snprintf(row, sizeof row, "| %s | %llu | %.1f | %s | %s | %s | %s | %s | %s | `%s` %s |\n", share,
+                    static_cast<unsigned long long>(j.calls), j.time_us,
+                    j.flops_per_s > 0 ? human(j.flops_per_s, "FLOP/s").c_str() : "-", pct(j.frac_flops).c_str(),
+                    human(j.dram_bytes_per_s, "B/s").c_str(), pct(j.frac_dram).c_str(), j.mode.c_str(),
+                    json_text(j.json.find("status")).c_str(), j.label.c_str(), j.h16.substr(0, 12).c_str());
+      md << row;
+    }
+  }
+  md << "\n" << kCapabilityEnd << "\n";
+  return md.str();
+}
+
+}  // namespace
+
 ReportOutcome run_report(const ReportOptions& options) {
   ReportOutcome out;
   std::string run = options.run_dir;
@@ -274,270 +399,13 @@ ReportOutcome run_report(const ReportOptions& options) {
     out.error = run + " is not a run directory (no metadata/*.jsonl)";
     return out;
   }
-  // The run: calls per signature (the ranks'), signature texts, the profile and snapshot records.
-  struct Rec {
-    std::string sha, path, evidence_sha;
-    uint64_t seq;
-    int64_t rank;
-  };
-  std::map<std::string, uint64_t> calls;
-  std::map<std::string, std::string> texts;
-  std::vector<Rec> profiles, snapshots;
-  bool any_rank = false;
-  std::vector<FileSummary> summaries;
-  for (const auto& f : files) {
-    FileSummary s;
-    ReadResult rr = read_metadata_file(f, s);
-    if (!rr.ok) {
-      out.error = rr.error;
-      return out;
-    }
-    any_rank = any_rank || s.role == "rank";
-    summaries.push_back(std::move(s));
-  }
-  std::vector<const FileSummary*> counted;
-  for (const FileSummary& s : summaries) {
-    if (s.role == "launcher" || s.role == "child" || (any_rank && s.role != "rank")) continue;
-    counted.push_back(&s);
-    for (const auto& [id, n] : (s.has_counts ? s.counts : s.call_records)) {
-      auto it = s.signature_sha.find(id);
-      if (it != s.signature_sha.end()) calls[it->second] += n;
-    }
-    for (const auto& [sha, text] : s.signature_json) texts[sha] = text;
-    for (const auto& e : s.profiles)
-      if (s.signature_sha.count(e.id)) profiles.push_back({s.signature_sha.at(e.id), e.path, e.sha256, e.seq, s.rank});
-    for (const auto& e : s.snapshots)
-      if (s.signature_sha.count(e.id)) snapshots.push_back({s.signature_sha.at(e.id), e.path, e.sha256, e.seq, s.rank});
-  }
-
-  std::vector<Job> jobs;
-  std::set<std::string> profiled;
-  for (const Rec& p : profiles) {
-    const std::string dir = run + "/" + p.path;
-    std::string manifest_sha;
-    if (!evidence_path_inside(p.path) || !format::sha256_file_hex(dir + "/manifest.json", manifest_sha) ||
-        manifest_sha != p.evidence_sha) {
-      out.warnings.push_back(p.path +
-                             ": missing or altered since the run (its manifest's SHA-256 does not match); no job");
-      continue;
-    }
-    JsonValue identity, kernels, manifest, comparison;
-    if (!format::parse_json_file(dir + "/manifest.json", manifest)) {
-      out.warnings.push_back(p.path + ": unreadable manifest.json; no job");
-      continue;
-    }
-    // Every file the manifest names, as it was written.
-    std::string altered;
-    const JsonValue* listed = manifest.find("sha256");
-    if (!listed || listed->kind() != JsonValue::Kind::Object || !listed->find("kernels.json") ||
-        !listed->find("identity.json"))
-      altered = "manifest.json lists no kernels.json or identity.json";
-    else
-      for (const auto& [name, v] : listed->members()) {
-        std::string sha;
-        if (name.find('/') != std::string::npos || !format::sha256_file_hex(dir + "/" + name, sha) || sha != str(&v)) {
-          altered = name + " is missing or altered since the run (its SHA-256 differs from the manifest's)";
-          break;
-        }
-      }
-    if (!altered.empty()) {
-      out.warnings.push_back(p.path + ": " + altered + "; no job");
-      continue;
-    }
-    if (!format::parse_json_file(dir + "/identity.json", identity) ||
-        !format::parse_json_file(dir + "/kernels.json", kernels)) {
-      out.warnings.push_back(p.path + ": unreadable profile files; no job");
-      continue;
-    }
-    const bool replayed =
-        format::parse_json_file(run + "/replays/" + basename(p.path) + "/replay_comparison.json", comparison);
-    auto parsed = format::parse_json(texts[p.sha]);
-    const JsonValue sig = parsed.ok ? parsed.value : JsonValue::object();
-    Job j;
-    j.sha = p.sha;
-    j.h16 = p.sha.substr(0, 16);
-    j.stage = str(sig.find("stage"));
-    j.calls = calls[p.sha];
-    j.label = str(sig.find("op"));
-    // The profile's own math policy (the call's), else its replay's.
-    const JsonValue* policy = identity.find("math_policy");
-    if (!policy && replayed) policy = comparison.find("math_policy");
-    j.mode = math_mode(sig, policy);
-    double bytes = 0;
-    j.time_us = kernels_time_us(kernels).value_or(0.0);
-    for (const auto& k : kernels.items())
-      bytes += kernel_metric_si(k, "dram__bytes_read.sum").value_or(0.0) +
-               kernel_metric_si(k, "dram__bytes_write.sum").value_or(0.0);
-    const auto flops = format::flops_per_call(sig);
-    // Inside an autocast region an arithmetic op's window also holds the casts of its inputs: their time is
-    // reported apart, and the FLOP rate is the op's own kernels'.
-    if (flops && *flops > 0 && autocast_on(policy)) j.cast_us = copy_kernels_time_us(kernels);
-    const double t = j.time_us * 1e-6, own = (j.time_us - j.cast_us) * 1e-6;
-    if (flops && own > 0) j.flops_per_s = static_cast<double>(*flops) / own;
-    if (t > 0) j.dram_bytes_per_s = bytes / t;
-    if (flops && bytes > 0) j.intensity = static_cast<double>(*flops) / bytes;
-    j.est_us = j.time_us * static_cast<double>(j.calls);
-    Peak peak;
-    const bool known = device_peak(str(identity.find("gpu_name")), j.mode, peak);
-    if (known) {
-      j.peak_flops = peak.flops;
-      j.peak_dram = peak.dram_bytes;
-      if (flops && *flops > 0 && own > 0) j.frac_flops = j.flops_per_s / peak.flops;
-      if (t > 0) j.frac_dram = j.dram_bytes_per_s / peak.dram_bytes;
-    }
-    j.passed = str(identity.find("status")) == "passed";
-    // Above 100% of a roof is a defect (a math mode or a time taken wrongly), never a figure to print as is.
-    const bool over_roof = j.frac_flops > 1.0 || j.frac_dram > 1.0;
-    if (over_roof)
-      out.warnings.push_back(p.path + ": " +
-                             std::to_string(static_cast<int>(std::max(j.frac_flops, j.frac_dram) * 100)) + "% of its " +
-                             j.mode +
-                             " roof, over 100%: its math mode or its kernel time is wrong "
-                             "(report it); not counted in the totals");
-    j.passed = j.passed && !over_roof;
-    // What running at its roof would save: the time x (1 - achieved / roof) of whichever roof bounds it (the
-    // higher of the math mode's and DRAM's fractions).
-    if (j.passed && std::max(j.frac_flops, j.frac_dram) >= 0)
-      j.recoverable_us = j.est_us * (1 - std::max(j.frac_flops, j.frac_dram));
-    std::string snapshot_sha;
-    for (const Rec& s : snapshots)
-      if (s.sha == p.sha && s.seq == p.seq && s.rank == p.rank) snapshot_sha = s.evidence_sha;
-    JsonValue correctness = JsonValue::null();
-    if (replayed) {
-      correctness = JsonValue::object();
-      for (const char* k : {"op", "stage", "shape", "exact", "max_abs", "rmse", "finite", "math_policy", "scope"})
-        if (const JsonValue* v = comparison.find(k)) correctness.set(k, *v);
-    }
-    JsonValue sums = JsonValue::object();
-    if (const JsonValue* m = manifest.find("sha256"))
-      for (const auto& [name, v] : m->members()) sums.set(name, v);
-    sums.set("manifest.json", JsonValue::string(manifest_sha));
-    JsonValue job = JsonValue::object();
-    job.set("stage", JsonValue::string(j.stage));
-    job.set("status", JsonValue::string(str(identity.find("status"))));
-    job.set("output", JsonValue::string(p.path));
-    job.set("elapsed_seconds", JsonValue::floating(num(identity.find("window_seconds"))));
-    job.set("allocated", JsonValue::string(str(identity.find("allocated"))));
-    job.set("input_sha256", snapshot_sha.empty() ? JsonValue::null() : JsonValue::string(snapshot_sha));
-    job.set("correctness", correctness);
-    job.set("kernel_count", JsonValue::integer(static_cast<int64_t>(kernels.items().size())));
-    job.set("kernels", kernels);
-    job.set("sha256", std::move(sums));
-    // additions
-    job.set("device", JsonValue::string(str(identity.find("cuda_device"))));
-    job.set("signature", sig);
-    job.set("signature_sha256", JsonValue::string(p.sha));
-    job.set("rank", JsonValue::integer(p.rank));
-    job.set("seq", JsonValue::integer(static_cast<int64_t>(p.seq)));
-    job.set("calls", JsonValue::integer(static_cast<int64_t>(j.calls)));
-    job.set("flops_per_call", flops ? JsonValue::integer(*flops) : JsonValue::null());
-    job.set("kernel_time_us_per_call", JsonValue::floating(j.time_us));
-    job.set("cast_kernel_time_us_per_call", JsonValue::floating(j.cast_us));
-    job.set("dram_bytes_per_call", JsonValue::floating(bytes));
-    job.set("math_mode", JsonValue::string(j.mode));
-    job.set("achieved_flops_per_second", j.flops_per_s > 0 ? JsonValue::floating(j.flops_per_s) : JsonValue::null());
-    job.set("achieved_dram_bytes_per_second", JsonValue::floating(j.dram_bytes_per_s));
-    job.set("arithmetic_intensity", j.intensity > 0 ? JsonValue::floating(j.intensity) : JsonValue::null());
-    job.set("peak", known ? JsonValue::object({{"flops_per_second", JsonValue::floating(peak.flops)},
-                                               {"dram_bytes_per_second", JsonValue::floating(peak.dram_bytes)},
-                                               {"source", JsonValue::string(peak.source)}})
-                          : JsonValue::null());
-    job.set("fraction_of_peak_flops", j.frac_flops >= 0 ? JsonValue::floating(j.frac_flops) : JsonValue::null());
-    job.set("fraction_of_peak_dram", j.frac_dram >= 0 ? JsonValue::floating(j.frac_dram) : JsonValue::null());
-    job.set("over_roof", JsonValue::boolean(over_roof));
-    job.set("recoverable_gpu_time_us",
-            j.recoverable_us >= 0 ? JsonValue::floating(j.recoverable_us) : JsonValue::null());
-    job.set("bound", JsonValue::string(j.frac_flops < 0 && j.frac_dram < 0 ? ""
-                                       : j.frac_flops >= j.frac_dram       ? "math"
-                                                                           : "dram"));
-    job.set("estimated_gpu_time_us", JsonValue::floating(j.est_us));
-    job.set("passes", identity.find("passes") ? *identity.find("passes") : JsonValue::null());
-    job.set(
-        "scope",
-        JsonValue::string(
-            "Inline CUPTI range profiler (auto range, kernel replay: each kernel replayed once per pass) on this run's "
-            "own "
-            "call (rank " +
-            std::to_string(p.rank) + ", seq " + std::to_string(p.seq) +
-            "); per-kernel times in isolation, GPU clocks not locked (as the run had them); not an end-to-end timing"));
-    j.json = std::move(job);
-    // One job per signature: its first passed profile, else its first.
-    auto same = std::find_if(jobs.begin(), jobs.end(), [&](const Job& x) { return x.sha == p.sha; });
-    if (same == jobs.end()) {
-      jobs.push_back(std::move(j));
-    } else if (j.passed && !same->passed) {
-      out.warnings.push_back(str(same->json.find("output")) + ": " + str(same->json.find("status")) +
-                             "; this signature's job is " + p.path + ", which passed");
-      *same = std::move(j);
-    } else {
-      out.warnings.push_back(p.path + ": a further profile of a signature that has a job (not used)");
-    }
-  }
-  for (const auto& j : jobs)
-    if (j.passed) profiled.insert(j.sha);
-  double total_est = 0, total_flops = 0, attributed_flops = 0;
-  uint64_t unattributed_calls = 0, unattributed_sigs = 0;
-  for (const auto& j : jobs)
-    if (j.passed) total_est += j.est_us;
-  for (const auto& [sha, n] : calls) {
-    auto parsed = format::parse_json(texts[sha]);
-    const auto f = parsed.ok ? format::flops_per_call(parsed.value) : std::nullopt;
-    if (f) total_flops += static_cast<double>(*f) * static_cast<double>(n);
-    if (profiled.count(sha)) {
-      if (f) attributed_flops += static_cast<double>(*f) * static_cast<double>(n);
-    } else {
-      unattributed_calls += n;
-      ++unattributed_sigs;
-    }
-  }
-  std::map<std::string, double> attributed_by_stage;
-  for (const auto& j : jobs)
-    if (j.passed) attributed_by_stage[j.stage] += j.est_us;
-  const StageTimeView measured = stage_time_view(counted, attributed_by_stage);
-  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
-    return a.passed != b.passed ? a.passed : a.est_us > b.est_us;  // passed first, by estimated GPU time
-  });
-  JsonValue list = JsonValue::array();
-  bool all_passed = !jobs.empty();
-  for (auto& j : jobs) {
-    j.json.set("share_of_estimated_gpu_time",
-               j.passed && total_est > 0 ? JsonValue::floating(j.est_us / total_est) : JsonValue::null());
-    // Of the total the report knows; null for a job whose stage's time is not in it (no clean interval, unmeasured).
-    j.json.set("share_of_measured_gpu_time",
-               j.passed && measured.denominator_us > 0 && measured.without_windows_us.count(j.stage)
-                   ? JsonValue::floating(j.est_us / measured.denominator_us)
-                   : JsonValue::null());
-    const JsonValue* c = j.json.find("correctness");
-    all_passed =
-        all_passed && str(j.json.find("status")) == "passed" &&
-        (!c || c->is_null() ||
-         (c->find("exact") && c->find("exact")->kind() == JsonValue::Kind::Bool && c->find("exact")->as_bool()));
-    list.push_back(j.json);
-  }
-  JsonValue whole = JsonValue::object();
-  whole.set("signatures", JsonValue::integer(static_cast<int64_t>(calls.size())));
-  whole.set("profiled_signatures", JsonValue::integer(static_cast<int64_t>(jobs.size())));
-  whole.set("passed_signatures", JsonValue::integer(static_cast<int64_t>(profiled.size())));
-  whole.set("estimated_gpu_time_us", JsonValue::floating(total_est));
-  whole.set("flops", JsonValue::floating(total_flops));
-  whole.set("attributed_flops", JsonValue::floating(attributed_flops));
-  double recoverable = 0;
-  for (const auto& j : jobs) recoverable += std::max(0.0, j.recoverable_us);
-  whole.set("recoverable_gpu_time_us", JsonValue::floating(recoverable));
-  whole.set("unattributed_signatures", JsonValue::integer(static_cast<int64_t>(unattributed_sigs)));
-  whole.set("unattributed_calls", JsonValue::integer(static_cast<int64_t>(unattributed_calls)));
-  whole.set("achieved_flops_per_second",
-            total_est > 0 ? JsonValue::floating(attributed_flops / (total_est * 1e-6)) : JsonValue::null());
-  whole.set("measured_gpu_time", measured.json);
-  whole.set("note", JsonValue::string(
-                        "estimated GPU time = sum over profiled signatures of (kernel time per call x recorded calls): "
-                        "the recorded ops "
-                        "only (LINGPROBE_OPS), kernels in isolation under replay. measured_gpu_time is the run's own "
-                        "GPU time per stage "
-                        "(CUDA events, LINGPROBE_STAGE_GPU_TIME) and what of it the profiled signatures account for; " +
-                        std::string(measured.json.is_null()
-                                        ? "this run has no such measurement (PROFILE off, or no CUDA op)"
-                                        : "share_of_measured_gpu_time divides by its total without the windows")));
+  ReportInputs in;
+  if (!read_report_inputs(files, in, out.error)) return out;
+  std::vector<Job> jobs = signature_jobs(run, in, out.warnings);
+  const Totals t = run_totals(jobs, in);
+  bool all_passed = false;
+  JsonValue list = job_list(jobs, t, all_passed);
+  JsonValue whole = whole_run(jobs, in, t);
   JsonValue report = JsonValue::object();
   report.set("generated_at", JsonValue::string(options.generated_at.empty() ? now_iso() : options.generated_at));
   report.set("status", JsonValue::string(jobs.empty() ? "no_profiles" : all_passed ? "passed" : "partial"));
@@ -549,7 +417,7 @@ ReportOutcome run_report(const ReportOptions& options) {
           "input_sha256; correctness from `lingprobe replay` of that snapshot where one ran). Kernel replay serialises "
           "each kernel: times are per kernel in isolation with GPU clocks not locked, not integrated performance; "
           "percentages of peak use datasheet peaks for the op's math mode (docs/COUNTERS.md). " +
-          std::to_string(unattributed_sigs) + " recorded signature(s) without a profile."));
+          std::to_string(t.unattributed_sigs) + " recorded signature(s) without a profile."));
   report.set("whole_run", std::move(whole));
   report.set("warnings", [&] {
     JsonValue w = JsonValue::array();
@@ -564,43 +432,7 @@ ReportOutcome run_report(const ReportOptions& options) {
   }
   out.report_path = reports + "/capability_report.json";
   out.svg_path = reports + "/roofline.svg";
-  // The summary's capability section.
-  std::ostringstream md;
-  md << kCapabilityHeading << "\n";
-  if (jobs.empty()) {
-    md << "\nNo profiled call in this run (" << calls.size()
-       << " signatures): counters are measured with LINGPROBE_PROFILE=1 on calls with CUDA tensors "
-          "(docs/COUNTERS.md).\n";
-  } else {
-    std::map<std::string, int> by_status;
-    for (const auto& j : jobs) ++by_status[str(j.json.find("status"))];
-    std::string statuses;
-    for (const auto& [st, n] : by_status) statuses += (statuses.empty() ? "" : ", ") + std::to_string(n) + " " + st;
-    md << left_on_the_table(jobs) << "\n"
-       << jobs.size() << " of " << calls.size() << " signatures profiled inline (" << statuses
-       << "); estimated GPU time of the recorded ops " << human(total_est * 1e-6, "s")
-       << " (kernel time per call x calls), " << unattributed_sigs << " signature(s) and " << unattributed_calls
-       << " call(s) unattributed. Roofline: reports/roofline.svg.\n"
-       << measured.markdown
-       << "\n| share of est. GPU time | calls | us/call | achieved | % of peak | DRAM | % of DRAM peak | mode | status "
-          "| signature |\n"
-       << "|---|---|---|---|---|---|---|---|---|---|\n";
-    for (size_t i = 0; i < jobs.size() && i < 10; ++i) {
-      const Job& j = jobs[i];
-      auto pct = [](double f) { return f >= 0 ? std::to_string(static_cast<int>(std::lround(100 * f))) + "%" : "-"; };
-      char row[640];
-      char share[32] = "-";
-      if (j.passed && total_est > 0) std::snprintf(share, sizeof share, "%.1f%%", 100 * j.est_us / total_est);
-      std::snprintf(row, sizeof row, "| %s | %llu | %.1f | %s | %s | %s | %s | %s | %s | `%s` %s |\n", share,
-                    static_cast<unsigned long long>(j.calls), j.time_us,
-                    j.flops_per_s > 0 ? human(j.flops_per_s, "FLOP/s").c_str() : "-", pct(j.frac_flops).c_str(),
-                    human(j.dram_bytes_per_s, "B/s").c_str(), pct(j.frac_dram).c_str(), j.mode.c_str(),
-                    str(j.json.find("status")).c_str(), j.label.c_str(), j.h16.substr(0, 12).c_str());
-      md << row;
-    }
-  }
-  md << "\n" << kCapabilityEnd << "\n";
-  out.summary = md.str();
+  out.summary = capability_section(jobs, in, t);
   // summary.md keeps the audit's part; the capability section is replaced, not repeated.
   const std::string summary_path = reports + "/summary.md";
   const std::string summary = compose_summary({split_summary(read_file(summary_path)).audit, out.summary});

@@ -18,7 +18,8 @@
 #include <sstream>
 #include <type_traits>
 
-#include "capture/autocast_state.h"
+#include "capture/math_policy.h"
+#include "capture/tensor_copy.h"
 #include "capture/cuda_stream.h"
 #include "capture/signature_builder.h"
 #include "format/float_repr.h"
@@ -29,89 +30,6 @@
 namespace lingprobe::capture {
 
 using format::PickleValue;
-
-namespace {
-
-std::string bool_text(bool b) { return b ? "true" : "false"; }
-
-template <typename T>
-std::string setting_text(T v) {
-  if constexpr (std::is_same_v<T, bool>)
-    return bool_text(v);
-  else
-    return std::to_string(static_cast<int>(v));
-}
-
-// A tensor copied for a snapshot: its metadata and the copy (compact or span).
-// Counts a device copy's bytes while it lives (the device budget).
-class DeviceHold {
- public:
-  DeviceHold(std::atomic<uint64_t>* counter, uint64_t n) : counter_(counter), n_(n) { counter_->fetch_add(n_); }
-  ~DeviceHold() { counter_->fetch_sub(n_); }
-  DeviceHold(const DeviceHold&) = delete;
-  DeviceHold& operator=(const DeviceHold&) = delete;
-
- private:
-  std::atomic<uint64_t>* counter_;
-  uint64_t n_;
-};
-
-struct CopiedTensor {
-  format::TensorMeta meta;
-  at::Tensor copy;
-  int64_t stored_numel = 0;
-  uint64_t nbytes = 0;
-  std::unique_ptr<DeviceTransfer> transfer;  // device tensors: the host copy, later
-  std::unique_ptr<DeviceHold> hold;          // device tensors: counted while the copy lives
-};
-
-class TensorBlob : public format::BlobSource {
- public:
-  explicit TensorBlob(CopiedTensor t) : t_(std::move(t)) {}
-  uint64_t nbytes() const override { return t_.nbytes; }
-  std::string stream(const std::function<bool(const void*, size_t)>& out) override {
-    std::string err;
-    if (t_.transfer) {
-      err = t_.transfer->stream(out);
-    } else if (t_.nbytes && !out(t_.copy.data_ptr(), t_.nbytes)) {
-      err = "write failed";
-    }
-    t_.transfer.reset();  // the device copy goes back to the caching allocator now
-    t_.copy = at::Tensor();
-    t_.hold.reset();
-    return err;
-  }
-
- private:
-  CopiedTensor t_;
-};
-
-uint64_t stored_bytes(const at::Tensor& t) {
-  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end()), stride(t.strides().begin(), t.strides().end());
-  const int64_t n = format::non_overlapping(shape, stride) ? format::numel_of(shape) : format::span_of(shape, stride);
-  return static_cast<uint64_t>(n) * t.element_size();
-}
-
-// Walks the tensors of an IValue (lists, tuples, optionals).
-template <typename Fn>
-void for_each_tensor(const c10::IValue& v, Fn&& fn) {
-  if (v.isTensor())
-    fn(v.toTensor());
-  else if (v.isList())
-    for (const auto& x : v.toListRef()) for_each_tensor(x, fn);
-  else if (v.isTuple())
-    for (const auto& x : v.toTupleRef().elements()) for_each_tensor(x, fn);
-}
-
-bool is_written(const c10::Argument& a) {
-  if (a.alias_info() && a.alias_info()->isWrite()) return true;
-  if (const auto* info = a.alias_info())
-    for (const auto& c : info->containedTypes())
-      if (c.isWrite()) return true;
-  return false;
-}
-
-}  // namespace
 
 // What a snapshot holds for one argument: a copied tensor or the value (a reference until end()).
 struct SnapshotCapture::Captured {
@@ -135,61 +53,6 @@ struct SnapshotCapture::Pending {
   uint64_t reserved = 0;  // budget bytes taken (process, run)
   bool device = false;    // CUDA tensors involved
 };
-
-PickleValue current_math_policy() {
-  auto& ctx = at::globalContext();
-  PickleValue p = PickleValue::dict();
-  auto set = [&](const char* k, const std::string& v) { p.set(k, PickleValue::string(v)); };
-  static const char* const kPrecision[] = {"highest", "high", "medium"};
-  const int precision = static_cast<int>(ctx.float32MatmulPrecision());
-  set("matmul_precision", precision >= 0 && precision < 3 ? kPrecision[precision] : std::to_string(precision));
-  set("matmul_allow_tf32", bool_text(ctx.allowTF32CuBLAS()));
-  set("cudnn_allow_tf32", bool_text(ctx.allowTF32CuDNN()));
-  set("cudnn_benchmark", bool_text(ctx.benchmarkCuDNN()));
-  set("cudnn_deterministic", bool_text(ctx.deterministicCuDNN()));
-  set("cudnn_enabled", bool_text(ctx.userEnabledCuDNN()));
-  set("deterministic_algorithms", bool_text(ctx.deterministicAlgorithms()));
-  set("mkldnn_enabled", bool_text(ctx.userEnabledMkldnn()));
-  set("matmul_allow_fp16_reduced_precision_reduction", setting_text(ctx.allowFP16ReductionCuBLAS()));
-#if TORCH_VERSION_MAJOR >= 2
-  set("matmul_allow_bf16_reduced_precision_reduction", setting_text(ctx.allowBF16ReductionCuBLAS()));
-  set("sdpa_mem_efficient", bool_text(ctx.userEnabledMemEfficientSDP()));
-#endif
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  set("sdpa_cudnn", bool_text(ctx.userEnabledCuDNNSDP()));
-  set("blas_backend", setting_text(ctx.blasPreferredBackend()));
-#endif
-  set("sdpa_flash", bool_text(ctx.userEnabledFlashSDP()));
-  set("sdpa_math", bool_text(ctx.userEnabledMathSDP()));
-  const char* ws = std::getenv("CUBLAS_WORKSPACE_CONFIG");
-  set("cublas_workspace_config", ws ? ws : "");
-  set("cpu_threads", std::to_string(at::get_num_threads()));
-  set("cpu_interop_threads", std::to_string(at::get_num_interop_threads()));
-  // The thread's autocast state: a call recorded inside an autocast region
-  // shows its inputs before the casts (the dispatcher's view); replay
-  // re-enters the region so that the same casts and kernels run.
-  const AutocastState autocast = AutocastState::current();
-  set("autocast_cuda", bool_text(autocast.cuda));
-  set("autocast_cuda_dtype", python_dtype_name(autocast.cuda_dtype));
-  set("autocast_cpu", bool_text(autocast.cpu));
-  set("autocast_cpu_dtype", python_dtype_name(autocast.cpu_dtype));
-  set("autocast_cache", bool_text(autocast.cache));
-  return p;
-}
-
-format::JsonValue policy_json(const PickleValue& policy) {
-  format::JsonValue o = format::JsonValue::object();
-  if (policy.kind() != PickleValue::Kind::Dict) return o;
-  for (const auto& [key, value] : policy.entries()) {
-    if (value.kind() != PickleValue::Kind::String) continue;
-    const std::string& t = value.as_string();
-    if (t == "true" || t == "false")
-      o.set(key, format::JsonValue::boolean(t == "true"));
-    else
-      o.set(key, format::JsonValue::string(t));
-  }
-  return o;
-}
 
 SnapshotCapture::SnapshotCapture(Sampler* sampler, SnapshotSink* sink, RunBudget* run_budget, DeviceAccess* device,
                                  SnapshotOptions options)
@@ -267,115 +130,6 @@ void SnapshotCapture::refuse(Pending& p, uint8_t evidence, const std::string& re
 void SnapshotCapture::give_up(std::unique_ptr<Pending> p) {
   if (p->key) sampler_->finished(p->key, 0, "", SampleResult::Refused, 0, 0, p->settled);
 }
-
-namespace {
-
-// Copies one tensor (compactly, or its span if its elements overlap) on the
-// current stream. Throws c10::Error (OOM included).
-CopiedTensor copy_tensor(const at::Tensor& t, DeviceAccess* device, std::atomic<uint64_t>* device_bytes) {
-  CopiedTensor c;
-  c.meta.dtype = python_dtype_name(t.scalar_type());
-  c.meta.shape.assign(t.sizes().begin(), t.sizes().end());
-  c.meta.stride.assign(t.strides().begin(), t.strides().end());
-  c.meta.storage_offset = t.storage_offset();
-  c.meta.device = t.device().str();
-  c.meta.alignment = format::pointer_alignment(reinterpret_cast<uintptr_t>(t.data_ptr()));
-  c.meta.requires_grad = t.requires_grad();
-  if (format::non_overlapping(c.meta.shape, c.meta.stride)) {
-    c.copy = t.clone(at::MemoryFormat::Contiguous);
-    c.stored_numel = format::numel_of(c.meta.shape);
-  } else {
-    c.meta.span = true;
-    c.stored_numel = format::span_of(c.meta.shape, c.meta.stride);
-    c.copy = t.as_strided({c.stored_numel}, {1}, t.storage_offset()).clone();
-  }
-  c.nbytes = static_cast<uint64_t>(c.stored_numel) * t.element_size();
-  if (t.is_cuda()) {
-    c.hold = std::make_unique<DeviceHold>(device_bytes, c.nbytes);
-    std::string err;
-    c.transfer = device ? device->transfer(t.get_device(), current_stream_handle(t.device()), c.copy.data_ptr(),
-                                           static_cast<size_t>(c.nbytes), err)
-                        : nullptr;
-    if (!c.transfer) throw std::runtime_error("device copy: " + (err.empty() ? "no GPU access" : err));
-  }
-  return c;
-}
-
-// Why a tensor cannot be snapshotted ("" if it can).
-std::string unsupported(const at::Tensor& t) {
-  if (!t.defined()) return "";
-  if (t.is_meta() || !t.has_storage()) return "no_storage";
-  if (t.layout() != c10::kStrided || t.is_quantized() || t.is_nested()) return "unsupported_layout";
-  if (t.device().type() != c10::DeviceType::CPU && t.device().type() != c10::DeviceType::CUDA)
-    return "unsupported_device";
-  if (format::dtype_element_size(python_dtype_name(t.scalar_type())) == 0) return "unsupported_dtype";
-  return "";
-}
-
-// IValue -> snapshot value (SPEC section 4, format/snapshot_file.h); tensors
-// become blobs. Throws std::runtime_error for values a snapshot cannot hold.
-struct ValueWriter {
-  std::vector<std::unique_ptr<format::BlobSource>>* blobs;
-  std::atomic<uint64_t>* device_bytes;
-  DeviceAccess* device;
-
-  PickleValue tensor(CopiedTensor c) {
-    const size_t index = blobs->size();
-    const int64_t n = c.stored_numel;
-    format::TensorMeta meta = c.meta;
-    blobs->push_back(std::make_unique<TensorBlob>(std::move(c)));
-    return format::tensor_value(meta, index, n);
-  }
-
-  PickleValue operator()(const c10::IValue& v, const c10::TypePtr& type, std::vector<CopiedTensor>* copied) {
-    if (v.isNone()) return PickleValue::none();
-    if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
-      if (!t.defined()) return PickleValue::none();
-      if (copied && !copied->empty()) {
-        CopiedTensor c = std::move(copied->front());
-        copied->erase(copied->begin());
-        return tensor(std::move(c));
-      }
-      return tensor(copy_tensor(t, device, device_bytes));
-    }
-    if (v.isInt()) {
-      const int64_t i = v.toInt();
-      if (type_is(type, c10::TypeKind::ScalarTypeType))
-        return format::typed_value("dtype", python_dtype_name(static_cast<c10::ScalarType>(i)));
-      if (type_is(type, c10::TypeKind::LayoutType))
-        if (const char* name = python_layout_name(i)) return format::typed_value("layout", name);
-      if (type_is(type, c10::TypeKind::MemoryFormatType))
-        if (const char* name = python_memory_format_name(i)) return format::typed_value("memory_format", name);
-      return PickleValue::integer(i);
-    }
-    if (v.isDouble()) return format::typed_value("float", format::python_float_repr(v.toDouble()));
-    if (v.isBool()) return PickleValue::boolean(v.toBool());
-    if (v.isString()) return PickleValue::string(v.toStringRef());
-    if (v.isDevice()) return format::typed_value("device", v.toDevice().str());
-    if (v.isComplexDouble()) {
-      const auto z = v.toComplexDouble();
-      return PickleValue::dict({{"kind", PickleValue::string("complex")},
-                                {"real", PickleValue::string(format::python_float_repr(z.real()))},
-                                {"imag", PickleValue::string(format::python_float_repr(z.imag()))}});
-    }
-    if (v.isList()) {
-      const c10::TypePtr element = list_element_type(type);
-      PickleValue l = PickleValue::list();
-      for (const auto& x : v.toListRef()) l.push_back((*this)(x, element, copied));
-      return l;
-    }
-    if (v.isTuple()) {
-      PickleValue items = PickleValue::list();
-      for (const auto& x : v.toTupleRef().elements()) items.push_back((*this)(x, nullptr, copied));
-      return PickleValue::dict({{"kind", PickleValue::string("tuple")}, {"items", std::move(items)}});
-    }
-    if (v.isGenerator()) return PickleValue::dict({{"kind", PickleValue::string("generator")}});
-    return format::typed_value("unsupported", "<" + v.tagKind() + ">");
-  }
-};
-
-}  // namespace
 
 CallRefusal SnapshotCapture::refusal(const SampledCall& call) {
   bool gpu = false, storage = true;

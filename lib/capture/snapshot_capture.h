@@ -121,11 +121,4 @@ class SnapshotCapture : public SampledCallHooks {
   std::map<std::string, uint64_t> drops_, profile_drops_;
 };
 
-// The math settings that change which GEMM, conv and attention kernels run,
-// as text (replay applies them back): at::globalContext()'s, and the
-// calling thread's autocast state (read at sampled calls only).
-format::PickleValue current_math_policy();
-// The policy as a JSON object (identity.json).
-format::JsonValue policy_json(const format::PickleValue& policy);
-
 }  // namespace lingprobe::capture

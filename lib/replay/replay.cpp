@@ -20,6 +20,7 @@
 
 #include "capture/autocast_state.h"
 #include "capture/signature_builder.h"
+#include "capture/math_policy.h"
 #include "capture/snapshot_capture.h"
 #include "format/canonical_json.h"
 #include "format/op_traits.h"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "capture/autocast_state.h"
+#include "capture/math_policy.h"
 #include "capture/snapshot_capture.h"
 #include "runtime/snapshot_job.h"
 

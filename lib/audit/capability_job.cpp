@@ -1,0 +1,222 @@
+#include "audit/capability_job.h"
+
+#include <algorithm>
+
+#include "audit/capability_report.h"
+#include "audit/profile_evidence.h"
+#include "audit/run_paths.h"
+#include "format/flops.h"
+#include "format/json_parse.h"
+#include "format/sha256.h"
+
+namespace lingprobe::audit {
+
+using format::JsonValue;
+
+std::string json_text(const JsonValue* v) { return v && v->kind() == JsonValue::Kind::String ? v->as_string() : ""; }
+
+double json_number(const JsonValue* v) {
+  if (!v) return 0;
+  if (v->kind() == JsonValue::Kind::Float) return v->as_float();
+  if (v->kind() == JsonValue::Kind::Int) return static_cast<double>(v->as_int());
+  return 0;
+}
+
+namespace {
+
+// The call ran in a CUDA autocast region (its math policy, as the profile or its replay recorded it; profiles are
+// of CUDA calls, so CPU autocast casts nothing in their windows).
+bool autocast_on(const JsonValue* policy) {
+  const JsonValue* v = policy ? policy->find("autocast_cuda") : nullptr;
+  return v && ((v->kind() == JsonValue::Kind::Bool && v->as_bool()) ||
+               (v->kind() == JsonValue::Kind::String && v->as_string() == "true"));
+}
+
+}  // namespace
+
+bool read_report_inputs(const std::vector<std::string>& files, ReportInputs& in, std::string& error) {
+  // The run: calls per signature (the ranks'), signature texts, the profile and snapshot records.
+  bool any_rank = false;
+  std::vector<FileSummary>& summaries = in.summaries;
+  for (const auto& f : files) {
+    FileSummary s;
+    ReadResult rr = read_metadata_file(f, s);
+    if (!rr.ok) {
+      error = rr.error;
+      return false;
+    }
+    any_rank = any_rank || s.role == "rank";
+    summaries.push_back(std::move(s));
+  }
+  for (const FileSummary& s : summaries) {
+    if (s.role == "launcher" || s.role == "child" || (any_rank && s.role != "rank")) continue;
+    in.counted.push_back(&s);
+    for (const auto& [id, n] : (s.has_counts ? s.counts : s.call_records)) {
+      auto it = s.signature_sha.find(id);
+      if (it != s.signature_sha.end()) in.calls[it->second] += n;
+    }
+    for (const auto& [sha, text] : s.signature_json) in.texts[sha] = text;
+    for (const auto& e : s.profiles)
+      if (s.signature_sha.count(e.id))
+        in.profiles.push_back({s.signature_sha.at(e.id), e.path, e.sha256, e.seq, s.rank});
+    for (const auto& e : s.snapshots)
+      if (s.signature_sha.count(e.id))
+        in.snapshots.push_back({s.signature_sha.at(e.id), e.path, e.sha256, e.seq, s.rank});
+  }
+  return true;
+}
+
+bool profile_job(const std::string& run, const EvidenceRecord& p, const ReportInputs& in,
+                 std::vector<std::string>& warnings, Job& j) {
+  const std::string dir = run + "/" + p.path;
+  std::string manifest_sha;
+  if (!evidence_path_inside(p.path) || !format::sha256_file_hex(dir + "/manifest.json", manifest_sha) ||
+      manifest_sha != p.evidence_sha) {
+    warnings.push_back(p.path + ": missing or altered since the run (its manifest's SHA-256 does not match); no job");
+    return false;
+  }
+  JsonValue identity, kernels, manifest, comparison;
+  if (!format::parse_json_file(dir + "/manifest.json", manifest)) {
+    warnings.push_back(p.path + ": unreadable manifest.json; no job");
+    return false;
+  }
+  // Every file the manifest names, as it was written.
+  std::string altered;
+  const JsonValue* listed = manifest.find("sha256");
+  if (!listed || listed->kind() != JsonValue::Kind::Object || !listed->find("kernels.json") ||
+      !listed->find("identity.json"))
+    altered = "manifest.json lists no kernels.json or identity.json";
+  else
+    for (const auto& [name, v] : listed->members()) {
+      std::string sha;
+      if (name.find('/') != std::string::npos || !format::sha256_file_hex(dir + "/" + name, sha) ||
+          sha != json_text(&v)) {
+        altered = name + " is missing or altered since the run (its SHA-256 differs from the manifest's)";
+        break;
+      }
+    }
+  if (!altered.empty()) {
+    warnings.push_back(p.path + ": " + altered + "; no job");
+    return false;
+  }
+  if (!format::parse_json_file(dir + "/identity.json", identity) ||
+      !format::parse_json_file(dir + "/kernels.json", kernels)) {
+    warnings.push_back(p.path + ": unreadable profile files; no job");
+    return false;
+  }
+  const bool replayed =
+      format::parse_json_file(run + "/replays/" + basename(p.path) + "/replay_comparison.json", comparison);
+  const auto text = in.texts.find(p.sha);
+  auto parsed = format::parse_json(text == in.texts.end() ? std::string() : text->second);
+  const JsonValue sig = parsed.ok ? parsed.value : JsonValue::object();
+  j = Job{};
+  j.sha = p.sha;
+  j.h16 = p.sha.substr(0, 16);
+  j.stage = json_text(sig.find("stage"));
+  const auto n = in.calls.find(p.sha);
+  j.calls = n == in.calls.end() ? 0 : n->second;
+  j.label = json_text(sig.find("op"));
+  // The profile's own math policy (the call's), else its replay's.
+  const JsonValue* policy = identity.find("math_policy");
+  if (!policy && replayed) policy = comparison.find("math_policy");
+  j.mode = math_mode(sig, policy);
+  double bytes = 0;
+  j.time_us = kernels_time_us(kernels).value_or(0.0);
+  for (const auto& k : kernels.items())
+    bytes += kernel_metric_si(k, "dram__bytes_read.sum").value_or(0.0) +
+             kernel_metric_si(k, "dram__bytes_write.sum").value_or(0.0);
+  const auto flops = format::flops_per_call(sig);
+  // Inside an autocast region an arithmetic op's window also holds the casts of its inputs: their time is
+  // reported apart, and the FLOP rate is the op's own kernels'.
+  if (flops && *flops > 0 && autocast_on(policy)) j.cast_us = copy_kernels_time_us(kernels);
+  const double t = j.time_us * 1e-6, own = (j.time_us - j.cast_us) * 1e-6;
+  if (flops && own > 0) j.flops_per_s = static_cast<double>(*flops) / own;
+  if (t > 0) j.dram_bytes_per_s = bytes / t;
+  if (flops && bytes > 0) j.intensity = static_cast<double>(*flops) / bytes;
+  j.est_us = j.time_us * static_cast<double>(j.calls);
+  Peak peak;
+  const bool known = device_peak(json_text(identity.find("gpu_name")), j.mode, peak);
+  if (known) {
+    j.peak_flops = peak.flops;
+    j.peak_dram = peak.dram_bytes;
+    if (flops && *flops > 0 && own > 0) j.frac_flops = j.flops_per_s / peak.flops;
+    if (t > 0) j.frac_dram = j.dram_bytes_per_s / peak.dram_bytes;
+  }
+  j.passed = json_text(identity.find("status")) == "passed";
+  // Above 100% of a roof is a defect (a math mode or a time taken wrongly), never a figure to print as is.
+  const bool over_roof = j.frac_flops > 1.0 || j.frac_dram > 1.0;
+  if (over_roof)
+    warnings.push_back(p.path + ": " + std::to_string(static_cast<int>(std::max(j.frac_flops, j.frac_dram) * 100)) +
+                       "% of its " + j.mode +
+                       " roof, over 100%: its math mode or its kernel time is wrong "
+                       "(report it); not counted in the totals");
+  j.passed = j.passed && !over_roof;
+  // What running at its roof would save: the time x (1 - achieved / roof) of whichever roof bounds it (the
+  // higher of the math mode's and DRAM's fractions).
+  if (j.passed && std::max(j.frac_flops, j.frac_dram) >= 0)
+    j.recoverable_us = j.est_us * (1 - std::max(j.frac_flops, j.frac_dram));
+  std::string snapshot_sha;
+  for (const EvidenceRecord& s : in.snapshots)
+    if (s.sha == p.sha && s.seq == p.seq && s.rank == p.rank) snapshot_sha = s.evidence_sha;
+  JsonValue correctness = JsonValue::null();
+  if (replayed) {
+    correctness = JsonValue::object();
+    for (const char* k : {"op", "stage", "shape", "exact", "max_abs", "rmse", "finite", "math_policy", "scope"})
+      if (const JsonValue* v = comparison.find(k)) correctness.set(k, *v);
+  }
+  JsonValue sums = JsonValue::object();
+  if (const JsonValue* m = manifest.find("sha256"))
+    for (const auto& [name, v] : m->members()) sums.set(name, v);
+  sums.set("manifest.json", JsonValue::string(manifest_sha));
+  JsonValue job = JsonValue::object();
+  job.set("stage", JsonValue::string(j.stage));
+  job.set("status", JsonValue::string(json_text(identity.find("status"))));
+  job.set("output", JsonValue::string(p.path));
+  job.set("elapsed_seconds", JsonValue::floating(json_number(identity.find("window_seconds"))));
+  job.set("allocated", JsonValue::string(json_text(identity.find("allocated"))));
+  job.set("input_sha256", snapshot_sha.empty() ? JsonValue::null() : JsonValue::string(snapshot_sha));
+  job.set("correctness", correctness);
+  job.set("kernel_count", JsonValue::integer(static_cast<int64_t>(kernels.items().size())));
+  job.set("kernels", kernels);
+  job.set("sha256", std::move(sums));
+  // additions
+  job.set("device", JsonValue::string(json_text(identity.find("cuda_device"))));
+  job.set("signature", sig);
+  job.set("signature_sha256", JsonValue::string(p.sha));
+  job.set("rank", JsonValue::integer(p.rank));
+  job.set("seq", JsonValue::integer(static_cast<int64_t>(p.seq)));
+  job.set("calls", JsonValue::integer(static_cast<int64_t>(j.calls)));
+  job.set("flops_per_call", flops ? JsonValue::integer(*flops) : JsonValue::null());
+  job.set("kernel_time_us_per_call", JsonValue::floating(j.time_us));
+  job.set("cast_kernel_time_us_per_call", JsonValue::floating(j.cast_us));
+  job.set("dram_bytes_per_call", JsonValue::floating(bytes));
+  job.set("math_mode", JsonValue::string(j.mode));
+  job.set("achieved_flops_per_second", j.flops_per_s > 0 ? JsonValue::floating(j.flops_per_s) : JsonValue::null());
+  job.set("achieved_dram_bytes_per_second", JsonValue::floating(j.dram_bytes_per_s));
+  job.set("arithmetic_intensity", j.intensity > 0 ? JsonValue::floating(j.intensity) : JsonValue::null());
+  job.set("peak", known ? JsonValue::object({{"flops_per_second", JsonValue::floating(peak.flops)},
+                                             {"dram_bytes_per_second", JsonValue::floating(peak.dram_bytes)},
+                                             {"source", JsonValue::string(peak.source)}})
+                        : JsonValue::null());
+  job.set("fraction_of_peak_flops", j.frac_flops >= 0 ? JsonValue::floating(j.frac_flops) : JsonValue::null());
+  job.set("fraction_of_peak_dram", j.frac_dram >= 0 ? JsonValue::floating(j.frac_dram) : JsonValue::null());
+  job.set("over_roof", JsonValue::boolean(over_roof));
+  job.set("recoverable_gpu_time_us", j.recoverable_us >= 0 ? JsonValue::floating(j.recoverable_us) : JsonValue::null());
+  job.set("bound", JsonValue::string(j.frac_flops < 0 && j.frac_dram < 0 ? ""
+                                     : j.frac_flops >= j.frac_dram       ? "math"
+                                                                         : "dram"));
+  job.set("estimated_gpu_time_us", JsonValue::floating(j.est_us));
+  job.set("passes", identity.find("passes") ? *identity.find("passes") : JsonValue::null());
+  job.set(
+      "scope",
+      JsonValue::string(
+          "Inline CUPTI range profiler (auto range, kernel replay: each kernel replayed once per pass) on this run's "
+          "own "
+          "call (rank " +
+          std::to_string(p.rank) + ", seq " + std::to_string(p.seq) +
+          "); per-kernel times in isolation, GPU clocks not locked (as the run had them); not an end-to-end timing"));
+  j.json = std::move(job);
+  return true;
+}
+
+}  // namespace lingprobe::audit

@@ -1,0 +1,134 @@
+#include "capture/tensor_copy.h"
+
+#include <stdexcept>
+
+#include "capture/cuda_stream.h"
+#include "capture/signature_builder.h"
+#include "format/float_repr.h"
+
+namespace lingprobe::capture {
+
+using format::PickleValue;
+
+std::string TensorBlob::stream(const std::function<bool(const void*, size_t)>& out) {
+  std::string err;
+  if (t_.transfer) {
+    err = t_.transfer->stream(out);
+  } else if (t_.nbytes && !out(t_.copy.data_ptr(), t_.nbytes)) {
+    err = "write failed";
+  }
+  t_.transfer.reset();  // the device copy goes back to the caching allocator now
+  t_.copy = at::Tensor();
+  t_.hold.reset();
+  return err;
+}
+
+uint64_t stored_bytes(const at::Tensor& t) {
+  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end()), stride(t.strides().begin(), t.strides().end());
+  const int64_t n = format::non_overlapping(shape, stride) ? format::numel_of(shape) : format::span_of(shape, stride);
+  return static_cast<uint64_t>(n) * t.element_size();
+}
+
+bool is_written(const c10::Argument& a) {
+  if (a.alias_info() && a.alias_info()->isWrite()) return true;
+  if (const auto* info = a.alias_info())
+    for (const auto& c : info->containedTypes())
+      if (c.isWrite()) return true;
+  return false;
+}
+
+CopiedTensor copy_tensor(const at::Tensor& t, DeviceAccess* device, std::atomic<uint64_t>* device_bytes) {
+  CopiedTensor c;
+  c.meta.dtype = python_dtype_name(t.scalar_type());
+  c.meta.shape.assign(t.sizes().begin(), t.sizes().end());
+  c.meta.stride.assign(t.strides().begin(), t.strides().end());
+  c.meta.storage_offset = t.storage_offset();
+  c.meta.device = t.device().str();
+  c.meta.alignment = format::pointer_alignment(reinterpret_cast<uintptr_t>(t.data_ptr()));
+  c.meta.requires_grad = t.requires_grad();
+  if (format::non_overlapping(c.meta.shape, c.meta.stride)) {
+    c.copy = t.clone(at::MemoryFormat::Contiguous);
+    c.stored_numel = format::numel_of(c.meta.shape);
+  } else {
+    c.meta.span = true;
+    c.stored_numel = format::span_of(c.meta.shape, c.meta.stride);
+    c.copy = t.as_strided({c.stored_numel}, {1}, t.storage_offset()).clone();
+  }
+  c.nbytes = static_cast<uint64_t>(c.stored_numel) * t.element_size();
+  if (t.is_cuda()) {
+    c.hold = std::make_unique<DeviceHold>(device_bytes, c.nbytes);
+    std::string err;
+    c.transfer = device ? device->transfer(t.get_device(), current_stream_handle(t.device()), c.copy.data_ptr(),
+                                           static_cast<size_t>(c.nbytes), err)
+                        : nullptr;
+    if (!c.transfer) throw std::runtime_error("device copy: " + (err.empty() ? "no GPU access" : err));
+  }
+  return c;
+}
+
+std::string unsupported(const at::Tensor& t) {
+  if (!t.defined()) return "";
+  if (t.is_meta() || !t.has_storage()) return "no_storage";
+  if (t.layout() != c10::kStrided || t.is_quantized() || t.is_nested()) return "unsupported_layout";
+  if (t.device().type() != c10::DeviceType::CPU && t.device().type() != c10::DeviceType::CUDA)
+    return "unsupported_device";
+  if (format::dtype_element_size(python_dtype_name(t.scalar_type())) == 0) return "unsupported_dtype";
+  return "";
+}
+
+PickleValue ValueWriter::tensor(CopiedTensor c) {
+  const size_t index = blobs->size();
+  const int64_t n = c.stored_numel;
+  format::TensorMeta meta = c.meta;
+  blobs->push_back(std::make_unique<TensorBlob>(std::move(c)));
+  return format::tensor_value(meta, index, n);
+}
+
+PickleValue ValueWriter::operator()(const c10::IValue& v, const c10::TypePtr& type, std::vector<CopiedTensor>* copied) {
+  if (v.isNone()) return PickleValue::none();
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) return PickleValue::none();
+    if (copied && !copied->empty()) {
+      CopiedTensor c = std::move(copied->front());
+      copied->erase(copied->begin());
+      return tensor(std::move(c));
+    }
+    return tensor(copy_tensor(t, device, device_bytes));
+  }
+  if (v.isInt()) {
+    const int64_t i = v.toInt();
+    if (type_is(type, c10::TypeKind::ScalarTypeType))
+      return format::typed_value("dtype", python_dtype_name(static_cast<c10::ScalarType>(i)));
+    if (type_is(type, c10::TypeKind::LayoutType))
+      if (const char* name = python_layout_name(i)) return format::typed_value("layout", name);
+    if (type_is(type, c10::TypeKind::MemoryFormatType))
+      if (const char* name = python_memory_format_name(i)) return format::typed_value("memory_format", name);
+    return PickleValue::integer(i);
+  }
+  if (v.isDouble()) return format::typed_value("float", format::python_float_repr(v.toDouble()));
+  if (v.isBool()) return PickleValue::boolean(v.toBool());
+  if (v.isString()) return PickleValue::string(v.toStringRef());
+  if (v.isDevice()) return format::typed_value("device", v.toDevice().str());
+  if (v.isComplexDouble()) {
+    const auto z = v.toComplexDouble();
+    return PickleValue::dict({{"kind", PickleValue::string("complex")},
+                              {"real", PickleValue::string(format::python_float_repr(z.real()))},
+                              {"imag", PickleValue::string(format::python_float_repr(z.imag()))}});
+  }
+  if (v.isList()) {
+    const c10::TypePtr element = list_element_type(type);
+    PickleValue l = PickleValue::list();
+    for (const auto& x : v.toListRef()) l.push_back((*this)(x, element, copied));
+    return l;
+  }
+  if (v.isTuple()) {
+    PickleValue items = PickleValue::list();
+    for (const auto& x : v.toTupleRef().elements()) items.push_back((*this)(x, nullptr, copied));
+    return PickleValue::dict({{"kind", PickleValue::string("tuple")}, {"items", std::move(items)}});
+  }
+  if (v.isGenerator()) return PickleValue::dict({{"kind", PickleValue::string("generator")}});
+  return format::typed_value("unsupported", "<" + v.tagKind() + ">");
+}
+
+}  // namespace lingprobe::capture

@@ -40,15 +40,24 @@ size_t profiles_counted(const AuditRun& a) {
   return n;
 }
 
+// An audit of a fresh copy of the stored run that writes nothing, ready for its phases.
+struct StoredRunAudit {
+  std::string run = unpacked_run();
+  AuditOptions options = [this] {
+    AuditOptions o;
+    o.inputs = {run};
+    o.write = false;
+    return o;
+  }();
+  AuditOutcome outcome;
+  AuditRun a{options, outcome};
+};
+
 }  // namespace
 
 TEST_CASE("audit phases: found, read, totalled, checked and reported, in order", "[audit][phases]") {
-  const std::string run = unpacked_run();
-  AuditOptions o;
-  o.inputs = {run};
-  o.write = false;
-  AuditOutcome out;
-  AuditRun a(o, out);
+  StoredRunAudit stored;
+  AuditRun& a = stored.a;
   REQUIRE(find_inputs(a));
   CHECK(a.files.size() == 4);  // one metadata file per rank
   REQUIRE(read_inputs(a));
@@ -68,12 +77,9 @@ TEST_CASE("audit phases: found, read, totalled, checked and reported, in order",
 }
 
 TEST_CASE("audit phases: evidence whose files changed after the run is not counted", "[audit][phases]") {
-  const std::string run = unpacked_run();
-  AuditOptions o;
-  o.inputs = {run};
-  o.write = false;
-  AuditOutcome out;
-  AuditRun a(o, out);
+  StoredRunAudit stored;
+  AuditRun& a = stored.a;
+  const std::string& run = stored.run;
   REQUIRE((find_inputs(a) && read_inputs(a) && total_ranks(a)));
   // One profile's manifest edited: its SHA-256 (recorded in the metadata) no longer matches.
   std::string edited;

@@ -190,7 +190,9 @@ PickleValue tensor_value(const TensorMeta& m, size_t blob_index, int64_t stored_
 std::string write_snapshot_archive(const PickleValue& document, const std::vector<BlobSource*>& blobs, ZipWriter& zip) {
   std::string pkl;
   write_pickle(document, pkl);
-  auto failed = [&](const std::string& what) { return what + (zip.error().empty() ? "" : ": " + zip.error()); };
+  auto failed = [&](const std::string& what) {
+    return what + (zip.status().ok() ? "" : ": " + zip.status().message());
+  };
   if (!zip.add("archive/data.pkl", pkl.data(), pkl.size())) return failed("writing data.pkl failed");
   if (!zip.add("archive/byteorder", "little", 6)) return failed("writing byteorder failed");
   for (size_t i = 0; i < blobs.size(); ++i) {

@@ -33,24 +33,23 @@ uint32_t get32(const unsigned char* p) {
 
 }  // namespace
 
-bool ZipWriter::fail(Error code, const char* message) {
-  if (code_ == Error::None) {
-    code_ = code;
-    error_ = message;
+bool ZipWriter::fail(StatusCode code, const char* message) {
+  if (status_.ok()) {
+    status_ = Status(code, message);
   }
   return false;
 }
 
 bool ZipWriter::emit(const void* data, size_t n) {
   if (n == 0) return true;
-  if (!out_(data, n)) return fail(Error::WriteFailed, "write failed");
+  if (!out_(data, n)) return fail(StatusCode::kIoFailed, "write failed");
   offset_ += n;
   return true;
 }
 
 bool ZipWriter::begin_entry(const std::string& name) {
-  if (open_ || finished_ || code_ != Error::None) return false;
-  if (name.empty() || name.size() > 0xFFFF) return fail(Error::BadName, "bad entry name");
+  if (open_ || finished_ || !status_.ok()) return false;
+  if (name.empty() || name.size() > 0xFFFF) return fail(StatusCode::kBadInput, "bad entry name");
   Entry e;
   e.name = name;
   e.header_offset = offset_;
@@ -80,18 +79,18 @@ bool ZipWriter::begin_entry(const std::string& name) {
 }
 
 bool ZipWriter::write(const void* data, size_t n) {
-  if (!open_ || code_ != Error::None) return false;
+  if (!open_ || !status_.ok()) return false;
   Entry& e = entries_.back();
   // Refused before any byte is read or written: the archive has no ZIP64.
   if (e.size + n > kZip32Max || offset_ + n > kZip32Max)
-    return fail(Error::TooLarge, "archive larger than 4 GiB (no ZIP64)");
+    return fail(StatusCode::kTooLarge, "archive larger than 4 GiB (no ZIP64)");
   e.crc = crc32_update(e.crc, data, n);
   e.size += n;
   return emit(data, n);
 }
 
 bool ZipWriter::end_entry() {
-  if (!open_ || code_ != Error::None) return false;
+  if (!open_ || !status_.ok()) return false;
   open_ = false;
   const Entry& e = entries_.back();
   std::string d;
@@ -107,7 +106,7 @@ bool ZipWriter::add(const std::string& name, const void* data, size_t n) {
 }
 
 bool ZipWriter::finish() {
-  if (open_ || finished_ || code_ != Error::None) return false;
+  if (open_ || finished_ || !status_.ok()) return false;
   const uint64_t cd_start = offset_;
   std::string cd;
   for (const Entry& e : entries_) {
@@ -131,7 +130,7 @@ bool ZipWriter::finish() {
     cd += e.name;
   }
   if (entries_.size() > 0xFFFF || cd_start + cd.size() > kZip32Max)
-    return fail(Error::TooLarge, "too many entries or archive too large (no ZIP64)");
+    return fail(StatusCode::kTooLarge, "too many entries or archive too large (no ZIP64)");
   put32(cd, kEndSig);
   put16(cd, 0);
   put16(cd, 0);

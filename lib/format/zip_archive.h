@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "format/status.h"
+
 namespace lingprobe::format {
 
 class ZipWriter {
@@ -30,10 +32,9 @@ class ZipWriter {
   bool finish();
 
   uint64_t bytes_written() const { return offset_; }
-  // Why the last call failed: a code callers switch on, and its message.
-  enum class Error { None, TooLarge, WriteFailed, BadName };
-  Error error_code() const { return code_; }
-  const std::string& error() const { return error_; }
+  // Why the first failed call failed (kTooLarge: over ZIP's 4 GiB, kIoFailed: `out` refused, kBadInput: an entry
+  // name); ok while none did. Later calls fail and keep it.
+  const Status& status() const { return status_; }
 
  private:
   bool emit(const void* data, size_t n);
@@ -47,9 +48,8 @@ class ZipWriter {
   std::vector<Entry> entries_;
   bool open_ = false, finished_ = false;
   uint64_t offset_ = 0;
-  Error code_ = Error::None;
-  std::string error_;
-  bool fail(Error code, const char* message);
+  Status status_;
+  bool fail(StatusCode code, const char* message);
 };
 
 // Random access to the archive's bytes.

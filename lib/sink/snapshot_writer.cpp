@@ -196,7 +196,7 @@ std::string SnapshotWriter::write_snapshot(runtime::SnapshotJob& job, const std:
   if (err.empty() && !rename_new(dir.fd, tmp, final_name)) err = std::strerror(errno);
   if (!err.empty()) {
     ::unlinkat(dir.fd, tmp.c_str(), 0);
-    if (zip.error_code() == format::ZipWriter::Error::TooLarge) return "too_large";
+    if (zip.status().code() == format::StatusCode::kTooLarge) return "too_large";
     return write_errno == ENOSPC ? "disk_full" : "write_error";
   }
   file_sha = hex_of(digest.get());

@@ -104,16 +104,16 @@ TEST_CASE("zip: a failure carries a code (the writer tells an archive over 4 GiB
   const char byte = 0;
   // 4 GiB and one byte: refused before a byte is read (the pointer holds one) or written
   CHECK_FALSE(zip.write(&byte, (size_t{1} << 32) + 1));
-  CHECK(zip.error_code() == ZipWriter::Error::TooLarge);
+  CHECK(zip.status().code() == StatusCode::kTooLarge);
   const size_t written = sink.size();
   CHECK_FALSE(zip.write(&byte, 1));  // the first failure stands
   CHECK(sink.size() == written);
   ZipWriter full([](const void*, size_t) { return false; });
   CHECK_FALSE(full.begin_entry("archive/data/0"));
-  CHECK(full.error_code() == ZipWriter::Error::WriteFailed);
+  CHECK(full.status().code() == StatusCode::kIoFailed);
   ZipWriter named([](const void*, size_t) { return true; });
   CHECK_FALSE(named.begin_entry(""));
-  CHECK(named.error_code() == ZipWriter::Error::BadName);
+  CHECK(named.status().code() == StatusCode::kBadInput);
 }
 
 TEST_CASE("pickle: lingprobe's subset round-trips, integers of every width", "[snapshot]") {

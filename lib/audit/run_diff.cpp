@@ -1,5 +1,7 @@
 #include "audit/run_diff.h"
 
+#include "audit/signature_compare.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -38,135 +40,9 @@ struct Run {
   std::vector<Row> rows;
 };
 
-bool is_tensor(const JsonValue& v) { return v.kind() == Kind::Object && v.find("shape") && v.find("dtype"); }
+std::string pairing_key(const Row& r) { return audit::pairing_key(*r.signature, r.stage, r.op); }
 
-std::string field_text(const JsonValue* v) { return v ? format::canonical_json(*v) : "null"; }
-
-// The positions of an op's weight and bias among its positional arguments
-// (their shapes are part of the pairing key: a layer is the same layer at any
-// input size, a different one with other weights). Ops whose operands may be
-// activations or weights alike (mm, bmm, matmul, baddbmm) have none.
-std::set<size_t> weight_positions(const std::string& op) {
-  auto starts = [&op](const char* p) { return op.rfind(p, 0) == 0; };
-  for (const char* conv : {"aten.linear.", "aten.conv1d.", "aten.conv2d.", "aten.conv3d.", "aten.conv_transpose1d.",
-                           "aten.conv_transpose2d.", "aten.conv_transpose3d.", "aten.convolution.",
-                           "aten._convolution.", "aten.cudnn_convolution.", "aten.mkldnn_convolution."})
-    if (starts(conv)) return {1, 2};         // (input, weight, bias, ...)
-  if (starts("aten.addmm.")) return {0, 2};  // (bias, input, weight)
-  if (starts("aten.layer_norm.") || starts("aten.native_layer_norm.") || starts("aten.group_norm.") ||
-      starts("aten.rms_norm.") || starts("aten._fused_rms_norm."))
-    return {2, 3};  // (input, normalized_shape or groups, weight, bias)
-  if (starts("aten.native_group_norm.") || starts("aten.batch_norm.") || starts("aten.native_batch_norm.") ||
-      starts("aten._native_batch_norm_legit"))
-    return {1, 2};  // (input, weight, bias, ...)
-  if (starts("aten.embedding.")) return {0};
-  return {};
-}
-
-// A value's shape-free form: tensors by dtype and rank (weights by their
-// shape), int lists by their length, everything else exactly.
-void shape_free(const JsonValue& v, bool weight, std::string& out) {
-  if (is_tensor(v)) {
-    out += "T(" + field_text(v.find("dtype")) + ",";
-    out += weight ? field_text(v.find("shape")) : std::to_string(v.find("shape")->items().size());
-    out += ")";
-  } else if (v.kind() == Kind::Array) {
-    const bool ints = !v.items().empty() && std::all_of(v.items().begin(), v.items().end(), [](const JsonValue& x) {
-      return x.kind() == Kind::Int || x.kind() == Kind::BigInt;
-    });
-    if (ints) {
-      out += "L" + std::to_string(v.items().size());
-      return;
-    }
-    out += "[";
-    for (const auto& x : v.items()) shape_free(x, weight, out), out += ",";
-    out += "]";
-  } else if (v.kind() == Kind::Object) {
-    out += "{";
-    for (const auto& [k, x] : v.members()) out += k + ":", shape_free(x, false, out), out += ",";
-    out += "}";
-  } else {
-    out += format::canonical_json(v);
-  }
-}
-
-std::string pairing_key(const Row& r) {
-  std::string key = r.stage + "|" + r.op + "|";
-  const std::set<size_t> weights = weight_positions(r.op);
-  if (const JsonValue* args = r.signature->find("args"); args && args->kind() == Kind::Array)
-    for (size_t i = 0; i < args->items().size(); ++i)
-      shape_free(args->items()[i], weights.count(i) > 0, key), key += ",";
-  key += "|";
-  if (const JsonValue* kwargs = r.signature->find("kwargs")) shape_free(*kwargs, false, key);
-  key += "|";
-  if (const JsonValue* out = r.signature->find("output")) shape_free(*out, false, key);
-  return key;
-}
-
-// Every tensor's shape in the signature (arguments, then output), one after another.
-void shapes(const JsonValue& v, std::vector<int64_t>& out) {
-  if (is_tensor(v)) {
-    for (const auto& d : v.find("shape")->items()) out.push_back(d.kind() == Kind::Int ? d.as_int() : -1);
-    out.push_back(-2);  // a separator: [2,3],[4] is not [2],[3,4]
-  } else if (v.kind() == Kind::Array) {
-    for (const auto& x : v.items()) shapes(x, out);
-  } else if (v.kind() == Kind::Object) {
-    for (const auto& [k, x] : v.members()) shapes(x, out);
-  }
-}
-std::vector<int64_t> shapes(const Row& r) {
-  std::vector<int64_t> out;
-  for (const char* k : {"args", "kwargs", "output"})
-    if (const JsonValue* v = r.signature->find(k)) shapes(*v, out);
-  return out;
-}
-
-// The signature with every tensor's stride left out.
-JsonValue without_strides(const JsonValue& v) {
-  if (v.kind() == Kind::Array) {
-    JsonValue a = JsonValue::array();
-    for (const auto& x : v.items()) a.push_back(without_strides(x));
-    return a;
-  }
-  if (v.kind() != Kind::Object) return v;
-  const bool tensor = is_tensor(v);
-  JsonValue o = JsonValue::object();
-  for (const auto& [k, x] : v.members())
-    if (!(tensor && k == "stride")) o.set(k, without_strides(x));
-  return o;
-}
-
-// Where two signatures differ: "args[0].shape: [1,4680,5120] -> [1,2640,5120]".
-void differences(const JsonValue& a, const JsonValue& b, const std::string& path, std::vector<std::string>& out) {
-  if (out.size() >= 12 || a == b) return;
-  const bool leaf_array = [&] {
-    if (a.kind() != Kind::Array || b.kind() != Kind::Array) return false;
-    for (const auto* v : {&a, &b})
-      for (const auto& x : v->items())
-        if (x.kind() == Kind::Array || x.kind() == Kind::Object) return false;
-    return true;
-  }();
-  if (a.kind() == Kind::Object && b.kind() == Kind::Object) {
-    std::set<std::string> keys;
-    for (const auto& [k, v] : a.members()) keys.insert(k);
-    for (const auto& [k, v] : b.members()) keys.insert(k);
-    for (const auto& k : keys) {
-      const JsonValue *x = a.find(k), *y = b.find(k);
-      const std::string p = path.empty() ? k : path + "." + k;
-      if (x && y)
-        differences(*x, *y, p, out);
-      else
-        out.push_back(p + ": " + (x ? format::canonical_json(*x) : "absent") + " -> " +
-                      (y ? format::canonical_json(*y) : "absent"));
-    }
-  } else if (a.kind() == Kind::Array && b.kind() == Kind::Array && !leaf_array &&
-             a.items().size() == b.items().size()) {
-    for (size_t i = 0; i < a.items().size(); ++i)
-      differences(a.items()[i], b.items()[i], path + "[" + std::to_string(i) + "]", out);
-  } else {
-    out.push_back(path + ": " + format::canonical_json(a) + " -> " + format::canonical_json(b));
-  }
-}
+std::vector<int64_t> shapes(const Row& r) { return signature_shapes(*r.signature); }
 
 JsonValue number(long double x) {
   if (x == std::floor(x) && std::fabs(x) < 9.2e18L) return JsonValue::integer(static_cast<int64_t>(x));
@@ -307,22 +183,20 @@ bool load(const std::string& dir, Run& run, std::vector<std::string>& warnings, 
   return true;
 }
 
-}  // namespace
+// The two runs' rows joined: entries (changed, paired by shapes, one side only), sorted by FLOPs moved, and the
+// unchanged signatures counted by stage.
+struct Pairing {
+  std::vector<Entry> entries;
+  std::map<std::string, uint64_t> unchanged;  // by stage
+};
 
-DiffOutcome diff_runs(const DiffOptions& options) {
-  DiffOutcome outcome;
-  Run a, b;
-  if (!load(options.run_a, a, outcome.warnings, outcome.error) ||
-      !load(options.run_b, b, outcome.warnings, outcome.error))
-    return outcome;
+Pairing pair_rows(const Run& a, const Run& b, const DiffOptions& options) {
+  Pairing p;
   auto wanted = [&options](const Row& r) { return options.stage.empty() || r.stage == options.stage; };
-
   // 1. The same signature in both.
   std::map<std::string, const Row*> by_sha_b;
   for (const Row& r : b.rows)
     if (wanted(r)) by_sha_b.emplace(r.sha, &r);
-  std::vector<Entry> entries;
-  std::map<std::string, uint64_t> unchanged;  // by stage
   std::set<std::string> matched;
   std::map<std::string, std::pair<std::vector<const Row*>, std::vector<const Row*>>> pool;  // key -> unmatched A, B
   for (const Row& r : a.rows) {
@@ -334,10 +208,10 @@ DiffOutcome diff_runs(const DiffOptions& options) {
     }
     matched.insert(r.sha);
     if (it->second->calls == r.calls) {
-      ++unchanged[r.stage];
+      ++p.unchanged[r.stage];
       continue;
     }
-    entries.push_back(Entry{"same_signature", r.stage, r.op, {&r}, {it->second}, ""});
+    p.entries.push_back(Entry{"same_signature", r.stage, r.op, {&r}, {it->second}, ""});
   }
   for (const Row& r : b.rows)
     if (wanted(r) && !matched.count(r.sha)) pool[pairing_key(r)].second.push_back(&r);
@@ -370,7 +244,7 @@ DiffOutcome diff_runs(const DiffOptions& options) {
       const auto sa = by_shape(in_a), sb = by_shape(in_b);
       if (!sa.empty() && !sb.empty()) {
         for (size_t i = 0; i < sa.size(); ++i)
-          entries.push_back(Entry{"shape_changed", e.stage, e.op, {sa[i]}, {sb[i]}, "size_order"});
+          p.entries.push_back(Entry{"shape_changed", e.stage, e.op, {sa[i]}, {sb[i]}, "size_order"});
         continue;
       }
     }
@@ -378,17 +252,17 @@ DiffOutcome diff_runs(const DiffOptions& options) {
       for (const Row* r : e.kind == "only_in_a" ? in_a : in_b) {
         Entry one{e.kind, r->stage, r->op, {}, {}, ""};
         (e.kind == "only_in_a" ? one.a : one.b).push_back(r);
-        entries.push_back(std::move(one));
+        p.entries.push_back(std::move(one));
       }
       continue;
     }
-    entries.push_back(std::move(e));
+    p.entries.push_back(std::move(e));
   }
-  for (Entry& e : entries) {
+  for (Entry& e : p.entries) {
     for (const Row* r : e.a) e.calls_a += r->calls, e.flops_a += r->flops_total();
     for (const Row* r : e.b) e.calls_b += r->calls, e.flops_b += r->flops_total();
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& x, const Entry& y) {
+  std::sort(p.entries.begin(), p.entries.end(), [](const Entry& x, const Entry& y) {
     if (x.moved() != y.moved()) return x.moved() > y.moved();
     const int64_t cx = std::llabs(static_cast<int64_t>(x.calls_b) - static_cast<int64_t>(x.calls_a));
     const int64_t cy = std::llabs(static_cast<int64_t>(y.calls_b) - static_cast<int64_t>(y.calls_a));
@@ -397,6 +271,107 @@ DiffOutcome diff_runs(const DiffOptions& options) {
     const std::string& sy = (y.a.empty() ? y.b : y.a).front()->sha;
     return sx < sy;
   });
+
+  return p;
+}
+
+// One entry's JSON: its rows, calls and FLOPs, stride variants, the differences of its pairs, counter changes.
+JsonValue entry_json(const Run& a, const Run& b, const Entry* e) {
+  JsonValue ea = JsonValue::array(), eb = JsonValue::array();
+  for (const Row* r : e->a) ea.push_back(row_json(*r));
+  for (const Row* r : e->b) eb.push_back(row_json(*r));
+  JsonValue j = JsonValue::object();
+  j.set("kind", JsonValue::string(e->kind));
+  j.set("op", JsonValue::string(e->op));
+  j.set("a", std::move(ea));
+  j.set("b", std::move(eb));
+  j.set("calls_a", JsonValue::integer(static_cast<int64_t>(e->calls_a)));
+  j.set("calls_b", JsonValue::integer(static_cast<int64_t>(e->calls_b)));
+  j.set("calls_change", JsonValue::integer(static_cast<int64_t>(e->calls_b) - static_cast<int64_t>(e->calls_a)));
+  j.set("calls_change_relative", relative(e->calls_a, e->calls_b));
+  j.set("flops_a", number(e->flops_a));
+  j.set("flops_b", number(e->flops_b));
+  j.set("flops_moved", number(e->flops_b - e->flops_a));
+  if (!e->pairing.empty()) j.set("pairing", JsonValue::string(e->pairing));
+  j.set("calls_per_rank_a", number(per_rank(e->a)));
+  j.set("calls_per_rank_b", number(per_rank(e->b)));
+  JsonValue variants = JsonValue::array();
+  for (const auto* rows : {&e->a, &e->b}) {  // rows of one side that differ from each other only in strides
+    std::map<std::string, std::vector<const Row*>> same;
+    for (const Row* r : *rows) same[format::canonical_json(without_strides(*r->signature))].push_back(r);
+    for (const auto& [k, group] : same) {
+      if (group.size() < 2) continue;
+      JsonValue shas = JsonValue::array();
+      for (const Row* r : group) shas.push_back(JsonValue::string(r->sha));
+      variants.push_back(
+          JsonValue::object({{"side", JsonValue::string(rows == &e->a ? "a" : "b")}, {"signatures", std::move(shas)}}));
+    }
+  }
+  if (!variants.items().empty()) j.set("stride_variants", std::move(variants));
+  if (!e->a.empty() && !e->b.empty() && e->kind != "same_signature") {
+    JsonValue pairs = JsonValue::array();
+    for (const Row* x : e->a)
+      for (const Row* y : e->b) {
+        if (pairs.items().size() >= 16) break;
+        std::vector<std::string> d;
+        differences(*x->signature, *y->signature, "", d);
+        JsonValue dj = JsonValue::array();
+        for (auto& s : d) dj.push_back(JsonValue::string(std::move(s)));
+        pairs.push_back(JsonValue::object(
+            {{"a", JsonValue::string(x->sha)}, {"b", JsonValue::string(y->sha)}, {"differences", std::move(dj)}}));
+      }
+    j.set("pairs", std::move(pairs));
+  }
+  JsonValue kernels = JsonValue::array();
+  for (const Row* x : e->a)
+    for (const Row* y : e->b)
+      if (!x->profile.empty() && !y->profile.empty())
+        if (JsonValue k = kernel_changes(a, *x, b, *y); !k.is_null()) kernels.push_back(std::move(k));
+  if (!kernels.items().empty()) j.set("counters", std::move(kernels));
+  return j;
+}
+
+// One entry's row in the Markdown detail table.
+std::string entry_markdown(const Entry& e) {
+  auto cell = [](const std::vector<const Row*>& rows) {
+    std::map<std::string, int> same;  // rows of this side alike but for strides: their first tensor's stride shown
+    for (const Row* r : rows) ++same[format::canonical_json(without_strides(*r->signature))];
+    std::string s;
+    for (const Row* r : rows) {
+      s += (s.empty() ? "" : "<br>") + ("`" + r->text + "` " + r->sha.substr(0, 12));
+      const JsonValue* args = r->signature->find("args");
+      const JsonValue* stride =
+          args && !args->items().empty() && is_tensor(args->items()[0]) ? args->items()[0].find("stride") : nullptr;
+      if (same[format::canonical_json(without_strides(*r->signature))] > 1 && stride)
+        s += " stride " + format::canonical_json(*stride);
+    }
+    return s.empty() ? std::string("—") : s;
+  };
+  auto count = [](long double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, x == std::floor(x) ? "%.0Lf" : "%.1Lf", x);
+    return std::string(buf);
+  };
+  const std::string per = "; per rank " + count(per_rank(e.a)) + " → " + count(per_rank(e.b));
+  std::ostringstream detail;
+  detail << "| " << e.kind << (e.pairing.empty() ? "" : " (by size order)") << " | "
+         << human_count(e.flops_b - e.flops_a) << " | " << calls_change_text(e.calls_a, e.calls_b)
+         << (e.a.empty() || e.b.empty() ? "" : per) << " | " << cell(e.a) << " | " << cell(e.b) << " |\n";
+  return detail.str();
+}
+
+}  // namespace
+
+DiffOutcome diff_runs(const DiffOptions& options) {
+  DiffOutcome outcome;
+  Run a, b;
+  if (!load(options.run_a, a, outcome.warnings, outcome.error) ||
+      !load(options.run_b, b, outcome.warnings, outcome.error))
+    return outcome;
+
+  Pairing pairing = pair_rows(a, b, options);
+  auto& unchanged = pairing.unchanged;
+  const std::vector<Entry>& entries = pairing.entries;
 
   // 3. The document, by stage.
   std::map<std::string, std::vector<const Entry*>> by_stage;
@@ -435,57 +410,7 @@ DiffOutcome diff_runs(const DiffOptions& options) {
     JsonValue list = JsonValue::array();
     for (const Entry* e : group) {
       ++kinds[e->kind];
-      JsonValue ea = JsonValue::array(), eb = JsonValue::array();
-      for (const Row* r : e->a) ea.push_back(row_json(*r));
-      for (const Row* r : e->b) eb.push_back(row_json(*r));
-      JsonValue j = JsonValue::object();
-      j.set("kind", JsonValue::string(e->kind));
-      j.set("op", JsonValue::string(e->op));
-      j.set("a", std::move(ea));
-      j.set("b", std::move(eb));
-      j.set("calls_a", JsonValue::integer(static_cast<int64_t>(e->calls_a)));
-      j.set("calls_b", JsonValue::integer(static_cast<int64_t>(e->calls_b)));
-      j.set("calls_change", JsonValue::integer(static_cast<int64_t>(e->calls_b) - static_cast<int64_t>(e->calls_a)));
-      j.set("calls_change_relative", relative(e->calls_a, e->calls_b));
-      j.set("flops_a", number(e->flops_a));
-      j.set("flops_b", number(e->flops_b));
-      j.set("flops_moved", number(e->flops_b - e->flops_a));
-      if (!e->pairing.empty()) j.set("pairing", JsonValue::string(e->pairing));
-      j.set("calls_per_rank_a", number(per_rank(e->a)));
-      j.set("calls_per_rank_b", number(per_rank(e->b)));
-      JsonValue variants = JsonValue::array();
-      for (const auto* rows : {&e->a, &e->b}) {  // rows of one side that differ from each other only in strides
-        std::map<std::string, std::vector<const Row*>> same;
-        for (const Row* r : *rows) same[format::canonical_json(without_strides(*r->signature))].push_back(r);
-        for (const auto& [k, group] : same) {
-          if (group.size() < 2) continue;
-          JsonValue shas = JsonValue::array();
-          for (const Row* r : group) shas.push_back(JsonValue::string(r->sha));
-          variants.push_back(JsonValue::object(
-              {{"side", JsonValue::string(rows == &e->a ? "a" : "b")}, {"signatures", std::move(shas)}}));
-        }
-      }
-      if (!variants.items().empty()) j.set("stride_variants", std::move(variants));
-      if (!e->a.empty() && !e->b.empty() && e->kind != "same_signature") {
-        JsonValue pairs = JsonValue::array();
-        for (const Row* x : e->a)
-          for (const Row* y : e->b) {
-            if (pairs.items().size() >= 16) break;
-            std::vector<std::string> d;
-            differences(*x->signature, *y->signature, "", d);
-            JsonValue dj = JsonValue::array();
-            for (auto& s : d) dj.push_back(JsonValue::string(std::move(s)));
-            pairs.push_back(JsonValue::object(
-                {{"a", JsonValue::string(x->sha)}, {"b", JsonValue::string(y->sha)}, {"differences", std::move(dj)}}));
-          }
-        j.set("pairs", std::move(pairs));
-      }
-      JsonValue kernels = JsonValue::array();
-      for (const Row* x : e->a)
-        for (const Row* y : e->b)
-          if (!x->profile.empty() && !y->profile.empty())
-            if (JsonValue k = kernel_changes(a, *x, b, *y); !k.is_null()) kernels.push_back(std::move(k));
-      if (!kernels.items().empty()) j.set("counters", std::move(kernels));
+      JsonValue j = entry_json(a, b, e);
       list.push_back(std::move(j));
     }
     const uint64_t groups = kinds["one_to_many"] + kinds["many_to_one"] + kinds["many_to_many"];
@@ -506,32 +431,7 @@ DiffOutcome diff_runs(const DiffOptions& options) {
        << " | " << human_count(fa) << " | " << human_count(fb) << " |\n";
     if (group.empty()) continue;
     detail << "\n## Stage `" << stage << "`\n\n| change | FLOPs moved | calls A → B | A | B |\n|---|---|---|---|---|\n";
-    for (size_t k = 0; k < group.size() && k < options.markdown_rows; ++k) {
-      const Entry& e = *group[k];
-      auto cell = [](const std::vector<const Row*>& rows) {
-        std::map<std::string, int> same;  // rows of this side alike but for strides: their first tensor's stride shown
-        for (const Row* r : rows) ++same[format::canonical_json(without_strides(*r->signature))];
-        std::string s;
-        for (const Row* r : rows) {
-          s += (s.empty() ? "" : "<br>") + ("`" + r->text + "` " + r->sha.substr(0, 12));
-          const JsonValue* args = r->signature->find("args");
-          const JsonValue* stride =
-              args && !args->items().empty() && is_tensor(args->items()[0]) ? args->items()[0].find("stride") : nullptr;
-          if (same[format::canonical_json(without_strides(*r->signature))] > 1 && stride)
-            s += " stride " + format::canonical_json(*stride);
-        }
-        return s.empty() ? std::string("—") : s;
-      };
-      auto count = [](long double x) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, x == std::floor(x) ? "%.0Lf" : "%.1Lf", x);
-        return std::string(buf);
-      };
-      const std::string per = "; per rank " + count(per_rank(e.a)) + " → " + count(per_rank(e.b));
-      detail << "| " << e.kind << (e.pairing.empty() ? "" : " (by size order)") << " | "
-             << human_count(e.flops_b - e.flops_a) << " | " << calls_change_text(e.calls_a, e.calls_b)
-             << (e.a.empty() || e.b.empty() ? "" : per) << " | " << cell(e.a) << " | " << cell(e.b) << " |\n";
-    }
+    for (size_t k = 0; k < group.size() && k < options.markdown_rows; ++k) detail << entry_markdown(*group[k]);
     if (group.size() > options.markdown_rows)
       detail << "\n" << group.size() - options.markdown_rows << " more in the JSON (`lingprobe diff --json`).\n";
   }

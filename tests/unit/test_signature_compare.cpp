@@ -1,0 +1,39 @@
+// diff's signature comparison: a layer pairs with itself at another input
+// size, not with another layer; where two signatures differ, said by path.
+#include <catch2/catch.hpp>
+
+#include "audit/signature_compare.h"
+#include "format/json_parse.h"
+
+using namespace lingprobe;
+
+namespace {
+
+format::JsonValue linear(const char* input_shape, const char* weight_shape, const char* stride = "[5120,1]") {
+  const std::string text = std::string(R"({"args":[{"dtype":"torch.bfloat16","shape":)") + input_shape +
+                           R"(,"stride":[1,1]},{"dtype":"torch.bfloat16","shape":)" + weight_shape + R"(,"stride":)" +
+                           stride + R"(}],"kwargs":{},"op":"aten.linear.default",)" +
+                           R"("output":{"dtype":"torch.bfloat16","shape":[1,1]},"stage":"dit"})";
+  auto parsed = format::parse_json(text);
+  REQUIRE(parsed.ok);
+  return parsed.value;
+}
+
+}  // namespace
+
+TEST_CASE("signature compare: one layer at two input sizes pairs, another layer does not", "[audit][diff]") {
+  const auto small = linear("[1,2640,5120]", "[5120,5120]"), large = linear("[1,4680,5120]", "[5120,5120]");
+  const auto other = linear("[1,2640,5120]", "[13824,5120]");
+  const std::string key = audit::pairing_key(small, "dit", "aten.linear.default");
+  CHECK(key == audit::pairing_key(large, "dit", "aten.linear.default"));
+  CHECK(key != audit::pairing_key(other, "dit", "aten.linear.default"));   // other weights: another layer
+  CHECK(key != audit::pairing_key(small, "vae", "aten.linear.default"));   // another stage
+  CHECK(audit::signature_shapes(small) < audit::signature_shapes(large));  // size order
+  std::vector<std::string> d;
+  audit::differences(small, large, "", d);
+  REQUIRE(d.size() == 1);
+  CHECK(d[0] == "args[0].shape: [1,2640,5120] -> [1,4680,5120]");
+  const auto strided = linear("[1,2640,5120]", "[5120,5120]", "[1,5120]");
+  CHECK(audit::without_strides(strided) == audit::without_strides(small));
+  CHECK_FALSE(strided == small);
+}

@@ -99,7 +99,6 @@ at::Tensor rebuild_tensor(RebuildContext& ctx, const PickleValue& v) {
   return t;
 }
 
-
 c10::TypePtr infer_type(const c10::IValue& v) {
   if (v.isTensor()) return c10::TensorType::get();
   if (v.isInt()) return c10::IntType::get();

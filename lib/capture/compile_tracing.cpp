@@ -11,7 +11,7 @@
 namespace lingprobe::capture {
 namespace {
 
-bool is_fake(const at::Tensor& t) {
+C10_ALWAYS_INLINE bool is_fake(const at::Tensor& t) {
   if (!t.defined()) return false;
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   const c10::DispatchKeySet ks = impl->key_set();
@@ -22,7 +22,7 @@ bool is_fake(const at::Tensor& t) {
 
 }  // namespace
 
-CompileTracing compile_tracing(const at::RecordFunction& fn) {
+CompileTracing compile_tracing(const at::RecordFunction& fn, bool* tensor_inputs) {
 #if LINGPROBE_INFRA_MODES
   // Every mode pushed includes the Python key in the thread's dispatch keys. ProxyMode alone is not enough:
   // make_fx's real-mode tracing runs real tensors (fake-mode tracing sets FAKE too).
@@ -31,17 +31,22 @@ CompileTracing compile_tracing(const at::RecordFunction& fn) {
     return CompileTracing::FakeTensorMode;
 #endif
   const auto inputs = fn.inputs();
-  return has_fake_tensor(c10::ArrayRef<c10::IValue>(inputs.data(), inputs.size())) ? CompileTracing::FakeTensorInputs
-                                                                                   : CompileTracing::None;
+  return has_fake_tensor(c10::ArrayRef<c10::IValue>(inputs.data(), inputs.size()), tensor_inputs)
+             ? CompileTracing::FakeTensorInputs
+             : CompileTracing::None;
 }
 
-bool has_fake_tensor(c10::ArrayRef<c10::IValue> values) {
+bool has_fake_tensor(c10::ArrayRef<c10::IValue> values, bool* any_tensor) {
   for (const c10::IValue& v : values) {
     if (v.isTensor()) {
-      if (C10_UNLIKELY(is_fake(v.toTensor()))) return true;
-    } else if (v.isTensorList()) {
-      for (const c10::IValue& t : v.toListRef())  // no copy of the list
+      const at::Tensor& t = v.toTensor();
+      if (C10_UNLIKELY(is_fake(t))) return true;
+      if (any_tensor && t.defined()) *any_tensor = true;
+    } else if (v.isList() && v.isTensorList()) {    // the inline tag check first: isTensorList is a call
+      for (const c10::IValue& t : v.toListRef()) {  // no copy of the list
         if (is_fake(t.toTensor())) return true;
+        if (any_tensor) *any_tensor = true;
+      }
     }
   }
   return false;

@@ -13,10 +13,12 @@
 // are not recognised (docs/USAGE.md).
 #pragma once
 
-#include <cstdint>
+#include "capture/torch_guard.h"
 
 #include <ATen/record_function.h>
 #include <torch/version.h>
+
+#include <cstdint>
 
 // FakeTensorMode is an infra mode of c10::impl::TorchDispatchModeTLS from torch 2.2 on.
 #define LINGPROBE_INFRA_MODES (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2))
@@ -29,11 +31,16 @@ constexpr int kCompileTracingKinds = 4;
 // Of a call in its start callback (boxed inputs present): the active mode or
 // the inputs. Cheap when no dispatch mode is active: one thread-local look and
 // a pass over the inputs' dispatch keys (no allocation, tensor lists too).
-CompileTracing compile_tracing(const at::RecordFunction& fn);
-// Whether one of the values (a recorded call's outputs, in its end callback) is a fake tensor.
-bool has_fake_tensor(c10::ArrayRef<c10::IValue> values);
+// `tensor_inputs` (optional): set when the pass met a tensor, i.e. the call
+// is not a factory (left alone when the mode decided).
+CompileTracing compile_tracing(const at::RecordFunction& fn, bool* tensor_inputs = nullptr);
+// Whether one of the values (a recorded call's outputs, in its end callback) is a fake tensor; `any_tensor`
+// (optional): set when a defined tensor was met before the answer.
+bool has_fake_tensor(c10::ArrayRef<c10::IValue> values, bool* any_tensor = nullptr);
 // Whether a factory under FakeTensorMode passes compile_tracing unseen, so that only its fake outputs tell
-// (torch before 2.2, no infra modes): from 2.2 on the end callback need not look at outputs.
+// (torch before 2.2, no infra modes): from 2.2 on the end callback need not look at outputs. Only a factory's
+// (a call without tensor inputs): a call on real tensors under the mode is refused by it, one on fake tensors
+// was seen at its start.
 constexpr bool kFakeFactoriesUnseenAtStart = !LINGPROBE_INFRA_MODES;
 
 // The counts record's name of each kind: "fake_tensor_mode", "fake_tensor_inputs", "fake_tensor_outputs".

@@ -177,11 +177,14 @@ C10_ALWAYS_INLINE void record_start(Global& G, ThreadState& ts, const at::Record
   f->op = op;
   f->traced = false;
   f->nested = 0;
-  if (const CompileTracing tracing = compile_tracing(fn); C10_UNLIKELY(tracing != CompileTracing::None)) {
+  bool tensor_inputs = false;
+  if (const CompileTracing tracing = compile_tracing(fn, &tensor_inputs);
+      C10_UNLIKELY(tracing != CompileTracing::None)) {
     bump(ts.traced[static_cast<int>(tracing)]);  // compile time: no row, no sample, no stage interval
     f->traced = true;
     return;
   }
+  f->factory = !tensor_inputs;
   bump(ts.calls_seen);
   const StageId stage = top_stage(*ts.stages);
   if (C10_UNLIKELY(G.stage_timing.load(std::memory_order_relaxed) != nullptr) &&
@@ -333,7 +336,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   Frame& f = ts->frames[ts->depth - 1];
   if (f.fn != &fn) return;  // not an operator we counted
   --ts->depth;
-  if (kFakeFactoriesUnseenAtStart && f.recorded &&
+  if (kFakeFactoriesUnseenAtStart && f.recorded && f.factory &&
       C10_UNLIKELY(has_fake_tensor(c10::ArrayRef<c10::IValue>(fn.outputs().data(), fn.outputs().size()))))
     reclassify_as_traced(G, *ts, f);
   if (ts->depth == 0) {  // a top-level call: its nested calls into the thread's total, and into learning

@@ -47,6 +47,7 @@ struct Frame {
   StageId stage;
   bool recorded;
   bool traced;      // a compile-time call on fake tensors (counted apart, never recorded)
+  bool factory;     // no tensor among its inputs: only a factory's outputs may be fake unseen at its start
   uint32_t nested;  // nested calls seen below this top-level call
   void* sample;     // the hooks' token of a sampled call, or nullptr
 };

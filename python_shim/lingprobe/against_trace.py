@@ -104,7 +104,10 @@ def trace_calls(trace):
         evs.sort(key=lambda e: (e["ts"], -e["dur"]))
         top, end = [], -1.0
         for e in evs:
-            if e["ts"] >= end:
+            # Whole-microsecond traces (torch without Kineto) round a 1 us parent's end onto its child's start:
+            # a call starting exactly at such a parent's end is its child, not the next top-level call.
+            at_rounded_edge = top and e["ts"] == end and isinstance(e["ts"], int) and end - top[-1]["ts"] <= 1
+            if e["ts"] >= end and not at_rounded_edge:
                 top.append({"name": e["name"], "ts": e["ts"], "end": e["ts"] + e["dur"], "kernels": []})
                 end = e["ts"] + e["dur"]
         threads.append((tid, top))

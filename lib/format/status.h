@@ -6,7 +6,6 @@
 
 #include <string>
 #include <utility>
-#include <variant>
 
 namespace lingprobe::format {
 
@@ -33,24 +32,6 @@ class [[nodiscard]] Status {
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
-};
-
-// A value, or the Status that says why there is none.
-template <typename T>
-class [[nodiscard]] Expected {
- public:
-  Expected(T value) : v_(std::move(value)) {}       // NOLINT: implicit, as a return value
-  Expected(Status error) : v_(std::move(error)) {}  // NOLINT: must not be ok
-  bool ok() const { return std::holds_alternative<T>(v_); }
-  T& value() { return std::get<T>(v_); }
-  const T& value() const { return std::get<T>(v_); }
-  const Status& status() const {
-    static const Status kOk;
-    return ok() ? kOk : std::get<Status>(v_);
-  }
-
- private:
-  std::variant<T, Status> v_;
 };
 
 }  // namespace lingprobe::format

@@ -341,11 +341,6 @@ uint64_t CounterWindows::window_epoch(int device) {
 uint64_t CounterWindows::windows() const { return s_->windows.load(); }
 uint64_t CounterWindows::stall_us() const { return s_->stall_us.load(); }
 
-std::string CounterWindows::unavailable() {
-  std::lock_guard<std::mutex> lock(s_->mu);
-  return s_->unavailable;
-}
-
 bool hold_counters(bool hold, int wait_seconds) {
   std::unique_lock<std::mutex> lock(g_hold_mu);
   if (!hold) {

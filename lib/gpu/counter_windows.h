@@ -57,7 +57,6 @@ class CounterWindows {
   uint64_t window_epoch(int device);
   uint64_t windows() const;   // windows closed
   uint64_t stall_us() const;  // the calling threads' time in windows and refused attempts' waits
-  std::string unavailable();  // why counters cannot be read here ("" while they can)
 
   struct State;
 

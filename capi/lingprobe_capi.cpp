@@ -47,6 +47,37 @@ lingprobe_status copy_path(lingprobe_status (*get)(std::string&), char* buf, siz
   }
 }
 
+// The configuration of lingprobe_init: the environment first (when asked),
+// then the options' fields and settings. Every failure is reported as
+// LINGPROBE_ERROR_INVALID_CONFIG, whatever its code.
+lingprobe::format::Status configure(lingprobe::api::Config& config, const lingprobe_options* options) {
+  using lingprobe::api::apply_setting;
+  using lingprobe::format::Status;
+  if (!options || options->use_environment) {
+    std::vector<std::string> unknown;
+    Status status = lingprobe::api::apply_environment(config, environ, &unknown);
+    for (const auto& name : unknown)
+      lingprobe::api::log_warn(name + " is not a lingprobe option; ignored (run `lingprobe config` for the list)");
+    if (!status.ok() || !options) return status;
+  }
+  // Fields past the caller's struct_size are absent (older callers).
+  auto has = [&](size_t end) { return options->struct_size >= end; };
+  if (has(offsetof(lingprobe_options, out_dir) + sizeof(char*)) && options->out_dir)
+    if (Status status = apply_setting(config, "OUT", options->out_dir); !status.ok()) return status;
+  if (has(offsetof(lingprobe_options, ops) + sizeof(char*)) && options->ops)
+    if (Status status = apply_setting(config, "OPS", options->ops); !status.ok()) return status;
+  if (!has(offsetof(lingprobe_options, settings_count) + sizeof(size_t)) || !options->settings) return Status();
+  for (size_t i = 0; i < options->settings_count; ++i) {
+    const char* kv = options->settings[i];
+    const char* eq = kv ? std::strchr(kv, '=') : nullptr;
+    if (!eq)
+      return Status(lingprobe::format::StatusCode::kBadInput,
+                    std::string("setting '") + (kv ? kv : "(null)") + "' is not NAME=VALUE");
+    if (Status status = apply_setting(config, std::string(kv, eq), eq + 1); !status.ok()) return status;
+  }
+  return Status();
+}
+
 }  // namespace
 
 extern "C" {
@@ -106,38 +137,14 @@ LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options) 
       case LINGPROBE_STATE_FRESH: break;
     }
     lingprobe::api::Config config;
-    std::string err;
-    if (!options || options->use_environment) {
-      std::vector<std::string> unknown;
-      err = lingprobe::api::apply_environment(config, environ, &unknown);
-      for (const auto& name : unknown)
-        lingprobe::api::log_warn(name + " is not a lingprobe option; ignored (run `lingprobe config` for the list)");
-    }
-    if (err.empty() && options) {
-      // Fields past the caller's struct_size are absent (older callers).
-      auto has = [&](size_t end) { return options->struct_size >= end; };
-      if (has(offsetof(lingprobe_options, out_dir) + sizeof(char*)) && options->out_dir)
-        err = lingprobe::api::apply_setting(config, "OUT", options->out_dir);
-      if (err.empty() && has(offsetof(lingprobe_options, ops) + sizeof(char*)) && options->ops)
-        err = lingprobe::api::apply_setting(config, "OPS", options->ops);
-      if (err.empty() && has(offsetof(lingprobe_options, settings_count) + sizeof(size_t)) && options->settings) {
-        for (size_t i = 0; i < options->settings_count && err.empty(); ++i) {
-          const char* kv = options->settings[i];
-          const char* eq = kv ? std::strchr(kv, '=') : nullptr;
-          if (!eq) {
-            err = std::string("setting '") + (kv ? kv : "(null)") + "' is not NAME=VALUE";
-            break;
-          }
-          err = lingprobe::api::apply_setting(config, std::string(kv, eq), eq + 1);
-        }
-      }
-    }
-    if (!err.empty()) {
-      lingprobe::api::log_error(err +
+    lingprobe::format::Status status = configure(config, options);
+    if (!status.ok()) {
+      lingprobe::api::log_error(status.message() +
                                 "; recording is off, the program runs on (run `lingprobe config` for the options)");
       lingprobe::api::session_init_invalid();
-      return fail(LINGPROBE_ERROR_INVALID_CONFIG, err);
+      return fail(LINGPROBE_ERROR_INVALID_CONFIG, status.message());
     }
+    std::string err;
     return done(lingprobe::api::session_init(config, err), err);
   } catch (const std::exception& e) {
     return fail(LINGPROBE_ERROR_INTERNAL, e.what());
@@ -176,9 +183,8 @@ LINGPROBE_API lingprobe_status lingprobe_flush(void) {
   LINGPROBE_NOT_IN_FORKED_CHILD();
   LINGPROBE_GUARDED(lingprobe::api::session_flush(err))
 }
-LINGPROBE_API lingprobe_status lingprobe_finalize(void){
-    LINGPROBE_GUARDED(lingprobe::api::session_finalize())} LINGPROBE_API lingprobe_status
-    lingprobe_set_rank(int64_t rank, int64_t local_rank, int64_t world_size) {
+LINGPROBE_API lingprobe_status lingprobe_finalize(void) { LINGPROBE_GUARDED(lingprobe::api::session_finalize()); }
+LINGPROBE_API lingprobe_status lingprobe_set_rank(int64_t rank, int64_t local_rank, int64_t world_size) {
   LINGPROBE_NOT_IN_FORKED_CHILD();
   LINGPROBE_GUARDED(lingprobe::api::session_set_rank(rank, local_rank, world_size, err))
 }

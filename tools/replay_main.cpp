@@ -154,7 +154,7 @@ int profile_replays(std::vector<Target>& targets, const std::string& run_dir, co
     lingprobe_stage_push(chosen[i]->stage.c_str());
     const lingprobe::replay::ReplayResult r = lingprobe::replay::replay_snapshot(chosen[i]->path, ro);
     lingprobe_stage_pop();
-    if (!r.ok) errors[i] = "its replay under counters failed: " + r.error;
+    if (!r.status.ok()) errors[i] = "its replay under counters failed: " + r.status.message();
   }
   lingprobe_finalize();
   int failed = 0;
@@ -276,13 +276,13 @@ int run(int argc, char** argv) {
     o.out_dir = replays + "/" + stem(t.path);
     o.snapshot_rel = t.rel;
     lingprobe::replay::ReplayResult r = lingprobe::replay::replay_snapshot(t.path, o);
-    if (!r.skipped.empty()) {
-      std::cout << "skipped " << t.rel << ": " << r.skipped << "\n";
+    if (r.status.code() == lingprobe::format::StatusCode::kUnsupported) {
+      std::cout << "skipped " << t.rel << ": " << r.status.message() << "\n";
       ++skipped;
       continue;
     }
-    if (!r.ok) {
-      std::cout << "FAILED  " << t.rel << ": " << r.error << "\n";
+    if (!r.status.ok()) {
+      std::cout << "FAILED  " << t.rel << ": " << r.status.message() << "\n";
       ++failed;
       continue;
     }

@@ -126,15 +126,15 @@ int run_command(int argc, char** argv) {
   // Validate everything here, before the job starts: environment first, then options.
   api::Config config;
   std::vector<std::string> unknown;
-  std::string err = api::apply_environment(config, environ, &unknown);
+  format::Status config_status = api::apply_environment(config, environ, &unknown);
   for (const auto& name : unknown)
     std::cerr << "lingprobe run: warning: " << name << " is not a lingprobe option; ignored\n";
   for (const auto& [k, v] : settings) {
-    if (!err.empty()) break;
-    err = api::apply_setting(config, k, v);
+    if (!config_status.ok()) break;
+    config_status = api::apply_setting(config, k, v);
   }
-  if (!err.empty()) {
-    std::cerr << "lingprobe run: " << err << "\n";
+  if (!config_status.ok()) {
+    std::cerr << "lingprobe run: " << config_status.message() << "\n";
     return 2;
   }
   const std::string stub = find_preload_stub();

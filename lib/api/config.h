@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "format/json_value.h"
+#include "format/status.h"
 
 namespace lingprobe::api {
 
@@ -70,29 +71,33 @@ struct Config {
 // value itself when it names a file.
 std::string sample_plan_file(const std::string& value);
 
-// "4G", "512M", "1024", "1.5T" (binary multiples) -> bytes; "" or an error.
-std::string parse_bytes(const std::string& text, int64_t& out);
+// "4G", "512M", "1024", "1.5T" (binary multiples) -> bytes; kBadInput otherwise.
+format::Status parse_bytes(const std::string& text, int64_t& out);
 
 struct ConfigEntry {
   const char* name;  // without the LINGPROBE_ prefix, e.g. "OUT"
   const char* type;  // bool, int, float, string, path, enum values
   const char* default_text;
   const char* description;
+  // Parses `value` into the option's field; kBadInput (kIoFailed for a file
+  // that cannot be read) with what is accepted, leaving the field as it was.
+  format::Status (*apply)(Config& config, const std::string& value);
 };
 
 // The table, in the order `lingprobe config` prints it.
 const std::vector<ConfigEntry>& config_table();
 
 // Sets one option by table name (case-insensitive, with or without the
-// LINGPROBE_ prefix). Returns "" on success, else a message that says what
+// LINGPROBE_ prefix). Returns ok, or kBadInput (an unknown name, a bad value;
+// kIoFailed: SAMPLE_PLAN's file cannot be read) with a message that says what
 // was wrong and what is accepted.
-std::string apply_setting(Config& config, const std::string& name, const std::string& value);
+format::Status apply_setting(Config& config, const std::string& name, const std::string& value);
 
-// Reads every LINGPROBE_* variable of the table from `environ`. Returns ""
-// or the first invalid value. Unknown LINGPROBE_* names (a typo, or a
+// Reads every LINGPROBE_* variable of the table from `environ`. Returns ok or
+// the first invalid value's status, as apply_setting. Unknown LINGPROBE_* names (a typo, or a
 // variable of someone else's) are not errors: each one is appended to
 // `unknown` so that the caller can warn about it.
-std::string apply_environment(Config& config, char** environ_ptr, std::vector<std::string>* unknown = nullptr);
+format::Status apply_environment(Config& config, char** environ_ptr, std::vector<std::string>* unknown = nullptr);
 
 // The table as text (name, type, default, description).
 std::string describe_config_table();

@@ -1,7 +1,7 @@
 // One way to fail: a code that callers switch on, and a message for people.
 // Never classify a failure by searching its message. Header only, no
-// dependencies (the base layer); the C ABI maps codes to lingprobe_status in
-// one place (capi/lingprobe_capi.cpp).
+// dependencies (the base layer). The C ABI reports a configuration's failure,
+// whatever its code, as LINGPROBE_ERROR_INVALID_CONFIG (capi/lingprobe_capi.cpp).
 #pragma once
 
 #include <string>

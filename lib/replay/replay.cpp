@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <utility>
 #include <sstream>
 #include <type_traits>
 
@@ -37,6 +38,8 @@ namespace {
 
 using format::JsonValue;
 using format::PickleValue;
+using format::Status;
+using format::StatusCode;
 
 // An exception as one line: a c10::Error without its C++ backtrace.
 std::string error_line(const std::exception& e) {
@@ -95,11 +98,12 @@ void compare(const at::Tensor& expected, const at::Tensor& got, Difference& d) {
   d.n += e.numel();
 }
 
-std::string write_text(const std::string& path, const std::string& text) {
+format::Status write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << text;
   f.close();
-  return f ? "" : "cannot write " + path;
+  if (f) return format::Status();
+  return format::Status(format::StatusCode::kIoFailed, "cannot write " + path);
 }
 
 JsonValue identity_json(const std::string& device_str, const std::string& snapshot, const std::string& snapshot_sha) {
@@ -161,127 +165,152 @@ ReplayResult replay_snapshot(const std::string& path, const ReplayOptions& optio
     return replay_one(path, options);
   } catch (const std::exception& e) {  // a c10::Error (an asynchronous CUDA fault, ...) fails this snapshot only
     ReplayResult r;
-    r.error = path + ": " + error_line(e);
+    r.status = Status(StatusCode::kFailed, path + ": " + error_line(e));
     return r;
   } catch (...) {
     ReplayResult r;
-    r.error = path + ": unknown error";
+    r.status = Status(StatusCode::kFailed, path + ": unknown error");
     return r;
   }
 }
 
 namespace {
 
-ReplayResult replay_one(const std::string& path, const ReplayOptions& options) {
+// One replay's state, filled by its steps in order.
+struct Replay {
+  Replay(const std::string& path, const ReplayOptions& options) : path(path), options(options) {}
+  const std::string& path;
+  const ReplayOptions& options;
   ReplayResult r;
   RebuildContext ctx;
   format::SnapshotReader reader;
-  ctx.reader = &reader;
-  ctx.device = options.device;
-  const auto t0 = std::chrono::steady_clock::now();
-  if (std::string e = reader.open(path); !e.empty()) {
-    r.error = path + ": " + e;
-    return r;
-  }
-  const PickleValue& doc = reader.document();
-  ctx.keep_cpu = has_cuda_tensor(doc);
-  const std::string name = doc.find("name")->as_string(), overload = doc.find("overload")->as_string();
-  r.op = doc.find("op")->as_string();
-  r.stage = doc.find("stage")->as_string();
-  ctx.log << "snapshot " << path << "\nop " << name << (overload.empty() ? "" : "." + overload) << " stage " << r.stage
-          << " rank " << doc.find("rank")->as_int() << " seq " << doc.find("seq")->as_int() << "\n";
-  auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
-  if (!handle) {
-    const std::string full = name + (overload.empty() ? "" : "." + overload);
-    const std::string ns = name.substr(0, name.find("::"));
-    if (ns == "aten" || ns == "prim")
-      r.error = path + ": unknown op " + full + " (not registered in torch " + TORCH_VERSION + ")";
-    else  // an extension's op (torchvision::, a custom op): its library registers it
-      r.skipped = "op " + full +
-                  " is registered by a library this process did not load; replay it with "
-                  "`lingprobe replay --library PATH/TO/THE/" +
-                  ns + "/LIBRARY.so`";
-    return r;
-  }
-  const c10::FunctionSchema& schema = handle->schema();
-  const PickleValue* policy = doc.find("math_policy");
-  apply_math_policy(policy, ctx.log);
-
-  std::vector<c10::IValue> stack;
-  std::vector<c10::IValue> inputs;
-  std::vector<at::Tensor> expected;
+  const PickleValue* doc = nullptr;
+  const PickleValue* policy = nullptr;
+  std::string name, overload;
+  decltype(c10::Dispatcher::singleton().findSchema(std::declval<const c10::OperatorName&>())) handle;
+  std::vector<c10::IValue> stack, inputs;
+  std::vector<at::Tensor> expected, got;
   bool has_generator = false;
   std::string device_str = "cpu";
+  std::string recorded_sha, replayed_sha;
+  double seconds = 0;
+
+  std::string full_name() const { return name + (overload.empty() ? "" : "." + overload); }
+};
+
+// The snapshot read and its operator found: kBadInput (not a snapshot),
+// kUnsupported (an extension's op whose library this process did not load).
+Status open_snapshot(Replay& p) {
+  p.ctx.reader = &p.reader;
+  p.ctx.device = p.options.device;
+  if (std::string e = p.reader.open(p.path); !e.empty()) return Status(StatusCode::kBadInput, p.path + ": " + e);
+  const PickleValue& doc = p.reader.document();
+  p.doc = &doc;
+  p.ctx.keep_cpu = has_cuda_tensor(doc);
+  p.name = doc.find("name")->as_string();
+  p.overload = doc.find("overload")->as_string();
+  p.r.op = doc.find("op")->as_string();
+  p.r.stage = doc.find("stage")->as_string();
+  p.ctx.log << "snapshot " << p.path << "\nop " << p.full_name() << " stage " << p.r.stage << " rank "
+            << doc.find("rank")->as_int() << " seq " << doc.find("seq")->as_int() << "\n";
+  p.handle = c10::Dispatcher::singleton().findSchema({p.name, p.overload});
+  if (p.handle) return Status();
+  const std::string ns = p.name.substr(0, p.name.find("::"));
+  if (ns == "aten" || ns == "prim")
+    return Status(StatusCode::kBadInput,
+                  p.path + ": unknown op " + p.full_name() + " (not registered in torch " + TORCH_VERSION + ")");
+  // an extension's op (torchvision::, a custom op): its library registers it
+  return Status(StatusCode::kUnsupported, "op " + p.full_name() +
+                                              " is registered by a library this process did not load; replay it "
+                                              "with `lingprobe replay --library PATH/TO/THE/" +
+                                              ns + "/LIBRARY.so`");
+}
+
+// The call's arguments rebuilt on the replay's device, in the schema's order.
+void rebuild_arguments(Replay& p) {
+  const auto& params = p.handle->schema().arguments();
+  const auto& args = p.doc->find("args")->items();
+  const PickleValue* kwargs = p.doc->find("kwargs");
+  for (size_t i = 0; i < params.size(); ++i) {
+    const PickleValue* v = i < args.size() ? &args[i] : kwargs->find(params[i].name());
+    if (v && v->kind() == PickleValue::Kind::Dict && v->find("kind")->as_string() == "generator")
+      p.has_generator = true;
+    if (v)
+      p.stack.push_back(rebuild(p.ctx, *v, params[i].real_type()));
+    else if (params[i].default_value())
+      p.stack.push_back(*params[i].default_value());
+    else
+      throw std::runtime_error("argument '" + params[i].name() + "' is missing from the snapshot");
+  }
+  if (args.size() > params.size()) throw std::runtime_error("more arguments than the schema has");
+  for (const auto& v : p.stack) {
+    std::vector<at::Tensor> ts;
+    flatten_tensors(v, ts);
+    for (const auto& t : ts)
+      if (t.defined()) p.device_str = t.device().str();
+  }
+}
+
+// The call run once, under the recorded math policy and autocast state; kFailed with the op's own error line.
+Status run_call(Replay& p) {
   try {
     c10::InferenceMode inference;
-    const auto& params = schema.arguments();
-    const auto& args = doc.find("args")->items();
-    const PickleValue* kwargs = doc.find("kwargs");
-    for (size_t i = 0; i < params.size(); ++i) {
-      const PickleValue* v = i < args.size() ? &args[i] : kwargs->find(params[i].name());
-      if (v && v->kind() == PickleValue::Kind::Dict && v->find("kind")->as_string() == "generator")
-        has_generator = true;
-      if (v)
-        stack.push_back(rebuild(ctx, *v, params[i].real_type()));
-      else if (params[i].default_value())
-        stack.push_back(*params[i].default_value());
-      else
-        throw std::runtime_error("argument '" + params[i].name() + "' is missing from the snapshot");
-    }
-    if (args.size() > params.size()) throw std::runtime_error("more arguments than the schema has");
-    for (const auto& v : stack) {
-      std::vector<at::Tensor> ts;
-      flatten_tensors(v, ts);
-      for (const auto& t : ts)
-        if (t.defined()) device_str = t.device().str();
-    }
-    inputs = stack;  // the replayed call's own signature is built from these (shapes do not change)
+    rebuild_arguments(p);
+    p.inputs = p.stack;  // the replayed call's own signature is built from these (shapes do not change)
     // The recorded output, rebuilt on the CPU for the comparison.
     RebuildContext host_ctx;
-    host_ctx.reader = &reader;
+    host_ctx.reader = &p.reader;
     host_ctx.device = "cpu";
-    flatten_tensors(rebuild(host_ctx, *doc.find("output"), nullptr), expected);
-    if (options.before_call) options.before_call();
+    flatten_tensors(rebuild(host_ctx, *p.doc->find("output"), nullptr), p.expected);
+    if (p.options.before_call) p.options.before_call();
     try {
-      AutocastScope autocast(policy, ctx.log);
-      handle->callBoxed(&stack);
+      AutocastScope autocast(p.policy, p.ctx.log);
+      p.handle->callBoxed(&p.stack);
     } catch (...) {
-      if (options.after_call) options.after_call();
+      if (p.options.after_call) p.options.after_call();
       throw;
     }
-    if (options.after_call) options.after_call();
+    if (p.options.after_call) p.options.after_call();
   } catch (const std::exception& e) {
-    r.error = path + ": " + error_line(e);
-    return r;
+    return Status(StatusCode::kFailed, p.path + ": " + error_line(e));
   }
-  r.device = device_str;
-  std::vector<at::Tensor> got;
-  for (const auto& v : stack) flatten_tensors(v, got);
+  return Status();
+}
+
+// The replayed outputs against the recorded ones, and the replayed call's signature against the recorded one.
+void compare_result(Replay& p) {
+  ReplayResult& r = p.r;
+  r.device = p.device_str;
+  for (const auto& v : p.stack) flatten_tensors(v, p.got);
   Difference d;
-  if (got.size() != expected.size()) {
+  if (p.got.size() != p.expected.size()) {
     d.exact = false;
-    ctx.log << "output count differs: recorded " << expected.size() << ", replayed " << got.size() << "\n";
+    p.ctx.log << "output count differs: recorded " << p.expected.size() << ", replayed " << p.got.size() << "\n";
   } else {
-    for (size_t i = 0; i < got.size(); ++i) compare(expected[i], got[i], d);
+    for (size_t i = 0; i < p.got.size(); ++i) compare(p.expected[i], p.got[i], d);
   }
   r.max_abs = d.max_abs;
   r.rmse = d.n ? std::sqrt(d.sum_sq / static_cast<double>(d.n)) : 0.0;
   r.finite = d.finite;
-  const std::string device_type = c10::Device(device_str).is_cuda() ? "cuda" : "cpu";
-  r.nondeterministic = nondeterminism(schema.name(), device_type, policy_true(policy, "cudnn_benchmark"),
-                                      policy_true(policy, "deterministic_algorithms"), has_generator);
+  const std::string device_type = c10::Device(p.device_str).is_cuda() ? "cuda" : "cpu";
+  r.nondeterministic = nondeterminism(p.handle->schema().name(), device_type, policy_true(p.policy, "cudnn_benchmark"),
+                                      policy_true(p.policy, "deterministic_algorithms"), p.has_generator);
   if (r.nondeterministic.empty()) r.exact = d.exact;
-  const std::string replayed_sha =
-      capture::canonical_signature(schema, c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size()),
-                                   c10::ArrayRef<const c10::IValue>(stack.data(), stack.size()), r.stage)
-          .sha256;
-  const std::string recorded_sha = doc.find("signature_sha256") ? doc.find("signature_sha256")->as_string() : "";
-  r.signature_matches = replayed_sha == recorded_sha;
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  p.replayed_sha = capture::canonical_signature(
+                       p.handle->schema(), c10::ArrayRef<const c10::IValue>(p.inputs.data(), p.inputs.size()),
+                       c10::ArrayRef<const c10::IValue>(p.stack.data(), p.stack.size()), r.stage)
+                       .sha256;
+  p.recorded_sha = p.doc->find("signature_sha256") ? p.doc->find("signature_sha256")->as_string() : "";
+  r.signature_matches = p.replayed_sha == p.recorded_sha;
+}
 
+// replay_comparison.json, and the log's last line.
+void describe_result(Replay& p) {
+  const ReplayResult& r = p.r;
+  const PickleValue& doc = *p.doc;
   JsonValue shape = JsonValue::array();
-  if (!got.empty() && got[0].defined())
-    for (int64_t s : got[0].sizes()) shape.push_back(JsonValue::integer(s));
+  if (!p.got.empty() && p.got[0].defined())
+    for (int64_t s : p.got[0].sizes()) shape.push_back(JsonValue::integer(s));
   JsonValue c = JsonValue::object();
   c.set("op", JsonValue::string(r.op));
   c.set("stage", JsonValue::string(r.stage));
@@ -290,65 +319,69 @@ ReplayResult replay_one(const std::string& path, const ReplayOptions& options) {
   c.set("max_abs", JsonValue::floating(r.max_abs));
   c.set("rmse", JsonValue::floating(r.rmse));
   c.set("finite", JsonValue::boolean(r.finite));
-  c.set("math_policy", policy_json(policy));
-  c.set("scope", JsonValue::string("Original ATen op (" + name + (overload.empty() ? "" : "." + overload) +
+  c.set("math_policy", policy_json(p.policy));
+  c.set("scope", JsonValue::string("Original ATen op (" + p.full_name() +
                                    ", dispatcher, boxed) on this run's own saved tensors, rebuilt with their recorded "
                                    "layout; isolated replay on " +
-                                   device_str + " by lingprobe replay"));
+                                   p.device_str + " by lingprobe replay"));
   if (!r.nondeterministic.empty()) c.set("nondeterministic", JsonValue::string(r.nondeterministic));
-  c.set("signature_sha256", JsonValue::string(recorded_sha));
-  c.set("replayed_signature_sha256", JsonValue::string(replayed_sha));
+  c.set("signature_sha256", JsonValue::string(p.recorded_sha));
+  c.set("replayed_signature_sha256", JsonValue::string(p.replayed_sha));
   c.set("signature_matches", JsonValue::boolean(r.signature_matches));
-  c.set("layout_exact", JsonValue::boolean(ctx.layout_exact));
+  c.set("layout_exact", JsonValue::boolean(p.ctx.layout_exact));
   c.set("input_sha256", JsonValue::string(doc.find("input_sha256") ? doc.find("input_sha256")->as_string() : ""));
   c.set("seq", JsonValue::integer(doc.find("seq")->as_int()));
   c.set("rank", JsonValue::integer(doc.find("rank")->as_int()));
-  c.set("device", JsonValue::string(device_str));
-  c.set("outputs", JsonValue::integer(static_cast<int64_t>(got.size())));
-  c.set("elapsed_seconds", JsonValue::floating(secs));
-  r.comparison = c;
-  r.ok = true;
-  ctx.log << "exact " << (r.exact ? (*r.exact ? "true" : "false") : "null (" + r.nondeterministic + ")") << " max_abs "
-          << r.max_abs << " rmse " << r.rmse << " finite " << r.finite << " signature_matches " << r.signature_matches
-          << " on " << device_str << " in " << secs << " s\n";
+  c.set("device", JsonValue::string(p.device_str));
+  c.set("outputs", JsonValue::integer(static_cast<int64_t>(p.got.size())));
+  c.set("elapsed_seconds", JsonValue::floating(p.seconds));
+  p.r.comparison = c;
+  p.ctx.log << "exact " << (r.exact ? (*r.exact ? "true" : "false") : "null (" + r.nondeterministic + ")")
+            << " max_abs " << r.max_abs << " rmse " << r.rmse << " finite " << r.finite << " signature_matches "
+            << r.signature_matches << " on " << p.device_str << " in " << p.seconds << " s\n";
+}
 
-  if (!options.out_dir.empty()) {
-    if (std::string e = sink::make_directories(options.out_dir); !e.empty()) {
-      r.ok = false;
-      r.error = e;
-      return r;
-    }
-    std::string snapshot_sha;
-    format::sha256_file_hex(path, snapshot_sha);
-    const std::string rel = options.snapshot_rel.empty() ? path : options.snapshot_rel;
-    r.comparison.set("snapshot", JsonValue::string(rel));
-    r.comparison.set("snapshot_sha256", JsonValue::string(snapshot_sha));
-    const std::vector<std::pair<std::string, std::string>> files = {
-        {"replay_comparison.json", format::pretty_json(r.comparison) + "\n"},
-        {"identity.json", format::pretty_json(identity_json(device_str, rel, snapshot_sha)) + "\n"},
-        {"run.log", ctx.log.str()},
-        {"replay_operator.py", replay_operator_script(path)},
-    };
-    JsonValue manifest = JsonValue::object();
-    JsonValue sums = JsonValue::object();
-    for (const auto& [file, text] : files) {
-      if (std::string e = write_text(options.out_dir + "/" + file, text); !e.empty()) {
-        r.ok = false;
-        r.error = e;
-        return r;
-      }
-      sums.set(file, JsonValue::string(format::sha256_hex(text)));
-    }
-    manifest.set("snapshot", JsonValue::string(rel));
-    manifest.set("snapshot_sha256", JsonValue::string(snapshot_sha));
-    manifest.set("sha256", std::move(sums));
-    if (std::string e = write_text(options.out_dir + "/manifest.json", format::pretty_json(manifest) + "\n");
-        !e.empty()) {
-      r.ok = false;
-      r.error = e;
-    }
+// replays/{stem}/: the comparison, identity, log and script, and a manifest of their hashes; kIoFailed.
+Status write_replay_files(Replay& p) {
+  const std::string& dir = p.options.out_dir;
+  if (std::string e = sink::make_directories(dir); !e.empty()) return Status(StatusCode::kIoFailed, e);
+  std::string snapshot_sha;
+  format::sha256_file_hex(p.path, snapshot_sha);
+  const std::string rel = p.options.snapshot_rel.empty() ? p.path : p.options.snapshot_rel;
+  p.r.comparison.set("snapshot", JsonValue::string(rel));
+  p.r.comparison.set("snapshot_sha256", JsonValue::string(snapshot_sha));
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"replay_comparison.json", format::pretty_json(p.r.comparison) + "\n"},
+      {"identity.json", format::pretty_json(identity_json(p.device_str, rel, snapshot_sha)) + "\n"},
+      {"run.log", p.ctx.log.str()},
+      {"replay_operator.py", replay_operator_script(p.path)},
+  };
+  JsonValue manifest = JsonValue::object();
+  JsonValue sums = JsonValue::object();
+  for (const auto& [file, text] : files) {
+    if (Status st = write_text(dir + "/" + file, text); !st.ok()) return st;
+    sums.set(file, JsonValue::string(format::sha256_hex(text)));
   }
-  return r;
+  manifest.set("snapshot", JsonValue::string(rel));
+  manifest.set("snapshot_sha256", JsonValue::string(snapshot_sha));
+  manifest.set("sha256", std::move(sums));
+  return write_text(dir + "/manifest.json", format::pretty_json(manifest) + "\n");
+}
+
+ReplayResult replay_one(const std::string& path, const ReplayOptions& options) {
+  Replay p(path, options);
+  const auto t0 = std::chrono::steady_clock::now();
+  p.r.status = open_snapshot(p);
+  if (!p.r.status.ok()) return std::move(p.r);
+  p.policy = p.doc->find("math_policy");
+  apply_math_policy(p.policy, p.ctx.log);
+  p.r.status = run_call(p);
+  if (!p.r.status.ok()) return std::move(p.r);
+  compare_result(p);
+  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  describe_result(p);
+  if (!options.out_dir.empty()) p.r.status = write_replay_files(p);
+  return std::move(p.r);
 }
 
 }  // namespace

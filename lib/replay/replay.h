@@ -12,6 +12,7 @@
 #include <string>
 
 #include "format/json_value.h"
+#include "format/status.h"
 
 namespace lingprobe::replay {
 
@@ -25,9 +26,11 @@ struct ReplayOptions {
 };
 
 struct ReplayResult {
-  bool ok = false;      // the call ran and was compared
-  std::string error;    // why not
-  std::string skipped;  // not replayable in this process (its op's library is not loaded): why
+  // ok: the call ran and was compared. kUnsupported: not replayable in this
+  // process (its op's library is not loaded; skipped, not failed). kBadInput
+  // (not a snapshot, an unknown aten op), kFailed (the call raised), kIoFailed
+  // (the replay's files): failed. The message says why.
+  format::Status status;
   std::string op, stage, device;
   std::optional<bool> exact;  // nullopt: a nondeterministic op (reason)
   std::string nondeterministic;

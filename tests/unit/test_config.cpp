@@ -16,30 +16,35 @@ TEST_CASE("every table entry is a setting apply_setting accepts with its default
     INFO(e.name);
     std::string def = e.default_text;
     if (std::string(e.name) == "OUT" && def.empty()) def = "x";
-    CHECK(api::apply_setting(c, e.name, def).empty());
+    CHECK(api::apply_setting(c, e.name, def).ok());
   }
 }
 
 TEST_CASE("invalid values say what was wrong and what is accepted", "[config]") {
   api::Config c;
-  CHECK(api::apply_setting(c, "NESTED", "maybe").find("expected a boolean") != std::string::npos);
-  CHECK(api::apply_setting(c, "OVERFLOW", "sometimes").find("'drop' or 'block'") != std::string::npos);
-  CHECK(api::apply_setting(c, "FLUSH_INTERVAL_MS", "0").find("from 1 to 3600000") != std::string::npos);
+  CHECK(api::apply_setting(c, "NESTED", "maybe").message().find("expected a boolean") != std::string::npos);
+  CHECK(api::apply_setting(c, "OVERFLOW", "sometimes").message().find("'drop' or 'block'") != std::string::npos);
+  CHECK(api::apply_setting(c, "FLUSH_INTERVAL_MS", "0").message().find("from 1 to 3600000") != std::string::npos);
   // Values that parse but would overflow or spin: refused with the range (failed before: nan, inf and
   // 1e400 seconds were taken, 2^62 flush intervals overflowed the writer's wait, huge buffers were allocated).
   for (const char* v : {"nan", "inf", "-1", "1e400", "1e8", ""})
-    CHECK(api::apply_setting(c, "SKIP_SECONDS", v).find("expected seconds from 0 to") != std::string::npos);
+    CHECK(api::apply_setting(c, "SKIP_SECONDS", v).message().find("expected seconds from 0 to") != std::string::npos);
   for (const char* v : {"nan", "inf", "1.5", "-0.1"})
-    CHECK(api::apply_setting(c, "SAMPLE_PROBABILITY", v).find("probability") != std::string::npos);
-  CHECK(api::apply_setting(c, "FLUSH_INTERVAL_MS", "4611686018427387904").find("to 3600000") != std::string::npos);
-  CHECK(api::apply_setting(c, "BUFFER_RECORDS", "99999999999").find("to 16777216") != std::string::npos);
-  CHECK(api::apply_setting(c, "RANK", "9223372036854775807").find("to 16777215") != std::string::npos);
-  CHECK(api::apply_setting(c, "SKIP_CALLS", "99999999999999999999").find("expected an integer") != std::string::npos);
-  CHECK(api::apply_setting(c, "SAMPLE_BUDGET_RUN", "1e30").find("expected bytes") != std::string::npos);
-  CHECK(api::apply_setting(c, "SAMPLE_BUDGET_RUN", "-1G").find("expected bytes") != std::string::npos);
+    CHECK(api::apply_setting(c, "SAMPLE_PROBABILITY", v).message().find("probability") != std::string::npos);
+  CHECK(api::apply_setting(c, "FLUSH_INTERVAL_MS", "4611686018427387904").message().find("to 3600000") !=
+        std::string::npos);
+  CHECK(api::apply_setting(c, "BUFFER_RECORDS", "99999999999").message().find("to 16777216") != std::string::npos);
+  CHECK(api::apply_setting(c, "RANK", "9223372036854775807").message().find("to 16777215") != std::string::npos);
+  CHECK(api::apply_setting(c, "SKIP_CALLS", "99999999999999999999").message().find("expected an integer") !=
+        std::string::npos);
+  CHECK(api::apply_setting(c, "SAMPLE_BUDGET_RUN", "1e30").message().find("expected bytes") != std::string::npos);
+  CHECK(api::apply_setting(c, "SAMPLE_BUDGET_RUN", "-1G").message().find("expected bytes") != std::string::npos);
   CHECK(c.flush_interval_ms == 500);  // a refused value leaves the option as it was
-  CHECK(api::apply_setting(c, "NO_SUCH", "1").find("unknown option") != std::string::npos);
-  CHECK(api::apply_setting(c, "lingprobe_nested", "on").empty());
+  CHECK(api::apply_setting(c, "NO_SUCH", "1").message().find("unknown option") != std::string::npos);
+  CHECK(api::apply_setting(c, "NO_SUCH", "1").code() == format::StatusCode::kBadInput);
+  CHECK(api::apply_setting(c, "ROLE", "captain").code() == format::StatusCode::kBadInput);
+  CHECK(api::apply_setting(c, "SAMPLE_PLAN", "/nonexistent/run").code() == format::StatusCode::kIoFailed);
+  CHECK(api::apply_setting(c, "lingprobe_nested", "on").ok());
   CHECK(c.nested);
 }
 
@@ -48,7 +53,7 @@ TEST_CASE("environment: unknown LINGPROBE_* names are reported, not fatal", "[co
   char* env[] = {a.data(), b.data(), d.data(), e.data(), nullptr};
   api::Config c;
   std::vector<std::string> unknown;
-  CHECK(api::apply_environment(c, env, &unknown).empty());
+  CHECK(api::apply_environment(c, env, &unknown).ok());
   CHECK(c.out_dir == "/tmp/x");
   CHECK(unknown == std::vector<std::string>{"LINGPROBE_TYPO"});
 }
@@ -94,7 +99,7 @@ TEST_CASE("every option refuses the bad values of its type with a message naming
       values = {""};
     for (const auto& v : values) {
       api::Config c;
-      const std::string err = api::apply_setting(c, e.name, v);
+      const std::string err = api::apply_setting(c, e.name, v).message();
       INFO("LINGPROBE_" << e.name << "='" << v << "' -> " << err);
       // -5 is a valid RANK-like value only at -1; SAMPLE_PROBABILITY 1.5 and a number of seconds 1.5 differ.
       const bool allowed =

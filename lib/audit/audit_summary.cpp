@@ -75,83 +75,74 @@ std::string make_summary(const std::map<std::string, std::vector<const Signature
   return md.str();
 }
 
-}  // namespace
-
-// 5. The summary, then the files: the report and summary.md (nothing when anything failed before).
-void write_outputs(AuditRun& a) {
-  const AuditOptions& options = a.options;
-  AuditOutcome& outcome = a.outcome;
-  const std::string& run_dir = a.run_dir;
-  const auto& all = a.all;
-  auto& nested = a.nested;
-  const auto& compile_time = a.compile_time;
-  auto& sampling = a.sampling;
-  const auto& unsampled = a.unsampled;
-  const auto& dropped = a.dropped;
-  const auto& plans = a.plans;
-  const auto& refused_keys = a.refused_keys;
-  const auto& stall_table = a.stall_table;
-  auto& report = a.report;
-  outcome.report_path = options.output.empty() ? run_dir + "/reports/coverage_audit.json" : options.output;
-  outcome.summary_path = parent(outcome.report_path) + "/summary.md";
-  outcome.summary = make_summary(a.by_stage, all, a.overall, a.stages, a.used_files, a.ranks, a.dropped_total);
+// Calls outside the rows: those nested below top-level calls, and torch.compile's on fake tensors.
+std::string uncounted_calls_markdown(std::map<std::string, uint64_t>& nested,
+                                     const std::map<std::string, uint64_t>& compile_time) {
+  std::string md;
   if (!nested.empty())
-    outcome.summary +=
-        "\nCalls nested below top-level calls: " + std::to_string(nested["seen"]) +
-        " reached lingprobe (each boxed by the dispatcher); RecordFunction was switched off below " +
-        std::to_string(nested["suppressed_below"]) +
-        " top-level call(s) (LINGPROBE_SUPPRESS_NESTED), whose nested calls were neither boxed nor counted.\n";
+    md += "\nCalls nested below top-level calls: " + std::to_string(nested["seen"]) +
+          " reached lingprobe (each boxed by the dispatcher); RecordFunction was switched off below " +
+          std::to_string(nested["suppressed_below"]) +
+          " top-level call(s) (LINGPROBE_SUPPRESS_NESTED), whose nested calls were neither boxed nor counted.\n";
   if (!compile_time.empty()) {
     uint64_t total = 0;
     std::string kinds;
     for (const auto& [k, n] : compile_time)
       total += n, kinds += (kinds.empty() ? "" : ", ") + k + " " + std::to_string(n);
-    outcome.summary += "\nCalls torch.compile's tracing ran on fake tensors: " + std::to_string(total) + " (" + kinds +
-                       "), counted as compile time, outside the rows above.\n";
+    md += "\nCalls torch.compile's tracing ran on fake tensors: " + std::to_string(total) + " (" + kinds +
+          "), counted as compile time, outside the rows above.\n";
   }
-  if (!sampling.empty()) {
-    std::vector<const Signature*> missing;
-    for (auto* sg : all)
-      if (sg->snapshots.empty()) missing.push_back(sg);
-    std::string why;
-    for (const auto& [k, n] : unsampled)
-      if (n && k != "sampled_by_another_process") why += (why.empty() ? "" : ", ") + k + " " + std::to_string(n);
-    std::string drops;
-    if (auto it = dropped.find("snapshots"); it != dropped.end())
-      for (const auto& [k, n] : it->second) drops += (drops.empty() ? "" : ", ") + k + " " + std::to_string(n);
-    outcome.summary += "\n## Snapshots\n\n" + std::to_string(sampling["snapshots_written"]) + " snapshot(s), " +
-                       human_count(static_cast<long double>(sampling["snapshot_bytes"])) + "B, of " +
-                       std::to_string(sampling["keys"]) + " input key(s) seen by the ranks (each counted per rank). " +
-                       std::to_string(missing.size()) + " of " + std::to_string(all.size()) +
-                       " signatures have no snapshot" + (why.empty() ? "" : "; keys not sampled: " + why) +
-                       (drops.empty() ? "" : "; samples dropped: " + drops) + ".\n";
-    for (size_t k = 0; k < missing.size() && k < 10; ++k)
-      outcome.summary += "- no snapshot: `" + short_signature(*missing[k]) + "` " + missing[k]->sha.substr(0, 12) +
-                         " (" + std::to_string(missing[k]->calls) + " calls)\n";
-    if (!refused_keys.empty()) outcome.summary += key_evidence_markdown(refused_keys, 20);
-    outcome.summary += plan_markdown(plans, 20);
-  }
-  outcome.summary += a.ranks_view.markdown;
-  if (!stall_table.empty())
-    outcome.summary +=
+  return md;
+}
+
+// What was sampled, the signatures without a snapshot and why, the refused keys and the sample plan.
+std::string snapshots_markdown(AuditRun& a) {
+  auto& sampling = a.sampling;
+  std::vector<const Signature*> missing;
+  for (auto* sg : a.all)
+    if (sg->snapshots.empty()) missing.push_back(sg);
+  std::string why;
+  for (const auto& [k, n] : a.unsampled)
+    if (n && k != "sampled_by_another_process") why += (why.empty() ? "" : ", ") + k + " " + std::to_string(n);
+  std::string drops;
+  if (auto it = a.dropped.find("snapshots"); it != a.dropped.end())
+    for (const auto& [k, n] : it->second) drops += (drops.empty() ? "" : ", ") + k + " " + std::to_string(n);
+  std::string md = "\n## Snapshots\n\n" + std::to_string(sampling["snapshots_written"]) + " snapshot(s), " +
+                   human_count(static_cast<long double>(sampling["snapshot_bytes"])) + "B, of " +
+                   std::to_string(sampling["keys"]) + " input key(s) seen by the ranks (each counted per rank). " +
+                   std::to_string(missing.size()) + " of " + std::to_string(a.all.size()) +
+                   " signatures have no snapshot" + (why.empty() ? "" : "; keys not sampled: " + why) +
+                   (drops.empty() ? "" : "; samples dropped: " + drops) + ".\n";
+  for (size_t k = 0; k < missing.size() && k < 10; ++k)
+    md += "- no snapshot: `" + short_signature(*missing[k]) + "` " + missing[k]->sha.substr(0, 12) + " (" +
+          std::to_string(missing[k]->calls) + " calls)\n";
+  if (!a.refused_keys.empty()) md += key_evidence_markdown(a.refused_keys, 20);
+  md += plan_markdown(a.plans, 20);
+  return md;
+}
+
+// Each rank's stall in counter windows, and the processes that are not ranks.
+std::string stalls_and_others_markdown(const AuditRun& a) {
+  std::string md;
+  if (!a.stall_table.empty())
+    md +=
         "\n## Counter windows: each rank's stall\n\nWall seconds the ranks spent in counter windows "
         "(kernel replay, one window at a time per GPU); the lock wait is time spent waiting for another "
         "rank's window; the total adds waits that timed out (the window then refused as "
         "`hardware_busy`).\n\n| rank | windows | stall s (total) | in windows s | of which lock wait s | "
         "longest window s | status |\n|---|---|---|---|---|---|---|\n" +
-        stall_table;
-  if (const size_t n_others = report.find("other_processes")->items().size())
-    outcome.summary += "\n## Other processes (not in the rows)\n\n" + std::to_string(n_others) +
-                       " process(es) started by the ranks or starting them (DataLoader or compile workers, an "
-                       "mp.spawn parent) recorded " +
-                       std::to_string(a.other_calls) +
-                       " call(s); they are listed under `other_processes` in coverage_audit.json.\n";
-  outcome.run_dir = run_dir;
-  if (!options.write) {
-    outcome.report = std::move(report);
-    outcome.ok = true;
-    return;
-  }
+        a.stall_table;
+  if (const size_t n_others = a.report.find("other_processes")->items().size())
+    md += "\n## Other processes (not in the rows)\n\n" + std::to_string(n_others) +
+          " process(es) started by the ranks or starting them (DataLoader or compile workers, an "
+          "mp.spawn parent) recorded " +
+          std::to_string(a.other_calls) + " call(s); they are listed under `other_processes` in coverage_audit.json.\n";
+  return md;
+}
+
+// The report and summary.md written (outcome.ok on success).
+void write_files(AuditRun& a) {
+  AuditOutcome& outcome = a.outcome;
   if (std::string err = sink::make_directories(parent(outcome.report_path)); !err.empty()) {
     outcome.error = err;
     return;
@@ -164,14 +155,35 @@ void write_outputs(AuditRun& a) {
     text << old_summary.rdbuf();
     summary_file = compose_summary({outcome.summary, split_summary(text.str()).capability});
   }
-  for (const auto& [path, text] : {std::make_pair(outcome.report_path, format::pretty_json(report) + "\n"),
+  for (const auto& [path, text] : {std::make_pair(outcome.report_path, format::pretty_json(a.report) + "\n"),
                                    std::make_pair(outcome.summary_path, summary_file)})
     if (std::string err = sink::replace_file(path, text); !err.empty()) {
       outcome.error = err;
       return;
     }
-  outcome.report = std::move(report);
+  outcome.report = std::move(a.report);
   outcome.ok = true;
+}
+
+}  // namespace
+
+// 5. The summary, then the files: the report and summary.md (nothing when anything failed before).
+void write_outputs(AuditRun& a) {
+  AuditOutcome& outcome = a.outcome;
+  outcome.report_path = a.options.output.empty() ? a.run_dir + "/reports/coverage_audit.json" : a.options.output;
+  outcome.summary_path = parent(outcome.report_path) + "/summary.md";
+  outcome.summary = make_summary(a.by_stage, a.all, a.overall, a.stages, a.used_files, a.ranks, a.dropped_total);
+  outcome.summary += uncounted_calls_markdown(a.nested, a.compile_time);
+  if (!a.sampling.empty()) outcome.summary += snapshots_markdown(a);
+  outcome.summary += a.ranks_view.markdown;
+  outcome.summary += stalls_and_others_markdown(a);
+  outcome.run_dir = a.run_dir;
+  if (!a.options.write) {
+    outcome.report = std::move(a.report);
+    outcome.ok = true;
+    return;
+  }
+  write_files(a);
 }
 
 }  // namespace lingprobe::audit

@@ -93,336 +93,263 @@ std::optional<double> profile_time_us(const std::string& dir) {
   return format::parse_json_file(dir + "/kernels.json", kernels) ? kernels_time_us(kernels) : std::nullopt;
 }
 
-}  // namespace
-
-// 2b. The ranks' files summed into signatures and totals; children and other processes apart.
-bool total_ranks(AuditRun& a) {
-  AuditOutcome& outcome = a.outcome;
-  auto& sigs = a.sigs;
-  auto& ranks = a.ranks;
-  a.run_id = a.run_ids.empty() ? "" : *a.run_ids.begin();
-  auto& world_size = a.world_size;
-  auto& dropped_total = a.dropped_total;
-  auto& nested = a.nested;
-  auto& compile_time = a.compile_time;
-  auto& dropped = a.dropped;
-  auto& sampling = a.sampling;
-  auto& unsampled = a.unsampled;
-  auto& refusals = a.refusals;
-  auto& plans = a.plans;
-  auto& others = a.others;
-  auto& other_calls = a.other_calls;
-  auto& source_rows = a.source_rows;
-  auto& used_files = a.used_files;
-  auto& row_files = a.row_files;
-  auto& stalls = a.stalls;
-  const std::string& run_dir = a.run_dir;
-  for (FileSummary& f : a.summaries) {
-    const std::string& path = f.path;
-    const std::map<uint32_t, uint64_t>* counts = &f.counts;
-    if (!f.has_counts) {
-      counts = &f.call_records;
-      outcome.warnings.push_back(path + ": no counts record; counted its call records instead");
-    } else if (!f.final_counts) {
-      outcome.warnings.push_back(path + ": no final counts record (the process did not finish); using its last counts");
-    }
-    if (f.truncated_last_line)
-      outcome.warnings.push_back(path + ": truncated last line skipped (killed while writing?)");
-    for (const auto& [id, n] : *counts)
-      if (!f.signature_sha.count(id)) {
-        outcome.error = path + ": counts name signature id " + std::to_string(id) + ", which the file never defines";
-        return false;
-      }
-    if (f.role == "child" || (f.role != "rank" && a.any_rank)) {
-      uint64_t calls = 0;
-      for (const auto& [id, n] : *counts) calls += n;
-      other_calls += calls;
-      JsonValue o = JsonValue::object();
-      o.set("path", JsonValue::string(relative(path, run_dir)));
-      o.set("sha256", JsonValue::string(f.sha256));
-      o.set("role", JsonValue::string(f.role));
-      o.set("pid", JsonValue::integer(f.pid));
-      o.set("parent_pid", f.parent_pid >= 0 ? JsonValue::integer(f.parent_pid) : JsonValue::null());
-      o.set("calls", JsonValue::integer(static_cast<int64_t>(calls)));
-      o.set("signatures", JsonValue::integer(static_cast<int64_t>(counts->size())));
-      others.push_back(std::move(o));
-      continue;
-    }
-    if (world_size >= 0 && f.world_size != world_size) {
-      outcome.error = path + ": world_size " + std::to_string(f.world_size) + " disagrees with " +
-                      std::to_string(world_size) + " of the files before it; these files are not one run";
-      return false;
-    }
-    world_size = f.world_size;
-    for (const auto& [id, n] : *counts) {
-      const std::string& sha = f.signature_sha.at(id);
-      Signature& s = sigs[sha];
-      if (s.sha.empty()) {
-        s.sha = sha;
-        auto parsed = format::parse_json(f.signature_json[sha]);
-        if (!parsed.ok || parsed.value.kind() != JsonValue::Kind::Object) {
-          outcome.error = path + ": signature " + sha + " has malformed signature_json";
-          return false;
-        }
-        s.value = std::move(parsed.value);
-        const JsonValue* st = s.value.find("stage");
-        const JsonValue* op = s.value.find("op");
-        s.stage = st && st->kind() == JsonValue::Kind::String ? st->as_string() : "unstaged";
-        s.op = op && op->kind() == JsonValue::Kind::String ? op->as_string() : "?";
-        s.flops = format::flops_per_call(s.value);
-      }
-      if (n == 0) continue;
-      s.calls_by_rank[f.rank] += n;
-      s.calls += n;
-      ranks.insert(f.rank);
-    }
-    for (const auto& e : f.snapshots) {
-      auto it = f.signature_sha.find(e.id);
-      if (it != f.signature_sha.end()) sigs[it->second].snapshots.push_back(e);
-    }
-    for (const auto& e : f.profiles) {
-      auto it = f.signature_sha.find(e.id);
-      if (it != f.signature_sha.end()) sigs[it->second].profiles.push_back(e);
-      WindowStall& st = stalls[f.rank];
-      ++st.windows;
-      ++st.by_status[e.status.empty() ? "unknown" : e.status];
-      if (e.window_seconds >= 0)
-        st.window_s += e.window_seconds, st.max_window_s = std::max(st.max_window_s, e.window_seconds);
-      if (e.lock_wait_seconds >= 0) st.lock_wait_s += e.lock_wait_seconds;
-    }
-    if (auto it = f.sampling.find("profile_stall_us"); it != f.sampling.end()) {
-      WindowStall& st = stalls[f.rank];
-      st.stall_us = std::max<int64_t>(st.stall_us, 0) + static_cast<int64_t>(it->second);
-    }
-    for (const auto& [what, reasons] : f.dropped)
-      for (const auto& [reason, n] : reasons) dropped[what][reason] += n, dropped_total += n;
-    for (const auto& [k, n] : f.sampling) sampling[k] += n;
-    for (const auto& [k, n] : f.unsampled) unsampled[k] += n;
-    refusals.insert(refusals.end(), f.refusals.begin(), f.refusals.end());
-    plans.insert(plans.end(), f.plans.begin(), f.plans.end());
-    for (const auto& [k, n] : f.nested) nested[k] += n;
-    for (const auto& [k, n] : f.compile_time) compile_time[k] += n;
-    source_rows.emplace_back(relative(path, run_dir), f.sha256);
-    row_files.push_back(&f);
-    ++used_files;
+// The counts a file's rows come from: its last counts record, else its call records (nullptr: outcome.error).
+const std::map<uint32_t, uint64_t>* counts_of(const FileSummary& f, AuditOutcome& outcome) {
+  const std::map<uint32_t, uint64_t>* counts = &f.counts;
+  if (!f.has_counts) {
+    counts = &f.call_records;
+    outcome.warnings.push_back(f.path + ": no counts record; counted its call records instead");
+  } else if (!f.final_counts) {
+    outcome.warnings.push_back(f.path + ": no final counts record (the process did not finish); using its last counts");
   }
-  // Signatures defined but never counted carry no calls: not rows.
-  for (auto it = sigs.begin(); it != sigs.end();) it = it->second.calls ? std::next(it) : sigs.erase(it);
+  if (f.truncated_last_line)
+    outcome.warnings.push_back(f.path + ": truncated last line skipped (killed while writing?)");
+  for (const auto& [id, n] : *counts)
+    if (!f.signature_sha.count(id)) {
+      outcome.error = f.path + ": counts name signature id " + std::to_string(id) + ", which the file never defines";
+      return nullptr;
+    }
+  return counts;
+}
 
-  std::vector<RankViewSignature> rank_signatures;
-  for (const auto& [sha, s] : sigs)
-    rank_signatures.push_back({sha, s.stage, s.op, short_signature(s.value), s.calls_by_rank});
-  a.ranks_view = rank_view(world_size, row_files, rank_signatures);
+void add_other_process(AuditRun& a, const FileSummary& f, const std::map<uint32_t, uint64_t>& counts) {
+  uint64_t calls = 0;
+  for (const auto& [id, n] : counts) calls += n;
+  a.other_calls += calls;
+  a.others.push_back(
+      JsonValue::object({{"path", JsonValue::string(relative(f.path, a.run_dir))},
+                         {"sha256", JsonValue::string(f.sha256)},
+                         {"role", JsonValue::string(f.role)},
+                         {"pid", JsonValue::integer(f.pid)},
+                         {"parent_pid", f.parent_pid >= 0 ? JsonValue::integer(f.parent_pid) : JsonValue::null()},
+                         {"calls", JsonValue::integer(static_cast<int64_t>(calls))},
+                         {"signatures", JsonValue::integer(static_cast<int64_t>(counts.size()))}}));
+}
 
+bool define_signature(Signature& s, const std::string& sha, FileSummary& f, AuditOutcome& outcome) {
+  s.sha = sha;
+  auto parsed = format::parse_json(f.signature_json[sha]);
+  if (!parsed.ok || parsed.value.kind() != JsonValue::Kind::Object) {
+    outcome.error = f.path + ": signature " + sha + " has malformed signature_json";
+    return false;
+  }
+  s.value = std::move(parsed.value);
+  const JsonValue* st = s.value.find("stage");
+  const JsonValue* op = s.value.find("op");
+  s.stage = st && st->kind() == JsonValue::Kind::String ? st->as_string() : "unstaged";
+  s.op = op && op->kind() == JsonValue::Kind::String ? op->as_string() : "?";
+  s.flops = format::flops_per_call(s.value);
   return true;
 }
 
-void check_evidence(AuditRun& a) {
-  AuditOutcome& outcome = a.outcome;
-  const std::string& run_dir = a.run_dir;
-  // 3. Evidence belongs to its run: only files this run's own records name,
-  // whose SHA-256 still matches (a profile's is its manifest.json's). Anything
-  // else under snapshots/ or profiles/ is foreign: reported, never counted.
-  std::set<std::string> named;
-  for (const FileSummary& f : a.summaries) {
-    for (const auto& e : f.snapshots) named.insert(e.path);
-    for (const auto& e : f.profiles) named.insert(e.path);
+bool add_signature_calls(AuditRun& a, FileSummary& f, const std::map<uint32_t, uint64_t>& counts) {
+  for (const auto& [id, n] : counts) {
+    const std::string& sha = f.signature_sha.at(id);
+    Signature& s = a.sigs[sha];
+    if (s.sha.empty() && !define_signature(s, sha, f, a.outcome)) return false;
+    if (n == 0) continue;
+    s.calls_by_rank[f.rank] += n;
+    s.calls += n;
+    a.ranks.insert(f.rank);
   }
-  auto& rejected = a.rejected;
-  auto& foreign = a.foreign;
-  auto reject = [&](const Evidence& e, const std::string& why) {
-    rejected.push_back(JsonValue::object({{"path", JsonValue::string(e.path)}, {"reason", JsonValue::string(why)}}));
-    outcome.warnings.push_back("evidence " + e.path + " not counted: " + why);
-  };
-  for (auto& [sha, sig] : a.sigs) {
-    std::vector<Evidence> kept;
-    std::set<std::string> seen;
-    for (const auto& e : sig.snapshots) {
-      if (!seen.insert(e.path).second) continue;
-      std::string actual;
-      if (!evidence_path_inside(e.path))
-        reject(e, "its path leaves the run directory");
-      else if (!format::sha256_file_hex(run_dir + "/" + e.path, actual))
-        reject(e, "missing");
-      else if (actual != e.sha256)
-        reject(e, "its SHA-256 differs from the one recorded (altered after the run)");
-      else
-        kept.push_back(e);
-    }
-    sig.snapshots = std::move(kept);
-    kept.clear();
-    seen.clear();
-    for (const auto& e : sig.profiles) {
-      if (!seen.insert(e.path).second) continue;
-      std::string actual;
-      if (!evidence_path_inside(e.path)) {
-        reject(e, "its path leaves the run directory");
-        continue;
-      }
-      const std::string dir = run_dir + "/" + e.path;
-      if (!format::sha256_file_hex(dir + "/manifest.json", actual))
-        reject(e, "its manifest.json is missing");
-      else if (actual != e.sha256)
-        reject(e, "its manifest's SHA-256 differs from the one recorded");
-      else if (auto t = profile_time_us(dir)) {
-        if (!sig.kernel_time_us) sig.kernel_time_us = t;
-        kept.push_back(e);
-      }  // a profile without counters (e.g. counters unavailable) is not counter evidence
-    }
-    sig.profiles = std::move(kept);
+  return true;
+}
+
+void add_evidence_and_stalls(AuditRun& a, const FileSummary& f) {
+  for (const auto& e : f.snapshots) {
+    auto it = f.signature_sha.find(e.id);
+    if (it != f.signature_sha.end()) a.sigs[it->second].snapshots.push_back(e);
   }
-  // A complete file that a killed process renamed into place but did not
-  // live to record (its record, even its signature's, was still queued):
-  // its name says the rank, and a file of that rank ends without its final
-  // counts. Listed apart (unrecorded_evidence), not counted, not a warning.
-  auto unrecorded = [&summaries = a.summaries](const std::string& name) {
-    static const std::regex kWho("_rank([0-9]+)_[0-9a-f]{16}(_|\\.pt$|$)");
-    std::smatch m;
-    if (!std::regex_search(name, m, kWho)) return false;
-    const int64_t rank = std::stoll(m[1].str());
-    return std::any_of(summaries.begin(), summaries.end(),
-                       [rank](const FileSummary& f) { return f.role != "child" && f.rank == rank && !f.final_counts; });
-  };
-  auto& unrecorded_json = a.unrecorded;
+  for (const auto& e : f.profiles) {
+    auto it = f.signature_sha.find(e.id);
+    if (it != f.signature_sha.end()) a.sigs[it->second].profiles.push_back(e);
+    WindowStall& st = a.stalls[f.rank];
+    ++st.windows;
+    ++st.by_status[e.status.empty() ? "unknown" : e.status];
+    if (e.window_seconds >= 0)
+      st.window_s += e.window_seconds, st.max_window_s = std::max(st.max_window_s, e.window_seconds);
+    if (e.lock_wait_seconds >= 0) st.lock_wait_s += e.lock_wait_seconds;
+  }
+  if (auto it = f.sampling.find("profile_stall_us"); it != f.sampling.end()) {
+    WindowStall& st = a.stalls[f.rank];
+    st.stall_us = std::max<int64_t>(st.stall_us, 0) + static_cast<int64_t>(it->second);
+  }
+}
+
+void add_file_totals(AuditRun& a, const FileSummary& f) {
+  for (const auto& [what, reasons] : f.dropped)
+    for (const auto& [reason, n] : reasons) a.dropped[what][reason] += n, a.dropped_total += n;
+  for (const auto& [k, n] : f.sampling) a.sampling[k] += n;
+  for (const auto& [k, n] : f.unsampled) a.unsampled[k] += n;
+  a.refusals.insert(a.refusals.end(), f.refusals.begin(), f.refusals.end());
+  a.plans.insert(a.plans.end(), f.plans.begin(), f.plans.end());
+  for (const auto& [k, n] : f.nested) a.nested[k] += n;
+  for (const auto& [k, n] : f.compile_time) a.compile_time[k] += n;
+  a.source_rows.emplace_back(relative(f.path, a.run_dir), f.sha256);
+  a.row_files.push_back(&f);
+  ++a.used_files;
+}
+
+void reject(AuditRun& a, const Evidence& e, const std::string& why) {
+  a.rejected.push_back(JsonValue::object({{"path", JsonValue::string(e.path)}, {"reason", JsonValue::string(why)}}));
+  a.outcome.warnings.push_back("evidence " + e.path + " not counted: " + why);
+}
+
+void keep_unaltered_snapshots(AuditRun& a, Signature& sig) {
+  std::vector<Evidence> kept;
+  std::set<std::string> seen;
+  for (const auto& e : sig.snapshots) {
+    if (!seen.insert(e.path).second) continue;
+    std::string actual;
+    if (!evidence_path_inside(e.path))
+      reject(a, e, "its path leaves the run directory");
+    else if (!format::sha256_file_hex(a.run_dir + "/" + e.path, actual))
+      reject(a, e, "missing");
+    else if (actual != e.sha256)
+      reject(a, e, "its SHA-256 differs from the one recorded (altered after the run)");
+    else
+      kept.push_back(e);
+  }
+  sig.snapshots = std::move(kept);
+}
+
+// A signature's profiles whose manifest still hashes as recorded and that hold counters (its kernel time).
+void keep_unaltered_profiles(AuditRun& a, Signature& sig) {
+  std::vector<Evidence> kept;
+  std::set<std::string> seen;
+  for (const auto& e : sig.profiles) {
+    if (!seen.insert(e.path).second) continue;
+    std::string actual;
+    if (!evidence_path_inside(e.path)) {
+      reject(a, e, "its path leaves the run directory");
+      continue;
+    }
+    const std::string dir = a.run_dir + "/" + e.path;
+    if (!format::sha256_file_hex(dir + "/manifest.json", actual))
+      reject(a, e, "its manifest.json is missing");
+    else if (actual != e.sha256)
+      reject(a, e, "its manifest's SHA-256 differs from the one recorded");
+    else if (auto t = profile_time_us(dir)) {
+      if (!sig.kernel_time_us) sig.kernel_time_us = t;
+      kept.push_back(e);
+    }  // a profile without counters (e.g. counters unavailable) is not counter evidence
+  }
+  sig.profiles = std::move(kept);
+}
+
+// A complete file that a killed process renamed into place but did not
+// live to record (its record, even its signature's, was still queued):
+// its name says the rank, and a file of that rank ends without its final
+// counts. Listed apart (unrecorded_evidence), not counted, not a warning.
+bool killed_before_recording(const std::vector<FileSummary>& summaries, const std::string& name) {
+  static const std::regex kWho("_rank([0-9]+)_[0-9a-f]{16}(_|\\.pt$|$)");
+  std::smatch m;
+  if (!std::regex_search(name, m, kWho)) return false;
+  const int64_t rank = std::stoll(m[1].str());
+  return std::any_of(summaries.begin(), summaries.end(),
+                     [rank](const FileSummary& f) { return f.role != "child" && f.rank == rank && !f.final_counts; });
+}
+
+// Files under snapshots/ and profiles/ that no record names: unrecorded, or foreign.
+void list_unnamed_evidence(AuditRun& a, const std::set<std::string>& named) {
   for (const char* sub : {"snapshots", "profiles"})
-    for (const auto& name : list_dir(run_dir + "/" + sub)) {
+    for (const auto& name : list_dir(a.run_dir + "/" + sub)) {
       const std::string rel = std::string(sub) + "/" + name;
       if (named.count(rel)) continue;
-      if (unrecorded(name)) {
-        unrecorded_json.push_back(JsonValue::object(
+      if (killed_before_recording(a.summaries, name)) {
+        a.unrecorded.push_back(JsonValue::object(
             {{"path", JsonValue::string(rel)},
              {"reason", JsonValue::string("complete, but its process ended (killed) before recording it")}}));
         continue;
       }
-      foreign.push_back(JsonValue::object(
+      a.foreign.push_back(JsonValue::object(
           {{"path", JsonValue::string(rel)}, {"reason", JsonValue::string("not named by this run's metadata")}}));
     }
-  if (!foreign.items().empty())
-    outcome.warnings.push_back(std::to_string(foreign.items().size()) +
-                               " file(s) under snapshots/ or profiles/ are not this run's evidence (listed under "
-                               "foreign_evidence; not counted)");
+  if (!a.foreign.items().empty())
+    a.outcome.warnings.push_back(std::to_string(a.foreign.items().size()) +
+                                 " file(s) under snapshots/ or profiles/ are not this run's evidence (listed under "
+                                 "foreign_evidence; not counted)");
 }
 
-// 4. The report: rows in the seed's order, stages, coverage, and what the files say of sampling and ranks.
-void build_report(AuditRun& a) {
-  const AuditOutcome& outcome = a.outcome;
-  const auto& sigs = a.sigs;
-  const auto& ranks = a.ranks;
-  const auto& dropped = a.dropped;
-  const auto& nested = a.nested;
-  const auto& compile_time = a.compile_time;
-  const auto& sampling = a.sampling;
-  const auto& unsampled = a.unsampled;
-  const auto& plans = a.plans;
-  const auto& stalls = a.stalls;
-  auto& source_rows = a.source_rows;
-  auto& sources = a.sources;
-  // Rows in the seed's order: stage, calls descending, sha ascending.
-  auto& all = a.all;
-  for (const auto& [sha, s] : a.sigs) all.push_back(&s);
-  std::sort(all.begin(), all.end(), [](const Signature* a, const Signature* b) {
-    if (a->stage != b->stage) return a->stage < b->stage;
-    if (a->calls != b->calls) return a->calls > b->calls;
-    return a->sha < b->sha;
+// Rows in the seed's order: stage, calls descending, sha ascending.
+void sort_rows(AuditRun& a) {
+  for (const auto& [sha, s] : a.sigs) a.all.push_back(&s);
+  std::sort(a.all.begin(), a.all.end(), [](const Signature* x, const Signature* y) {
+    if (x->stage != y->stage) return x->stage < y->stage;
+    if (x->calls != y->calls) return x->calls > y->calls;
+    return x->sha < y->sha;
   });
-  auto& by_stage = a.by_stage;
-  for (auto* s : all) by_stage[s->stage].push_back(s);
+  for (auto* s : a.all) a.by_stage[s->stage].push_back(s);
+}
 
-  auto evidence_json = [](const Evidence* e) {
-    if (!e) return JsonValue::null();
-    return JsonValue::object({{"path", JsonValue::string(e->path)}, {"sha256", JsonValue::string(e->sha256)}});
-  };
-  JsonValue rows = JsonValue::array();
-  for (const Signature* s : all) {
-    JsonValue by_rank = JsonValue::object();
-    for (const auto& [rank, n] : s->calls_by_rank)
-      if (n) by_rank.set(std::to_string(rank), JsonValue::integer(static_cast<int64_t>(n)));
-    JsonValue inputs = JsonValue::array();
-    for (const auto& p : s->profiles) {
-      const Evidence* snap = s->snapshots.empty() ? nullptr : &s->snapshots.front();
-      for (const auto& sn : s->snapshots)
-        if (sn.seq == p.seq) snap = &sn;
-      inputs.push_back(JsonValue::object({{"input", JsonValue::string(snap ? snap->path : p.path)},
-                                          {"input_sha256", JsonValue::string(snap ? snap->sha256 : p.sha256)}}));
-    }
-    JsonValue row = JsonValue::object();
-    row.set("signature", s->value);
-    row.set("signature_sha256", JsonValue::string(s->sha));
-    row.set("calls", JsonValue::integer(static_cast<int64_t>(s->calls)));
-    row.set("calls_by_rank", std::move(by_rank));
-    row.set("same_structural_signature_ncu_inputs", std::move(inputs));
-    row.set("flops_per_call", s->flops ? JsonValue::integer(*s->flops) : JsonValue::null());
-    row.set("snapshot", evidence_json(s->snapshots.empty() ? nullptr : &s->snapshots.front()));
-    row.set("profile", evidence_json(s->profiles.empty() ? nullptr : &s->profiles.front()));
-    row.set("kernel_time_us_per_call", s->kernel_time_us ? JsonValue::floating(*s->kernel_time_us) : JsonValue::null());
-    rows.push_back(std::move(row));
-  }
-  auto& stages = a.stages;
-  for (const auto& [stage, group] : by_stage) {
-    uint64_t calls = 0, with_prior = 0, calls_with_prior = 0;
-    for (auto* s : group) {
-      calls += s->calls;
-      if (!s->profiles.empty()) ++with_prior, calls_with_prior += s->calls;
-    }
-    JsonValue st = JsonValue::object();
-    st.set("stage", JsonValue::string(stage));
-    st.set("distinct_signatures", JsonValue::integer(static_cast<int64_t>(group.size())));
-    st.set("recorded_calls", JsonValue::integer(static_cast<int64_t>(calls)));
-    st.set("signatures_with_prior_ncu_input", JsonValue::integer(static_cast<int64_t>(with_prior)));
-    st.set("calls_with_structurally_matching_prior_input", JsonValue::integer(static_cast<int64_t>(calls_with_prior)));
-    st.set("coverage", coverage_json(group));
-    stages.push_back(std::move(st));
-  }
-  std::sort(source_rows.begin(), source_rows.end());
-  for (const auto& [p, sha] : source_rows)
-    sources.push_back(JsonValue::object({{"path", JsonValue::string(p)}, {"sha256", JsonValue::string(sha)}}));
+JsonValue evidence_json(const Evidence* e) {
+  if (!e) return JsonValue::null();
+  return JsonValue::object({{"path", JsonValue::string(e->path)}, {"sha256", JsonValue::string(e->sha256)}});
+}
 
-  a.overall = coverage_json(all);
-  const JsonValue& overall = a.overall;
-  JsonValue ranks_json = JsonValue::array();
-  for (int64_t r : ranks) ranks_json.push_back(JsonValue::integer(r));
-  JsonValue dropped_json = JsonValue::object();
-  for (const auto& [what, reasons] : dropped) {
-    JsonValue r = JsonValue::object();
-    for (const auto& [reason, n] : reasons) r.set(reason, JsonValue::integer(static_cast<int64_t>(n)));
-    dropped_json.set(what, std::move(r));
-  }
-  JsonValue warnings = JsonValue::array();
-  for (const auto& w : outcome.warnings) warnings.push_back(JsonValue::string(w));
+JsonValue counts_json(const std::map<std::string, uint64_t>& counts) {
+  JsonValue o = JsonValue::object();
+  for (const auto& [k, n] : counts) o.set(k, JsonValue::integer(static_cast<int64_t>(n)));
+  return o;
+}
 
-  auto& report = a.report;
-  report.set("status", JsonValue::string("structural_signature_coverage_audited"));
-  report.set(
-      "scope",
-      JsonValue::string(
-          "All recorded metadata calls of one lingprobe run (" + std::to_string(a.used_files) + " file(s), " +
-          std::to_string(ranks.size()) + " rank(s), world size " + std::to_string(a.world_size) +
-          "), audited against this run's own evidence: 'same_structural_signature_ncu_inputs' lists each signature's "
-          "profiles with hardware counters, measured inline on this run's own calls (the input is that call's snapshot "
-          "where one exists). Exact op, nested argument shape/stride/dtype/scalars, kwargs and output metadata; device "
-          "removed for cross-rank comparison. FLOPs are analytic (2 per multiply-add, bias included; data movement 0; "
-          "null where no formula is known)."));
-  report.set("stages", stages);
-  report.set("rows", std::move(rows));
-  report.set("sources", std::move(sources));
-  report.set("coverage", overall);
-  report.set("run", JsonValue::object({{"run_id", JsonValue::string(a.run_id)},
-                                       {"world_size", JsonValue::integer(a.world_size)},
-                                       {"ranks", std::move(ranks_json)},
-                                       {"metadata_bytes", JsonValue::integer(static_cast<int64_t>(a.bytes_total))}}));
-  report.set("dropped", std::move(dropped_json));
-  report.set("other_processes", a.others);
-  if (!compile_time.empty()) {
-    JsonValue cj = JsonValue::object();
-    for (const auto& [k, n] : compile_time) cj.set(k, JsonValue::integer(static_cast<int64_t>(n)));
-    report.set("compile_time_calls", std::move(cj));
+// Each profile's input: the snapshot of the same call where there is one (else the first snapshot, else the profile).
+JsonValue ncu_inputs_json(const Signature& s) {
+  JsonValue inputs = JsonValue::array();
+  for (const auto& p : s.profiles) {
+    const Evidence* snap = s.snapshots.empty() ? nullptr : &s.snapshots.front();
+    for (const auto& sn : s.snapshots)
+      if (sn.seq == p.seq) snap = &sn;
+    inputs.push_back(JsonValue::object({{"input", JsonValue::string(snap ? snap->path : p.path)},
+                                        {"input_sha256", JsonValue::string(snap ? snap->sha256 : p.sha256)}}));
   }
-  if (!nested.empty()) {
-    JsonValue nj = JsonValue::object();
-    for (const auto& [k, n] : nested) nj.set(k, JsonValue::integer(static_cast<int64_t>(n)));
-    report.set("nested_calls", std::move(nj));
+  return inputs;
+}
+
+JsonValue row_json(const Signature& s) {
+  JsonValue by_rank = JsonValue::object();
+  for (const auto& [rank, n] : s.calls_by_rank)
+    if (n) by_rank.set(std::to_string(rank), JsonValue::integer(static_cast<int64_t>(n)));
+  JsonValue row = JsonValue::object();
+  row.set("signature", s.value);
+  row.set("signature_sha256", JsonValue::string(s.sha));
+  row.set("calls", JsonValue::integer(static_cast<int64_t>(s.calls)));
+  row.set("calls_by_rank", std::move(by_rank));
+  row.set("same_structural_signature_ncu_inputs", ncu_inputs_json(s));
+  row.set("flops_per_call", s.flops ? JsonValue::integer(*s.flops) : JsonValue::null());
+  row.set("snapshot", evidence_json(s.snapshots.empty() ? nullptr : &s.snapshots.front()));
+  row.set("profile", evidence_json(s.profiles.empty() ? nullptr : &s.profiles.front()));
+  row.set("kernel_time_us_per_call", s.kernel_time_us ? JsonValue::floating(*s.kernel_time_us) : JsonValue::null());
+  return row;
+}
+
+JsonValue stage_json(const std::string& stage, const std::vector<const Signature*>& group) {
+  uint64_t calls = 0, with_prior = 0, calls_with_prior = 0;
+  for (auto* s : group) {
+    calls += s->calls;
+    if (!s->profiles.empty()) ++with_prior, calls_with_prior += s->calls;
   }
-  // What each key refused evidence at some call holds in the end (its signatures' snapshots and passed profiles).
+  return JsonValue::object(
+      {{"stage", JsonValue::string(stage)},
+       {"distinct_signatures", JsonValue::integer(static_cast<int64_t>(group.size()))},
+       {"recorded_calls", JsonValue::integer(static_cast<int64_t>(calls))},
+       {"signatures_with_prior_ncu_input", JsonValue::integer(static_cast<int64_t>(with_prior))},
+       {"calls_with_structurally_matching_prior_input", JsonValue::integer(static_cast<int64_t>(calls_with_prior))},
+       {"coverage", coverage_json(group)}});
+}
+
+std::string scope_text(const AuditRun& a) {
+  return "All recorded metadata calls of one lingprobe run (" + std::to_string(a.used_files) + " file(s), " +
+         std::to_string(a.ranks.size()) + " rank(s), world size " + std::to_string(a.world_size) +
+         "), audited against this run's own evidence: 'same_structural_signature_ncu_inputs' lists each signature's "
+         "profiles with hardware counters, measured inline on this run's own calls (the input is that call's snapshot "
+         "where one exists). Exact op, nested argument shape/stride/dtype/scalars, kwargs and output metadata; device "
+         "removed for cross-rank comparison. FLOPs are analytic (2 per multiply-add, bias included; data movement 0; "
+         "null where no formula is known).";
+}
+
+// What each key refused evidence at some call holds in the end (its signatures' snapshots and passed profiles).
+std::map<std::string, HeldEvidence> held_evidence(const std::map<std::string, Signature>& sigs) {
   std::map<std::string, HeldEvidence> held;
   for (const auto& [sha, sig] : sigs) {
     if (sig.snapshots.empty() && sig.profiles.empty()) continue;
@@ -430,21 +357,13 @@ void build_report(AuditRun& a) {
     h.snapshot = h.snapshot || !sig.snapshots.empty();
     for (const auto& p : sig.profiles) h.counters = h.counters || p.status == "passed";
   }
-  a.refused_keys = key_evidence(a.refusals, held);
-  const std::vector<KeyEvidence>& refused_keys = a.refused_keys;
-  if (!sampling.empty()) {
-    JsonValue sj = JsonValue::object();
-    for (const auto& [k, n] : sampling) sj.set(k, JsonValue::integer(static_cast<int64_t>(n)));
-    JsonValue uj = JsonValue::object();
-    for (const auto& [k, n] : unsampled) uj.set(k, JsonValue::integer(static_cast<int64_t>(n)));
-    sj.set("unsampled_keys", std::move(uj));
-    sj.set("refusals", key_evidence_json(refused_keys));
-    if (!plans.empty()) sj.set("plan", plan_json(plans));
-    report.set("sampling", std::move(sj));
-  }
+  return held;
+}
+
+// Each rank's stall in counter windows: its JSON rows, and its line of summary.md's table (into a.stall_table).
+JsonValue counter_window_rows(AuditRun& a) {
   JsonValue stall_rows = JsonValue::array();
-  auto& stall_table = a.stall_table;
-  for (const auto& [rank, st] : stalls) {
+  for (const auto& [rank, st] : a.stalls) {
     JsonValue statuses = JsonValue::object();
     std::string status_text;
     for (const auto& [k, n] : st.by_status) {
@@ -462,9 +381,99 @@ void build_report(AuditRun& a) {
     char line[160];
     std::snprintf(line, sizeof line, "| %lld | %llu | %.2f | %.2f | %.2f | %.2f | ", static_cast<long long>(rank),
                   static_cast<unsigned long long>(st.windows), total, st.window_s, st.lock_wait_s, st.max_window_s);
-    stall_table += line + status_text + " |\n";
+    a.stall_table += line + status_text + " |\n";
   }
-  if (!stalls.empty()) report.set("counter_windows", JsonValue::object({{"by_rank", std::move(stall_rows)}}));
+  return stall_rows;
+}
+
+}  // namespace
+
+// 2b. The ranks' files summed into signatures and totals; children and other processes apart.
+bool total_ranks(AuditRun& a) {
+  a.run_id = a.run_ids.empty() ? "" : *a.run_ids.begin();
+  for (FileSummary& f : a.summaries) {
+    const std::map<uint32_t, uint64_t>* counts = counts_of(f, a.outcome);
+    if (!counts) return false;
+    if (f.role == "child" || (f.role != "rank" && a.any_rank)) {
+      add_other_process(a, f, *counts);
+      continue;
+    }
+    if (a.world_size >= 0 && f.world_size != a.world_size) {
+      a.outcome.error = f.path + ": world_size " + std::to_string(f.world_size) + " disagrees with " +
+                        std::to_string(a.world_size) + " of the files before it; these files are not one run";
+      return false;
+    }
+    a.world_size = f.world_size;
+    if (!add_signature_calls(a, f, *counts)) return false;
+    add_evidence_and_stalls(a, f);
+    add_file_totals(a, f);
+  }
+  // Signatures defined but never counted carry no calls: not rows.
+  for (auto it = a.sigs.begin(); it != a.sigs.end();) it = it->second.calls ? std::next(it) : a.sigs.erase(it);
+  std::vector<RankViewSignature> rank_signatures;
+  for (const auto& [sha, s] : a.sigs)
+    rank_signatures.push_back({sha, s.stage, s.op, short_signature(s.value), s.calls_by_rank});
+  a.ranks_view = rank_view(a.world_size, a.row_files, rank_signatures);
+  return true;
+}
+
+// 3. Evidence belongs to its run: only files this run's own records name,
+// whose SHA-256 still matches (a profile's is its manifest.json's). Anything
+// else under snapshots/ or profiles/ is foreign: reported, never counted.
+void check_evidence(AuditRun& a) {
+  std::set<std::string> named;
+  for (const FileSummary& f : a.summaries) {
+    for (const auto& e : f.snapshots) named.insert(e.path);
+    for (const auto& e : f.profiles) named.insert(e.path);
+  }
+  for (auto& [sha, sig] : a.sigs) {
+    keep_unaltered_snapshots(a, sig);
+    keep_unaltered_profiles(a, sig);
+  }
+  list_unnamed_evidence(a, named);
+}
+
+// 4. The report: rows in the seed's order, stages, coverage, and what the files say of sampling and ranks.
+void build_report(AuditRun& a) {
+  sort_rows(a);
+  JsonValue rows = JsonValue::array();
+  for (const Signature* s : a.all) rows.push_back(row_json(*s));
+  for (const auto& [stage, group] : a.by_stage) a.stages.push_back(stage_json(stage, group));
+  std::sort(a.source_rows.begin(), a.source_rows.end());
+  for (const auto& [p, sha] : a.source_rows)
+    a.sources.push_back(JsonValue::object({{"path", JsonValue::string(p)}, {"sha256", JsonValue::string(sha)}}));
+  a.overall = coverage_json(a.all);
+  JsonValue dropped_json = JsonValue::object();
+  for (const auto& [what, reasons] : a.dropped) dropped_json.set(what, counts_json(reasons));
+  JsonValue ranks_json = JsonValue::array();
+  for (int64_t r : a.ranks) ranks_json.push_back(JsonValue::integer(r));
+  JsonValue warnings = JsonValue::array();
+  for (const auto& w : a.outcome.warnings) warnings.push_back(JsonValue::string(w));
+  JsonValue& report = a.report;
+  report.set("status", JsonValue::string("structural_signature_coverage_audited"));
+  report.set("scope", JsonValue::string(scope_text(a)));
+  report.set("stages", a.stages);
+  report.set("rows", std::move(rows));
+  report.set("sources", std::move(a.sources));
+  report.set("coverage", a.overall);
+  report.set("run", JsonValue::object({{"run_id", JsonValue::string(a.run_id)},
+                                       {"world_size", JsonValue::integer(a.world_size)},
+                                       {"ranks", std::move(ranks_json)},
+                                       {"metadata_bytes", JsonValue::integer(static_cast<int64_t>(a.bytes_total))}}));
+  report.set("dropped", std::move(dropped_json));
+  report.set("other_processes", a.others);
+  if (!a.compile_time.empty()) report.set("compile_time_calls", counts_json(a.compile_time));
+  if (!a.nested.empty()) report.set("nested_calls", counts_json(a.nested));
+  a.refused_keys = key_evidence(a.refusals, held_evidence(a.sigs));
+  if (!a.sampling.empty()) {
+    JsonValue sj = counts_json(a.sampling);
+    sj.set("unsampled_keys", counts_json(a.unsampled));
+    sj.set("refusals", key_evidence_json(a.refused_keys));
+    if (!a.plans.empty()) sj.set("plan", plan_json(a.plans));
+    report.set("sampling", std::move(sj));
+  }
+  JsonValue stall_rows = counter_window_rows(a);
+  if (!a.stalls.empty()) report.set("counter_windows", JsonValue::object({{"by_rank", std::move(stall_rows)}}));
   report.set("ranks", a.ranks_view.json);
   report.set("rejected_evidence", std::move(a.rejected));
   report.set("foreign_evidence", std::move(a.foreign));

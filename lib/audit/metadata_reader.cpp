@@ -48,6 +48,8 @@ class SummaryVisitor final : public RecordVisitor {
   }
 
  private:
+  std::string read_signature(simdjson::dom::object obj);  // also notes which ids are c10d ops
+
   // A c10d op returns once the collective is queued; its caller then waits
   // (Work.wait()) outside any op. So a collective's time runs from its start
   // to the next top-level call of its thread.
@@ -115,106 +117,130 @@ void read_nested_counts(simdjson::simdjson_result<simdjson::dom::element> e,
   }
 }
 
-std::string SummaryVisitor::record(std::string_view kind, simdjson::dom::object obj) {
-  FileSummary& f = out_;
-  if (kind == "counts") {
-    simdjson::dom::object calls;
-    if (obj["calls"].get_object().get(calls)) return "counts record without \"calls\"";
-    f.counts.clear();
-    for (auto field : calls) {
-      int64_t n = num(field.value);
-      if (n < 0) return "counts record with a non-integer count";
-      f.counts[static_cast<uint32_t>(std::strtoul(std::string(field.key).c_str(), nullptr, 10))] =
-          static_cast<uint64_t>(n);
+// The "sampling" object: a count per key, or per reason a key was not sampled.
+void read_sampling(simdjson::simdjson_result<simdjson::dom::element> e, FileSummary& f) {
+  f.sampling.clear();
+  f.unsampled.clear();
+  simdjson::dom::object sampling;
+  if (e.get_object().get(sampling)) return;
+  for (auto field : sampling) {
+    simdjson::dom::object reasons;
+    if (!field.value.get_object().get(reasons)) {
+      for (auto r : reasons) f.unsampled[std::string(r.key)] = static_cast<uint64_t>(num(r.value));
+    } else if (num(field.value) >= 0) {
+      f.sampling[std::string(field.key)] = static_cast<uint64_t>(num(field.value));
     }
-    f.dropped.clear();
-    read_nested_counts(obj["dropped"], f.dropped);
-    f.sampling.clear();
-    f.unsampled.clear();
-    simdjson::dom::object sampling;
-    if (!obj["sampling"].get_object().get(sampling)) {
-      for (auto field : sampling) {
-        simdjson::dom::object reasons;
-        if (!field.value.get_object().get(reasons)) {
-          for (auto r : reasons) f.unsampled[std::string(r.key)] = static_cast<uint64_t>(num(r.value));
-        } else if (num(field.value) >= 0) {
-          f.sampling[std::string(field.key)] = static_cast<uint64_t>(num(field.value));
-        }
-      }
-    }
-    f.stage_gpu.clear();
-    f.stage_gpu_lost.clear();
-    read_nested_counts(obj["stage_gpu"], f.stage_gpu);
-    read_counts(obj["stage_gpu_lost"], f.stage_gpu_lost);
-    f.nested.clear();
-    read_counts(obj["nested"], f.nested);
-    f.compile_time.clear();
-    read_counts(obj["compile_time"], f.compile_time);
-    f.collectives.clear();
-    read_nested_counts(obj["collectives"], f.collectives);
-    bool fin = false;
-    f.final_counts = !obj["final"].get_bool().get(fin) && fin;
-    f.has_counts = true;
-  } else if (kind == "signature") {
-    int64_t id = num(obj["id"]);
-    std::string sha = str(obj["sha256"]);
-    std::string_view text;
-    if (id < 0 || sha.size() != 64 || obj["signature_json"].get_string().get(text))
-      return "signature record needs id, sha256 and signature_json";
-    f.signature_sha[static_cast<uint32_t>(id)] = sha;
-    // Canonical text: the top-level op follows the kwargs object (a nested "op" key cannot occur).
-    constexpr std::string_view kOp = "},\"op\":\"";
-    if (const size_t at = text.find(kOp);
-        at != std::string_view::npos && is_collective_op(text.substr(at + kOp.size())))
-      collectives_.insert(static_cast<uint32_t>(id));
-    if (!f.signature_json.count(sha)) f.signature_json.emplace(sha, std::string(text));
-  } else if (kind == "header") {
-    f.has_header = true;
-    f.format = str(obj["format"]);
-    f.run_id = str(obj["run_id"]);
-    f.role = str(obj["role"]);
-    f.rank = num(obj["rank"]);
-    f.world_size = num(obj["world_size"]);
-    f.pid = num(obj["pid"]);
-    f.start_unix_ns = optional_num(obj["start_unix_ns"]);
-    f.start_mono_ns = optional_num(obj["start_mono_ns"]);
-    int64_t parent = -1;
-    if (!obj["parent_pid"].get_int64().get(parent)) f.parent_pid = parent;
-  } else if (kind == "snapshot" || kind == "profile") {
-    Evidence e;
-    e.id = static_cast<uint32_t>(num(obj["id"]));
-    e.seq = static_cast<uint64_t>(num(obj["seq"]));
-    e.path = str(obj["path"]);
-    e.sha256 = str(obj["sha256"]);
-    if (kind == "profile") {
-      e.status = str(obj["status"]);
-      double d = 0;
-      if (!obj["window_s"].get_double().get(d)) e.window_seconds = d;
-      if (!obj["lock_wait_s"].get_double().get(d)) e.lock_wait_seconds = d;
-    }
-    (kind == "snapshot" ? f.snapshots : f.profiles).push_back(std::move(e));
-  } else if (kind == "refusal") {
-    f.refusals.push_back(Refusal{str(obj["input_sha256"]), str(obj["op"]), str(obj["stage"]), str(obj["evidence"]),
-                                 str(obj["reason"]), static_cast<uint64_t>(std::max<int64_t>(0, num(obj["call"])))});
-  } else if (kind == "plan") {
-    PlanRecord p{str(obj["source"]),
-                 str(obj["error"]),
-                 str(obj["basis"]),
-                 static_cast<uint64_t>(std::max<int64_t>(0, num(obj["keys"]))),
-                 static_cast<uint64_t>(std::max<int64_t>(0, num(obj["ranked"]))),
-                 static_cast<uint64_t>(std::max<int64_t>(0, num(obj["over_budget"]))),
-                 0,
-                 {}};
+  }
+}
+
+// A counts record replaces the file's counts so far: the last one holds the process's totals.
+std::string read_counts_record(simdjson::dom::object obj, FileSummary& f) {
+  simdjson::dom::object calls;
+  if (obj["calls"].get_object().get(calls)) return "counts record without \"calls\"";
+  f.counts.clear();
+  for (auto field : calls) {
+    int64_t n = num(field.value);
+    if (n < 0) return "counts record with a non-integer count";
+    f.counts[static_cast<uint32_t>(std::strtoul(std::string(field.key).c_str(), nullptr, 10))] =
+        static_cast<uint64_t>(n);
+  }
+  f.dropped.clear();
+  read_nested_counts(obj["dropped"], f.dropped);
+  read_sampling(obj["sampling"], f);
+  f.stage_gpu.clear();
+  f.stage_gpu_lost.clear();
+  read_nested_counts(obj["stage_gpu"], f.stage_gpu);
+  read_counts(obj["stage_gpu_lost"], f.stage_gpu_lost);
+  f.nested.clear();
+  read_counts(obj["nested"], f.nested);
+  f.compile_time.clear();
+  read_counts(obj["compile_time"], f.compile_time);
+  f.collectives.clear();
+  read_nested_counts(obj["collectives"], f.collectives);
+  bool fin = false;
+  f.final_counts = !obj["final"].get_bool().get(fin) && fin;
+  f.has_counts = true;
+  return "";
+}
+
+void read_header(simdjson::dom::object obj, FileSummary& f) {
+  f.has_header = true;
+  f.format = str(obj["format"]);
+  f.run_id = str(obj["run_id"]);
+  f.role = str(obj["role"]);
+  f.rank = num(obj["rank"]);
+  f.world_size = num(obj["world_size"]);
+  f.pid = num(obj["pid"]);
+  f.start_unix_ns = optional_num(obj["start_unix_ns"]);
+  f.start_mono_ns = optional_num(obj["start_mono_ns"]);
+  int64_t parent = -1;
+  if (!obj["parent_pid"].get_int64().get(parent)) f.parent_pid = parent;
+}
+
+// A snapshot or profile record.
+Evidence read_evidence(std::string_view kind, simdjson::dom::object obj) {
+  Evidence e;
+  e.id = static_cast<uint32_t>(num(obj["id"]));
+  e.seq = static_cast<uint64_t>(num(obj["seq"]));
+  e.path = str(obj["path"]);
+  e.sha256 = str(obj["sha256"]);
+  if (kind == "profile") {
+    e.status = str(obj["status"]);
     double d = 0;
-    if (!obj["covered_share"].get_double().get(d)) p.covered_share = d;
-    simdjson::dom::array unmet;
-    if (!obj["unmet"].get_array().get(unmet))
-      for (simdjson::dom::element e : unmet) {
-        PlanRecord::Key k{str(e["input_sha256"]), str(e["op"]), str(e["stage"]), 0};
-        if (!e["share"].get_double().get(d)) k.share = d;
-        p.unmet.push_back(std::move(k));
-      }
-    f.plans.push_back(std::move(p));
+    if (!obj["window_s"].get_double().get(d)) e.window_seconds = d;
+    if (!obj["lock_wait_s"].get_double().get(d)) e.lock_wait_seconds = d;
+  }
+  return e;
+}
+
+PlanRecord read_plan(simdjson::dom::object obj) {
+  PlanRecord p{str(obj["source"]),
+               str(obj["error"]),
+               str(obj["basis"]),
+               static_cast<uint64_t>(std::max<int64_t>(0, num(obj["keys"]))),
+               static_cast<uint64_t>(std::max<int64_t>(0, num(obj["ranked"]))),
+               static_cast<uint64_t>(std::max<int64_t>(0, num(obj["over_budget"]))),
+               0,
+               {}};
+  double d = 0;
+  if (!obj["covered_share"].get_double().get(d)) p.covered_share = d;
+  simdjson::dom::array unmet;
+  if (!obj["unmet"].get_array().get(unmet))
+    for (simdjson::dom::element e : unmet) {
+      PlanRecord::Key k{str(e["input_sha256"]), str(e["op"]), str(e["stage"]), 0};
+      if (!e["share"].get_double().get(d)) k.share = d;
+      p.unmet.push_back(std::move(k));
+    }
+  return p;
+}
+
+std::string SummaryVisitor::read_signature(simdjson::dom::object obj) {
+  int64_t id = num(obj["id"]);
+  std::string sha = str(obj["sha256"]);
+  std::string_view text;
+  if (id < 0 || sha.size() != 64 || obj["signature_json"].get_string().get(text))
+    return "signature record needs id, sha256 and signature_json";
+  out_.signature_sha[static_cast<uint32_t>(id)] = sha;
+  // Canonical text: the top-level op follows the kwargs object (a nested "op" key cannot occur).
+  constexpr std::string_view kOp = "},\"op\":\"";
+  if (const size_t at = text.find(kOp); at != std::string_view::npos && is_collective_op(text.substr(at + kOp.size())))
+    collectives_.insert(static_cast<uint32_t>(id));
+  if (!out_.signature_json.count(sha)) out_.signature_json.emplace(sha, std::string(text));
+  return "";
+}
+
+std::string SummaryVisitor::record(std::string_view kind, simdjson::dom::object obj) {
+  if (kind == "counts") return read_counts_record(obj, out_);
+  if (kind == "signature") return read_signature(obj);
+  if (kind == "header") {
+    read_header(obj, out_);
+  } else if (kind == "snapshot" || kind == "profile") {
+    (kind == "snapshot" ? out_.snapshots : out_.profiles).push_back(read_evidence(kind, obj));
+  } else if (kind == "refusal") {
+    out_.refusals.push_back(Refusal{str(obj["input_sha256"]), str(obj["op"]), str(obj["stage"]), str(obj["evidence"]),
+                                    str(obj["reason"]), static_cast<uint64_t>(std::max<int64_t>(0, num(obj["call"])))});
+  } else if (kind == "plan") {
+    out_.plans.push_back(read_plan(obj));
   }
   return "";
 }
@@ -317,6 +343,26 @@ std::string parse_lines(RecordVisitor& v, simdjson::dom::parser& parser, const c
   return "";
 }
 
+// A last line without its newline: true when it parses and the visitor takes it.
+bool take_last_line(RecordVisitor& v, simdjson::dom::parser& parser, const char* p, size_t n) {
+  simdjson::dom::element doc;
+  auto err = parser.parse(p, n, false).get(doc);
+  return !err && dispatch(v, doc).empty();
+}
+
+std::string hex_digest(EVP_MD_CTX* sha) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned dlen = 0;
+  EVP_DigestFinal_ex(sha, digest, &dlen);
+  static const char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned i = 0; i < dlen; ++i) {
+    hex.push_back(kHex[digest[i] >> 4]);
+    hex.push_back(kHex[digest[i] & 0xF]);
+  }
+  return hex;
+}
+
 }  // namespace
 
 ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor, StreamStats& stats,
@@ -359,11 +405,9 @@ ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor,
     }
     size_t start = whole;
     if (eof) {
-      if (start < end) {  // a last line without its newline
+      if (start < end) {
         ++line_no;
-        simdjson::dom::element doc;
-        auto err = parser.parse(buf.data() + start, end - start, false).get(doc);
-        if (err || !dispatch(visitor, doc).empty()) stats.truncated_last_line = true;
+        stats.truncated_last_line = !take_last_line(visitor, parser, buf.data() + start, end - start);
       }
       break;
     }
@@ -387,14 +431,7 @@ ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor,
     }
   }
   stats.lines = line_no;
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned dlen = 0;
-  EVP_DigestFinal_ex(sha.get(), digest, &dlen);
-  static const char kHex[] = "0123456789abcdef";
-  for (unsigned i = 0; i < dlen; ++i) {
-    stats.sha256.push_back(kHex[digest[i] >> 4]);
-    stats.sha256.push_back(kHex[digest[i] & 0xF]);
-  }
+  stats.sha256 = hex_digest(sha.get());
   r.ok = true;
   return r;
 }

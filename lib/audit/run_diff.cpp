@@ -190,17 +190,20 @@ struct Pairing {
   std::map<std::string, uint64_t> unchanged;  // by stage
 };
 
-Pairing pair_rows(const Run& a, const Run& b, const DiffOptions& options) {
-  Pairing p;
-  auto wanted = [&options](const Row& r) { return options.stage.empty() || r.stage == options.stage; };
-  // 1. The same signature in both.
+// By pairing key: the rows of A, and of B, that no same signature matched.
+using Pool = std::map<std::string, std::pair<std::vector<const Row*>, std::vector<const Row*>>>;
+
+bool wanted(const Row& r, const DiffOptions& options) { return options.stage.empty() || r.stage == options.stage; }
+
+// 1. The same signature in both: an entry where its calls changed; the rest pooled by pairing key.
+Pool pair_same_signatures(const Run& a, const Run& b, const DiffOptions& options, Pairing& p) {
   std::map<std::string, const Row*> by_sha_b;
   for (const Row& r : b.rows)
-    if (wanted(r)) by_sha_b.emplace(r.sha, &r);
+    if (wanted(r, options)) by_sha_b.emplace(r.sha, &r);
   std::set<std::string> matched;
-  std::map<std::string, std::pair<std::vector<const Row*>, std::vector<const Row*>>> pool;  // key -> unmatched A, B
+  Pool pool;
   for (const Row& r : a.rows) {
-    if (!wanted(r)) continue;
+    if (!wanted(r, options)) continue;
     auto it = by_sha_b.find(r.sha);
     if (it == by_sha_b.end()) {
       pool[pairing_key(r)].first.push_back(&r);
@@ -214,37 +217,40 @@ Pairing pair_rows(const Run& a, const Run& b, const DiffOptions& options) {
     p.entries.push_back(Entry{"same_signature", r.stage, r.op, {&r}, {it->second}, ""});
   }
   for (const Row& r : b.rows)
-    if (wanted(r) && !matched.count(r.sha)) pool[pairing_key(r)].second.push_back(&r);
-  // 2. Pairs that changed only in shapes, and what is left on one side.
-  for (auto& [key, sides] : pool) {
-    auto& [in_a, in_b] = sides;
+    if (wanted(r, options) && !matched.count(r.sha)) pool[pairing_key(r)].second.push_back(&r);
+  return pool;
+}
+
+std::string pooled_kind(size_t in_a, size_t in_b) {
+  if (in_b == 0) return "only_in_a";
+  if (in_a == 0) return "only_in_b";
+  if (in_a == 1 && in_b == 1) return "shape_changed";
+  if (in_a == 1) return "one_to_many";
+  if (in_b == 1) return "many_to_one";
+  return "many_to_many";
+}
+
+// The rows in the order of their shapes; none where that order is not strict.
+std::vector<const Row*> strictly_by_shape(std::vector<const Row*> rows) {
+  std::stable_sort(rows.begin(), rows.end(), [](const Row* x, const Row* y) { return shapes(*x) < shapes(*y); });
+  for (size_t i = 1; i < rows.size(); ++i)
+    if (shapes(*rows[i - 1]) == shapes(*rows[i])) return std::vector<const Row*>{};
+  return rows;
+}
+
+// 2. Pairs that changed only in shapes, and what is left on one side.
+void pair_pooled(const Pool& pool, std::vector<Entry>& entries) {
+  for (const auto& [key, sides] : pool) {
+    const auto& [in_a, in_b] = sides;
     const Row* any = in_a.empty() ? in_b.front() : in_a.front();
-    Entry e{"", any->stage, any->op, in_a, in_b, ""};
-    if (in_b.empty())
-      e.kind = "only_in_a";
-    else if (in_a.empty())
-      e.kind = "only_in_b";
-    else if (in_a.size() == 1 && in_b.size() == 1)
-      e.kind = "shape_changed";
-    else if (in_a.size() == 1)
-      e.kind = "one_to_many";
-    else if (in_b.size() == 1)
-      e.kind = "many_to_one";
-    else
-      e.kind = "many_to_many";
+    Entry e{pooled_kind(in_a.size(), in_b.size()), any->stage, any->op, in_a, in_b, ""};
     if (e.kind == "many_to_many" && in_a.size() == in_b.size()) {
       // As many on each side (a layer at several input sizes: a cached and an uncached frame): paired in the
       // order of their shapes where that order is strict on both sides (a larger input against a larger one).
-      auto by_shape = [](std::vector<const Row*> rows) {
-        std::stable_sort(rows.begin(), rows.end(), [](const Row* x, const Row* y) { return shapes(*x) < shapes(*y); });
-        for (size_t i = 1; i < rows.size(); ++i)
-          if (shapes(*rows[i - 1]) == shapes(*rows[i])) return std::vector<const Row*>{};
-        return rows;
-      };
-      const auto sa = by_shape(in_a), sb = by_shape(in_b);
+      const auto sa = strictly_by_shape(in_a), sb = strictly_by_shape(in_b);
       if (!sa.empty() && !sb.empty()) {
         for (size_t i = 0; i < sa.size(); ++i)
-          p.entries.push_back(Entry{"shape_changed", e.stage, e.op, {sa[i]}, {sb[i]}, "size_order"});
+          entries.push_back(Entry{"shape_changed", e.stage, e.op, {sa[i]}, {sb[i]}, "size_order"});
         continue;
       }
     }
@@ -252,17 +258,21 @@ Pairing pair_rows(const Run& a, const Run& b, const DiffOptions& options) {
       for (const Row* r : e.kind == "only_in_a" ? in_a : in_b) {
         Entry one{e.kind, r->stage, r->op, {}, {}, ""};
         (e.kind == "only_in_a" ? one.a : one.b).push_back(r);
-        p.entries.push_back(std::move(one));
+        entries.push_back(std::move(one));
       }
       continue;
     }
-    p.entries.push_back(std::move(e));
+    entries.push_back(std::move(e));
   }
-  for (Entry& e : p.entries) {
+}
+
+// Each entry's calls and FLOPs summed; the entries sorted by FLOPs moved, then calls changed, then SHA-256.
+void sort_by_flops_moved(std::vector<Entry>& entries) {
+  for (Entry& e : entries) {
     for (const Row* r : e.a) e.calls_a += r->calls, e.flops_a += r->flops_total();
     for (const Row* r : e.b) e.calls_b += r->calls, e.flops_b += r->flops_total();
   }
-  std::sort(p.entries.begin(), p.entries.end(), [](const Entry& x, const Entry& y) {
+  std::sort(entries.begin(), entries.end(), [](const Entry& x, const Entry& y) {
     if (x.moved() != y.moved()) return x.moved() > y.moved();
     const int64_t cx = std::llabs(static_cast<int64_t>(x.calls_b) - static_cast<int64_t>(x.calls_a));
     const int64_t cy = std::llabs(static_cast<int64_t>(y.calls_b) - static_cast<int64_t>(y.calls_a));
@@ -271,7 +281,13 @@ Pairing pair_rows(const Run& a, const Run& b, const DiffOptions& options) {
     const std::string& sy = (y.a.empty() ? y.b : y.a).front()->sha;
     return sx < sy;
   });
+}
 
+Pairing pair_rows(const Run& a, const Run& b, const DiffOptions& options) {
+  Pairing p;
+  const Pool pool = pair_same_signatures(a, b, options, p);
+  pair_pooled(pool, p.entries);
+  sort_by_flops_moved(p.entries);
   return p;
 }
 
@@ -360,35 +376,19 @@ std::string entry_markdown(const Entry& e) {
   return detail.str();
 }
 
-}  // namespace
+JsonValue side_json(const Run& r) {
+  uint64_t calls = 0;
+  for (const Row& x : r.rows) calls += x.calls;
+  return JsonValue::object({{"run_dir", JsonValue::string(r.dir)},
+                            {"run_id", JsonValue::string(r.run_id)},
+                            {"world_size", JsonValue::integer(r.world_size)},
+                            {"signatures", JsonValue::integer(static_cast<int64_t>(r.rows.size()))},
+                            {"calls", JsonValue::integer(static_cast<int64_t>(calls))}});
+}
 
-DiffOutcome diff_runs(const DiffOptions& options) {
-  DiffOutcome outcome;
-  Run a, b;
-  if (!load(options.run_a, a, outcome.warnings, outcome.error) ||
-      !load(options.run_b, b, outcome.warnings, outcome.error))
-    return outcome;
-
-  Pairing pairing = pair_rows(a, b, options);
-  auto& unchanged = pairing.unchanged;
-  const std::vector<Entry>& entries = pairing.entries;
-
-  // 3. The document, by stage.
-  std::map<std::string, std::vector<const Entry*>> by_stage;
-  for (const Entry& e : entries) by_stage[e.stage].push_back(&e);
-  for (const auto& [stage, n] : unchanged) by_stage[stage];
-  JsonValue stages = JsonValue::array();
+// The Markdown's head: the two runs, how they are paired, and the overview table's header.
+std::string markdown_head(const Run& a, const Run& b, const JsonValue& ja, const JsonValue& jb) {
   std::ostringstream md;
-  auto side = [](const Run& r) {
-    uint64_t calls = 0;
-    for (const Row& x : r.rows) calls += x.calls;
-    return JsonValue::object({{"run_dir", JsonValue::string(r.dir)},
-                              {"run_id", JsonValue::string(r.run_id)},
-                              {"world_size", JsonValue::integer(r.world_size)},
-                              {"signatures", JsonValue::integer(static_cast<int64_t>(r.rows.size()))},
-                              {"calls", JsonValue::integer(static_cast<int64_t>(calls))}});
-  };
-  const JsonValue ja = side(a), jb = side(b);
   md << "# lingprobe diff\n\n"
      << "- A: `" << a.dir << "` (run `" << a.run_id << "`, world size " << a.world_size
      << "): " << ja.find("signatures")->as_int() << " signatures, " << ja.find("calls")->as_int() << " calls\n"
@@ -399,50 +399,95 @@ DiffOutcome diff_runs(const DiffOptions& options) {
      << "| stage | unchanged | calls changed | shape changed (1:1) | paired as groups | only in A | only in B | FLOPs "
         "A | FLOPs B |\n"
      << "|---|---|---|---|---|---|---|---|---|\n";
+  return md.str();
+}
+
+// A stage's entries counted by kind, and its FLOPs in each run.
+struct StageTotals {
+  std::map<std::string, uint64_t> kinds;
+  uint64_t groups = 0;  // one_to_many, many_to_one and many_to_many entries
+  long double flops_a = 0, flops_b = 0;
+};
+
+StageTotals stage_totals(const std::string& stage, const std::vector<const Entry*>& group, const Run& a, const Run& b) {
+  StageTotals t;
+  for (const Row& r : a.rows)
+    if (r.stage == stage) t.flops_a += r.flops_total();
+  for (const Row& r : b.rows)
+    if (r.stage == stage) t.flops_b += r.flops_total();
+  for (const Entry* e : group) ++t.kinds[e->kind];
+  t.groups = t.kinds["one_to_many"] + t.kinds["many_to_one"] + t.kinds["many_to_many"];
+  return t;
+}
+
+JsonValue stage_json(const std::string& stage, const std::vector<const Entry*>& group, uint64_t unchanged,
+                     StageTotals& t, const Run& a, const Run& b) {
+  JsonValue list = JsonValue::array();
+  for (const Entry* e : group) list.push_back(entry_json(a, b, e));
+  JsonValue counts =
+      JsonValue::object({{"unchanged", JsonValue::integer(static_cast<int64_t>(unchanged))},
+                         {"calls_changed", JsonValue::integer(static_cast<int64_t>(t.kinds["same_signature"]))},
+                         {"shape_changed", JsonValue::integer(static_cast<int64_t>(t.kinds["shape_changed"]))},
+                         {"paired_groups", JsonValue::integer(static_cast<int64_t>(t.groups))},
+                         {"only_in_a", JsonValue::integer(static_cast<int64_t>(t.kinds["only_in_a"]))},
+                         {"only_in_b", JsonValue::integer(static_cast<int64_t>(t.kinds["only_in_b"]))}});
+  return JsonValue::object({{"stage", JsonValue::string(stage)},
+                            {"counts", std::move(counts)},
+                            {"flops_a", number(t.flops_a)},
+                            {"flops_b", number(t.flops_b)},
+                            {"entries", std::move(list)}});
+}
+
+std::string stage_overview_row(const std::string& stage, uint64_t unchanged, StageTotals& t) {
+  std::ostringstream md;
+  md << "| " << stage << " | " << unchanged << " | " << t.kinds["same_signature"] << " | " << t.kinds["shape_changed"]
+     << " | " << t.groups << " | " << t.kinds["only_in_a"] << " | " << t.kinds["only_in_b"] << " | "
+     << human_count(t.flops_a) << " | " << human_count(t.flops_b) << " |\n";
+  return md.str();
+}
+
+// A stage's detail table: its first entries, and how many more the JSON holds.
+std::string stage_detail(const std::string& stage, const std::vector<const Entry*>& group, size_t markdown_rows) {
+  if (group.empty()) return "";
   std::ostringstream detail;
+  detail << "\n## Stage `" << stage << "`\n\n| change | FLOPs moved | calls A → B | A | B |\n|---|---|---|---|---|\n";
+  for (size_t k = 0; k < group.size() && k < markdown_rows; ++k) detail << entry_markdown(*group[k]);
+  if (group.size() > markdown_rows)
+    detail << "\n" << group.size() - markdown_rows << " more in the JSON (`lingprobe diff --json`).\n";
+  return detail.str();
+}
+
+}  // namespace
+
+DiffOutcome diff_runs(const DiffOptions& options) {
+  DiffOutcome outcome;
+  Run a, b;
+  if (!load(options.run_a, a, outcome.warnings, outcome.error) ||
+      !load(options.run_b, b, outcome.warnings, outcome.error))
+    return outcome;
+
+  Pairing pairing = pair_rows(a, b, options);
+  // 3. The document, by stage.
+  std::map<std::string, std::vector<const Entry*>> by_stage;
+  for (const Entry& e : pairing.entries) by_stage[e.stage].push_back(&e);
+  for (const auto& [stage, n] : pairing.unchanged) by_stage[stage];
+  const JsonValue ja = side_json(a), jb = side_json(b);
+  std::string md = markdown_head(a, b, ja, jb), detail;
+  JsonValue stages = JsonValue::array();
   for (const auto& [stage, group] : by_stage) {
-    std::map<std::string, uint64_t> kinds;
-    long double fa = 0, fb = 0;
-    for (const Row& r : a.rows)
-      if (r.stage == stage) fa += r.flops_total();
-    for (const Row& r : b.rows)
-      if (r.stage == stage) fb += r.flops_total();
-    JsonValue list = JsonValue::array();
-    for (const Entry* e : group) {
-      ++kinds[e->kind];
-      JsonValue j = entry_json(a, b, e);
-      list.push_back(std::move(j));
-    }
-    const uint64_t groups = kinds["one_to_many"] + kinds["many_to_one"] + kinds["many_to_many"];
-    JsonValue counts =
-        JsonValue::object({{"unchanged", JsonValue::integer(static_cast<int64_t>(unchanged[stage]))},
-                           {"calls_changed", JsonValue::integer(static_cast<int64_t>(kinds["same_signature"]))},
-                           {"shape_changed", JsonValue::integer(static_cast<int64_t>(kinds["shape_changed"]))},
-                           {"paired_groups", JsonValue::integer(static_cast<int64_t>(groups))},
-                           {"only_in_a", JsonValue::integer(static_cast<int64_t>(kinds["only_in_a"]))},
-                           {"only_in_b", JsonValue::integer(static_cast<int64_t>(kinds["only_in_b"]))}});
-    stages.push_back(JsonValue::object({{"stage", JsonValue::string(stage)},
-                                        {"counts", std::move(counts)},
-                                        {"flops_a", number(fa)},
-                                        {"flops_b", number(fb)},
-                                        {"entries", std::move(list)}}));
-    md << "| " << stage << " | " << unchanged[stage] << " | " << kinds["same_signature"] << " | "
-       << kinds["shape_changed"] << " | " << groups << " | " << kinds["only_in_a"] << " | " << kinds["only_in_b"]
-       << " | " << human_count(fa) << " | " << human_count(fb) << " |\n";
-    if (group.empty()) continue;
-    detail << "\n## Stage `" << stage << "`\n\n| change | FLOPs moved | calls A → B | A | B |\n|---|---|---|---|---|\n";
-    for (size_t k = 0; k < group.size() && k < options.markdown_rows; ++k) detail << entry_markdown(*group[k]);
-    if (group.size() > options.markdown_rows)
-      detail << "\n" << group.size() - options.markdown_rows << " more in the JSON (`lingprobe diff --json`).\n";
+    StageTotals t = stage_totals(stage, group, a, b);
+    const uint64_t unchanged = pairing.unchanged[stage];
+    stages.push_back(stage_json(stage, group, unchanged, t, a, b));
+    md += stage_overview_row(stage, unchanged, t);
+    detail += stage_detail(stage, group, options.markdown_rows);
   }
-  md << detail.str();
   outcome.report =
       JsonValue::object({{"format", JsonValue::string("lingprobe.diff/1")},
                          {"a", ja},
                          {"b", jb},
                          {"stage_filter", options.stage.empty() ? JsonValue::null() : JsonValue::string(options.stage)},
                          {"stages", std::move(stages)}});
-  outcome.markdown = md.str();
+  outcome.markdown = md + detail;
   outcome.ok = true;
   return outcome;
 }

@@ -290,6 +290,103 @@ std::string process_name(const FileSummary& f) {
          " (rank " + std::to_string(f.rank) + ")";
 }
 
+// Pass 1's choice: the files to draw, the run's id and its earliest process start.
+struct Chosen {
+  std::vector<FileSummary> files;
+  std::string run_id;
+  int64_t base = INT64_MAX;
+};
+
+// Pass 1: headers, signatures and evidence of every file to draw.
+bool choose_files(const TraceOptions& options, const std::vector<std::string>& files, TraceOutcome& outcome,
+                  Chosen& chosen) {
+  for (const auto& path : files) {
+    FileSummary f;
+    ReadResult r = read_metadata_file(path, f);
+    if (!r.ok) {
+      outcome.error = r.error;
+      return false;
+    }
+    if (!f.has_header) {
+      outcome.warnings.push_back(path + ": " + (f.bytes == 0 ? "empty file" : "no header record") + "; skipped");
+      continue;
+    }
+    if (f.format != "lingprobe.metadata/1") {
+      outcome.error = path + ": format '" + f.format + "' is not lingprobe.metadata/1";
+      return false;
+    }
+    if (!chosen.run_id.empty() && f.run_id != chosen.run_id) {
+      outcome.error = path + ": run_id '" + f.run_id + "' differs from '" + chosen.run_id +
+                      "' of the files before it; trace one launch's run directory";
+      return false;
+    }
+    chosen.run_id = f.run_id;
+    if (f.role == "launcher") continue;
+    constexpr int64_t kClockLimit = int64_t{1} << 62;
+    if (f.start_unix_ns < 0 || f.start_mono_ns < 0 || f.start_unix_ns >= kClockLimit ||
+        f.start_mono_ns >= kClockLimit) {
+      outcome.error = path +
+                      ": its header lacks start_unix_ns/start_mono_ns (or holds no clock's value), so its clock "
+                      "cannot be aligned with the other processes'";
+      return false;
+    }
+    chosen.base = std::min(chosen.base, f.start_unix_ns);  // the run's first process start, whichever ranks are drawn
+    if (!options.ranks.empty() && !options.ranks.count(f.rank)) continue;
+    if (f.truncated_last_line)
+      outcome.warnings.push_back(path + ": truncated last line skipped (killed while writing?)");
+    chosen.files.push_back(std::move(f));
+  }
+  return true;
+}
+
+// The output's directory made and its temporary file (`tmp`, renamed into place at the end) opened.
+bool open_output(const TraceOptions& options, const std::string& run_dir, Output& out, std::string& tmp,
+                 TraceOutcome& outcome) {
+  outcome.output_path = options.output.empty() ? run_dir + "/reports/trace.json" : options.output;
+  const std::string dir = outcome.output_path.substr(
+      0, outcome.output_path.rfind('/') == std::string::npos ? 0 : outcome.output_path.rfind('/'));
+  if (!dir.empty())
+    if (std::string err = sink::make_directories(dir); !err.empty()) {
+      outcome.error = err;
+      return false;
+    }
+  tmp = outcome.output_path + ".tmp" + std::to_string(::getpid());
+  if (!out.open(tmp)) {
+    outcome.error = "cannot write " + tmp + ": " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+// One process's track: its name and sort index, then pass 2 over its file.
+ReadResult draw_process(const FileSummary& f, int64_t trace_pid, int64_t base, const TraceOptions& options, Output& out,
+                        TraceOutcome& outcome) {
+  ++outcome.processes;
+  out.event("\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(trace_pid) +
+            ",\"args\":{\"name\":" + json_string(process_name(f)) + "}");
+  out.event("\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":" + std::to_string(trace_pid) +
+            ",\"args\":{\"sort_index\":" + std::to_string(std::max<int64_t>(f.rank, 0)) + "}");
+  const int64_t offset = f.start_unix_ns - base - f.start_mono_ns;  // monotonic ns -> ns since the shared start
+  TraceVisitor visitor(f, trace_pid, offset, options, out, outcome);
+  StreamStats stats;
+  ReadResult r = stream_metadata_file(f.path, visitor, stats);
+  if (r.ok) visitor.finish();
+  return r;
+}
+
+// The end of traceEvents and the run's otherData: what was drawn and what was left out.
+std::string trace_end(const std::string& run_id, int64_t base, const TraceOutcome& outcome) {
+  char other[512];
+  std::snprintf(
+      other, sizeof other,
+      "\n],\"otherData\":{\"lingprobe_run_id\":%s,\"start_unix_ns\":%lld,\"slices\":%llu,"
+      "\"outside_from_to\":%llu,\"left_out_by_max_events\":%llu,\"call_records_without_times\":%llu}}\n",
+      json_string(run_id).c_str(), static_cast<long long>(base), static_cast<unsigned long long>(outcome.slices),
+      static_cast<unsigned long long>(outcome.outside_filters), static_cast<unsigned long long>(outcome.over_limit),
+      static_cast<unsigned long long>(outcome.without_times));
+  return other;
+}
+
 }  // namespace
 
 TraceOutcome write_trace(const TraceOptions& options) {
@@ -305,103 +402,35 @@ TraceOutcome write_trace(const TraceOptions& options) {
     outcome.error = "no metadata files (*.jsonl) in " + run_dir + "/metadata";
     return outcome;
   }
-  // Pass 1: headers, signatures and evidence of every file to draw.
-  std::vector<FileSummary> chosen;
-  std::string run_id;
-  int64_t base = INT64_MAX;
-  for (const auto& path : files) {
-    FileSummary f;
-    ReadResult r = read_metadata_file(path, f);
-    if (!r.ok) {
-      outcome.error = r.error;
-      return outcome;
-    }
-    if (!f.has_header) {
-      outcome.warnings.push_back(path + ": " + (f.bytes == 0 ? "empty file" : "no header record") + "; skipped");
-      continue;
-    }
-    if (f.format != "lingprobe.metadata/1") {
-      outcome.error = path + ": format '" + f.format + "' is not lingprobe.metadata/1";
-      return outcome;
-    }
-    if (!run_id.empty() && f.run_id != run_id) {
-      outcome.error = path + ": run_id '" + f.run_id + "' differs from '" + run_id +
-                      "' of the files before it; trace one launch's run directory";
-      return outcome;
-    }
-    run_id = f.run_id;
-    if (f.role == "launcher") continue;
-    constexpr int64_t kClockLimit = int64_t{1} << 62;
-    if (f.start_unix_ns < 0 || f.start_mono_ns < 0 || f.start_unix_ns >= kClockLimit ||
-        f.start_mono_ns >= kClockLimit) {
-      outcome.error = path +
-                      ": its header lacks start_unix_ns/start_mono_ns (or holds no clock's value), so its clock "
-                      "cannot be aligned with the other processes'";
-      return outcome;
-    }
-    base = std::min(base, f.start_unix_ns);  // the run's first process start, whichever ranks are drawn
-    if (!options.ranks.empty() && !options.ranks.count(f.rank)) continue;
-    if (f.truncated_last_line)
-      outcome.warnings.push_back(path + ": truncated last line skipped (killed while writing?)");
-    chosen.push_back(std::move(f));
-  }
-  if (chosen.empty()) {
+  Chosen chosen;
+  if (!choose_files(options, files, outcome, chosen)) return outcome;
+  if (chosen.files.empty()) {
     outcome.error = options.ranks.empty() ? "no process of " + run_dir + " wrote a header"
                                           : "no metadata file of the ranks asked for (--ranks) in " + run_dir;
     return outcome;
   }
   // Processes in rank order; the shared clock starts at the earliest process start.
-  std::stable_sort(chosen.begin(), chosen.end(), [](const FileSummary& a, const FileSummary& b) {
+  std::stable_sort(chosen.files.begin(), chosen.files.end(), [](const FileSummary& a, const FileSummary& b) {
     return a.rank != b.rank ? a.rank < b.rank : a.pid < b.pid;
   });
-
-  outcome.output_path = options.output.empty() ? run_dir + "/reports/trace.json" : options.output;
-  const std::string dir = outcome.output_path.substr(
-      0, outcome.output_path.rfind('/') == std::string::npos ? 0 : outcome.output_path.rfind('/'));
-  if (!dir.empty())
-    if (std::string err = sink::make_directories(dir); !err.empty()) {
-      outcome.error = err;
-      return outcome;
-    }
-  const std::string tmp = outcome.output_path + ".tmp" + std::to_string(::getpid());
+  std::string tmp;
   Output out;
-  if (!out.open(tmp)) {
-    outcome.error = "cannot write " + tmp + ": " + std::strerror(errno);
-    return outcome;
-  }
+  if (!open_output(options, run_dir, out, tmp, outcome)) return outcome;
   out.raw("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
   std::map<int64_t, int> pids_used;
-  for (const FileSummary& f : chosen) {
+  for (const FileSummary& f : chosen.files) {
     // Two processes of one run with one pid (ranks on different hosts): the later one drawn under a free number.
     int64_t trace_pid = f.pid;
     while (pids_used.count(trace_pid)) trace_pid += int64_t{1} << 22;  // above Linux's pid_max
     pids_used.emplace(trace_pid, 0);
-    ++outcome.processes;
-    out.event("\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(trace_pid) +
-              ",\"args\":{\"name\":" + json_string(process_name(f)) + "}");
-    out.event("\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":" + std::to_string(trace_pid) +
-              ",\"args\":{\"sort_index\":" + std::to_string(std::max<int64_t>(f.rank, 0)) + "}");
-    const int64_t offset = f.start_unix_ns - base - f.start_mono_ns;  // monotonic ns -> ns since the shared start
-    TraceVisitor visitor(f, trace_pid, offset, options, out, outcome);
-    StreamStats stats;
-    ReadResult r = stream_metadata_file(f.path, visitor, stats);
-    if (!r.ok) {
+    if (ReadResult r = draw_process(f, trace_pid, chosen.base, options, out, outcome); !r.ok) {
       out.close();
       ::unlink(tmp.c_str());
       outcome.error = r.error;
       return outcome;
     }
-    visitor.finish();
   }
-  char other[512];
-  std::snprintf(
-      other, sizeof other,
-      "\n],\"otherData\":{\"lingprobe_run_id\":%s,\"start_unix_ns\":%lld,\"slices\":%llu,"
-      "\"outside_from_to\":%llu,\"left_out_by_max_events\":%llu,\"call_records_without_times\":%llu}}\n",
-      json_string(run_id).c_str(), static_cast<long long>(base), static_cast<unsigned long long>(outcome.slices),
-      static_cast<unsigned long long>(outcome.outside_filters), static_cast<unsigned long long>(outcome.over_limit),
-      static_cast<unsigned long long>(outcome.without_times));
-  out.raw(other);
+  out.raw(trace_end(chosen.run_id, chosen.base, outcome));
   if (!out.close() || std::rename(tmp.c_str(), outcome.output_path.c_str()) != 0) {
     outcome.error = "cannot write " + outcome.output_path + ": " + std::strerror(errno);
     ::unlink(tmp.c_str());

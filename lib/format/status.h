@@ -16,6 +16,7 @@ enum class StatusCode {
   kUnsupported,  // cannot work in this process (no privileges, not supported here, not built)
   kTooLarge,     // over a size limit or budget
   kIoFailed,     // a read or write failed
+  kNoSpace,      // a write failed because the disk is full (ENOSPC)
   kBadInput,     // malformed input (a name, a file)
   kFailed,       // anything else
 };

@@ -326,6 +326,36 @@ format::Status Cupti::begin_window(void* ctx, void* stream, const MetricSet& set
   return format::Status::Ok();
 }
 
+// The metric values of every range in a decoded counter data image, into
+// res.values; res.reason says why not.
+void Cupti::evaluate_ranges(const std::vector<uint8_t>& counter_data, const std::vector<std::string>& metrics,
+                            WindowResult& res) {
+  auto info =
+      params<CUpti_RangeProfiler_GetCounterDataInfo_Params>(CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE);
+  info.pCounterDataImage = counter_data.data();
+  info.counterDataImageSize = counter_data.size();
+  if (CUptiResult r = api_->RangeGetCounterDataInfo(&info); r != CUPTI_SUCCESS) res.reason = "ranges: " + describe(r);
+  res.ranges = info.numTotalRanges;
+  std::vector<const char*> names;
+  for (const auto& m : metrics) names.push_back(m.c_str());
+  std::lock_guard<std::mutex> lock(host_mu_);
+  for (size_t i = 0; res.reason.empty() && i < res.ranges; ++i) {
+    std::vector<double> values(names.size(), 0.0);
+    auto eval = params<CUpti_Profiler_Host_EvaluateToGpuValues_Params>(
+        CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE);
+    eval.pHostObject = static_cast<CUpti_Profiler_Host_Object*>(host_object_);
+    eval.pCounterDataImage = counter_data.data();
+    eval.counterDataImageSize = counter_data.size();
+    eval.rangeIndex = i;
+    eval.ppMetricNames = names.data();
+    eval.numMetrics = names.size();
+    eval.pMetricValues = values.data();
+    if (CUptiResult r = api_->HostEvaluateToGpuValues(&eval); r != CUPTI_SUCCESS)
+      res.reason = "evaluating range " + std::to_string(i) + ": " + describe(r);
+    res.values.push_back(std::move(values));
+  }
+}
+
 WindowResult Cupti::end_window(const std::function<bool()>& synchronize) {
   Window& w = window();
   WindowResult res;
@@ -345,32 +375,7 @@ WindowResult Cupti::end_window(const std::function<bool()>& synchronize) {
     if (CUptiResult r = api_->RangeDecodeData(&decode); r != CUPTI_SUCCESS) res.reason = "decode: " + describe(r);
     res.dropped_ranges = decode.numOfRangeDropped;
   }
-  if (res.reason.empty()) {
-    auto info = params<CUpti_RangeProfiler_GetCounterDataInfo_Params>(
-        CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE);
-    info.pCounterDataImage = w.counter_data.data();
-    info.counterDataImageSize = w.counter_data.size();
-    if (CUptiResult r = api_->RangeGetCounterDataInfo(&info); r != CUPTI_SUCCESS) res.reason = "ranges: " + describe(r);
-    res.ranges = info.numTotalRanges;
-    std::vector<const char*> names;
-    for (const auto& m : w.set->metrics) names.push_back(m.c_str());
-    std::lock_guard<std::mutex> lock(host_mu_);
-    for (size_t i = 0; res.reason.empty() && i < res.ranges; ++i) {
-      std::vector<double> values(names.size(), 0.0);
-      auto eval = params<CUpti_Profiler_Host_EvaluateToGpuValues_Params>(
-          CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE);
-      eval.pHostObject = static_cast<CUpti_Profiler_Host_Object*>(host_object_);
-      eval.pCounterDataImage = w.counter_data.data();
-      eval.counterDataImageSize = w.counter_data.size();
-      eval.rangeIndex = i;
-      eval.ppMetricNames = names.data();
-      eval.numMetrics = names.size();
-      eval.pMetricValues = values.data();
-      if (CUptiResult r = api_->HostEvaluateToGpuValues(&eval); r != CUPTI_SUCCESS)
-        res.reason = "evaluating range " + std::to_string(i) + ": " + describe(r);
-      res.values.push_back(std::move(values));
-    }
-  }
+  if (res.reason.empty()) evaluate_ranges(w.counter_data, w.set->metrics, res);
   auto disable = params<CUpti_RangeProfiler_Disable_Params>(CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE);
   disable.pRangeProfilerObject = w.object;
   api_->RangeDisable(&disable);

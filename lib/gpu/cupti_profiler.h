@@ -81,6 +81,8 @@ class Cupti {
  private:
   Cupti() = default;
   bool load(std::string& error);
+  void evaluate_ranges(const std::vector<uint8_t>& counter_data, const std::vector<std::string>& metrics,
+                       WindowResult& res);
   Api* api_ = nullptr;
   std::mutex host_mu_;
   void* host_object_ = nullptr;  // kept for evaluation; rebuilt when the metric set changes

@@ -229,60 +229,54 @@ void append_nested_counts(const std::map<std::string, std::map<std::string, uint
 
 }  // namespace
 
-void MetadataWriter::cycle(bool final) {
-  std::lock_guard<std::mutex> io(io_mu_);
-  // Calls first (into memory), then the signatures queued before them: a
-  // call's signature was queued before the call was pushed.
-  std::string& calls = calls_text_;  // members: their capacity is kept from cycle to cycle
-  std::string& text = out_text_;
-  calls.clear();
-  text.clear();
-  uint64_t n_calls = 0;
+// Calls first (into calls_text_), then the signatures queued before them: a
+// call's signature was queued before the call was pushed. Frees the buffers
+// of exited threads once drained. Returns the calls drained.
+uint64_t MetadataWriter::drain(std::vector<Line>& signatures, bool& any_buffer) {
   std::vector<RecordBuffer*> buffers;
-  std::vector<Line> signatures;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& b : buffers_) buffers.push_back(b.get());
   }
+  any_buffer = !buffers.empty();
+  uint64_t n_calls = 0;
   char line[192];
   for (RecordBuffer* b : buffers)
-    n_calls += b->drain([&](const CallRecord& r) { calls.append(line, format_call_record(r, line)); });
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    signatures.swap(pending_lines_);
-    // Free buffers of exited threads once drained.
-    for (auto it = buffers_.begin(); it != buffers_.end();) {
-      if ((*it)->closed() && (*it)->empty())
-        it = buffers_.erase(it);
-      else
-        ++it;
-    }
+    n_calls += b->drain([&](const CallRecord& r) { calls_text_.append(line, format_call_record(r, line)); });
+  std::lock_guard<std::mutex> lock(mu_);
+  signatures.swap(pending_lines_);
+  for (auto it = buffers_.begin(); it != buffers_.end();) {
+    if ((*it)->closed() && (*it)->empty())
+      it = buffers_.erase(it);
+    else
+      ++it;
   }
-  has_data_ = has_data_ || n_calls || !signatures.empty() || !buffers.empty();
-  if (!has_data_) return;
-  if (!open_file()) {
-    lines_lost_ += n_calls + signatures.size();
-    return;
-  }
-  // Lines that must reach the file (the header, signature, snapshot and
-  // profile records) come first: those a failed write left are retried here.
+  return n_calls;
+}
+
+// Lines that must reach the file (the header, signature, snapshot and profile
+// records), those a failed write left first, appended to out_text_; each
+// signature counts as defined (taken back if the write fails). Returns each
+// line's end in out_text_.
+std::vector<size_t> MetadataWriter::append_must_lines(const std::vector<Line>& must) {
+  std::string& text = out_text_;
   if (end_half_line_) text = "\n";
   end_half_line_ = false;
-  std::vector<Line> must;
-  must.swap(retry_);
-  for (auto& s : signatures) must.push_back(std::move(s));
-  std::vector<size_t> ends;  // each must-line's end in `text`
+  std::vector<size_t> ends;
   for (const Line& l : must) {
     text += l.text;
     ends.push_back(text.size());
-    if (l.signature_id >= 0) {  // defined if this write goes through (taken back below if not)
+    if (l.signature_id >= 0) {
       if (defined_.size() <= static_cast<size_t>(l.signature_id)) defined_.resize(l.signature_id + 1024);
       defined_[l.signature_id] = true;
     }
   }
-  const size_t kept_end = text.size();
-  text += calls;
+  return ends;
+}
 
+// The cumulative counts record, appended to out_text_.
+void MetadataWriter::append_counts_record(bool final) {
+  std::string& text = out_text_;
   CountsSnapshot snap = counts_ ? counts_() : CountsSnapshot{};
   if (lines_lost_) snap.dropped["lines"]["write_error"] = lines_lost_;
   text += "{\"calls\":{";
@@ -327,30 +321,60 @@ void MetadataWriter::cycle(bool final) {
     append_counts(snap.stage_gpu_lost, text);
   }
   text += "}\n";
+}
+
+// After a write of out_text_ that stopped at `written`: the must-lines it did
+// not reach are retried next cycle (up to a bound: a disk that stays full), the
+// call records it did not reach are lost. Returns the call records written.
+uint64_t MetadataWriter::account_short_write(size_t written, std::vector<Line>& must, const std::vector<size_t>& ends,
+                                             size_t calls_begin, uint64_t n_calls) {
+  size_t retry_bytes = 0;
+  for (size_t i = 0; i < must.size(); ++i) {
+    if (ends[i] <= written) continue;
+    if (must[i].signature_id >= 0) defined_[must[i].signature_id] = false;
+    retry_bytes += must[i].text.size();
+    if (retry_bytes <= kRetryBytes)
+      retry_.push_back(std::move(must[i]));
+    else
+      ++lines_lost_;
+  }
+  const std::string& text = out_text_;
+  const size_t calls_end = calls_begin + calls_text_.size();  // the counts record follows
+  const size_t from = std::max(written, calls_begin);
+  const uint64_t lost =
+      from < calls_end ? static_cast<uint64_t>(std::count(text.begin() + from, text.begin() + calls_end, '\n')) : 0;
+  lines_lost_ += lost;
+  return n_calls - lost;
+}
+
+void MetadataWriter::cycle(bool final) {
+  std::lock_guard<std::mutex> io(io_mu_);
+  calls_text_.clear();  // members: their capacity is kept from cycle to cycle
+  out_text_.clear();
+  std::vector<Line> signatures;
+  bool any_buffer = false;
+  const uint64_t n_calls = drain(signatures, any_buffer);
+  has_data_ = has_data_ || n_calls || !signatures.empty() || any_buffer;
+  if (!has_data_) return;
+  if (!open_file()) {
+    lines_lost_ += n_calls + signatures.size();
+    return;
+  }
+  std::vector<Line> must;
+  must.swap(retry_);
+  for (auto& s : signatures) must.push_back(std::move(s));
+  const std::vector<size_t> ends = append_must_lines(must);
+  const size_t calls_begin = out_text_.size();
+  out_text_ += calls_text_;
+  append_counts_record(final);
+  const std::string& text = out_text_;
   const size_t written = write_out(text);
   // Counted by position only after a failed write: the common path costs nothing per record.
   const uint64_t lines = written == text.size()
                              ? must.size() + n_calls + 1
                              : static_cast<uint64_t>(std::count(text.begin(), text.begin() + written, '\n'));
-  uint64_t calls_written = n_calls;
-  if (written < text.size()) {
-    size_t retry_bytes = 0;
-    for (size_t i = 0; i < must.size(); ++i) {  // retried next cycle, up to a bound (a disk that stays full)
-      if (ends[i] <= written) continue;
-      if (must[i].signature_id >= 0) defined_[must[i].signature_id] = false;
-      retry_bytes += must[i].text.size();
-      if (retry_bytes <= kRetryBytes)
-        retry_.push_back(std::move(must[i]));
-      else
-        ++lines_lost_;
-    }
-    const size_t calls_end = kept_end + calls.size();  // the counts record follows
-    const size_t from = std::max(written, kept_end);
-    const uint64_t lost =
-        from < calls_end ? static_cast<uint64_t>(std::count(text.begin() + from, text.begin() + calls_end, '\n')) : 0;
-    calls_written = n_calls - lost;
-    lines_lost_ += lost;
-  }
+  const uint64_t calls_written =
+      written == text.size() ? n_calls : account_short_write(written, must, ends, calls_begin, n_calls);
   records_written_.fetch_add(lines, std::memory_order_relaxed);
   call_records_written_.fetch_add(calls_written, std::memory_order_relaxed);
   if (final && fd_ >= 0) ::fsync(fd_);

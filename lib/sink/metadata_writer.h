@@ -81,7 +81,16 @@ class MetadataWriter {
  private:
   void ensure_started_locked();
   void run();
+  struct Line {
+    int64_t signature_id;  // -1: not a signature record (a snapshot or profile record, the header)
+    std::string text;      // newline included
+  };
   void cycle(bool final);
+  uint64_t drain(std::vector<Line>& signatures, bool& any_buffer);
+  std::vector<size_t> append_must_lines(const std::vector<Line>& must);
+  void append_counts_record(bool final);
+  uint64_t account_short_write(size_t written, std::vector<Line>& must, const std::vector<size_t>& ends,
+                               size_t calls_begin, uint64_t n_calls);
   bool open_file();
   size_t write_out(const std::string& text);
 
@@ -97,10 +106,6 @@ class MetadataWriter {
   bool stop_ = false;
   bool started_ = false;
   std::vector<std::unique_ptr<RecordBuffer>> buffers_;
-  struct Line {
-    int64_t signature_id;  // -1: not a signature record (a snapshot or profile record, the header)
-    std::string text;      // newline included
-  };
   std::vector<Line> pending_lines_;
   std::thread thread_;
 

@@ -156,19 +156,35 @@ int64_t monotonic_seconds() {
   return ts.tv_sec;
 }
 
+// A failed file operation's status by its errno: kNoSpace for a full disk (evidence pauses), else kIoFailed.
+format::Status io_failure(int err, const std::string& what) {
+  return format::Status(err == ENOSPC ? format::StatusCode::kNoSpace : format::StatusCode::kIoFailed,
+                        what + ": " + std::strerror(err));
+}
+
+// The drop reason a failed write is counted under (the metadata's format).
+const char* drop_reason(const format::Status& status) {
+  switch (status.code()) {
+    case format::StatusCode::kNoSpace: return "disk_full";
+    case format::StatusCode::kTooLarge: return "too_large";
+    default: return "write_error";
+  }
+}
+
 }  // namespace
 
-// snapshots/{stem}.pt through a temporary name; "" or the drop reason.
-std::string SnapshotWriter::write_snapshot(runtime::SnapshotJob& job, const std::string& stem, std::string& file_sha,
-                                           uint64_t& bytes) {
-  if (!make_directories(run_dir_).empty()) return "write_error";
+// snapshots/{stem}.pt through a temporary name: kNoSpace, kTooLarge (over the
+// ZIP format's limits) or kIoFailed.
+format::Status SnapshotWriter::write_snapshot(runtime::SnapshotJob& job, const std::string& stem, std::string& file_sha,
+                                              uint64_t& bytes) {
+  if (std::string e = make_directories(run_dir_); !e.empty()) return format::Status(format::StatusCode::kIoFailed, e);
   const DirFd dir(open_directory_beneath(run_dir_, "snapshots", true));
-  if (dir.fd < 0) return errno == ENOSPC ? "disk_full" : "write_error";
+  if (dir.fd < 0) return io_failure(errno, run_dir_ + "/snapshots");
   const std::string final_name = stem + ".pt";
   const std::string tmp = "." + stem + ".pt.tmp" + std::to_string(getpid());
   ::unlinkat(dir.fd, tmp.c_str(), 0);  // a leftover of a pid this one reuses
   const int fd = ::openat(dir.fd, tmp.c_str(), kNewFile, 0644);
-  if (fd < 0) return errno == ENOSPC ? "disk_full" : "write_error";
+  if (fd < 0) return io_failure(errno, tmp);
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> digest(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   EVP_DigestInit_ex(digest.get(), EVP_sha256(), nullptr);
   int write_errno = 0;
@@ -196,24 +212,24 @@ std::string SnapshotWriter::write_snapshot(runtime::SnapshotJob& job, const std:
   if (err.empty() && !rename_new(dir.fd, tmp, final_name)) err = std::strerror(errno);
   if (!err.empty()) {
     ::unlinkat(dir.fd, tmp.c_str(), 0);
-    if (zip.status().code() == format::StatusCode::kTooLarge) return "too_large";
-    return write_errno == ENOSPC ? "disk_full" : "write_error";
+    if (zip.status().code() == format::StatusCode::kTooLarge) return zip.status();
+    return io_failure(write_errno ? write_errno : EIO, final_name + ": " + err);
   }
   file_sha = hex_of(digest.get());
   bytes = zip.bytes_written();
-  return "";
+  return format::Status();
 }
 
-// profiles/{stem}/ through a temporary directory renamed at the end; "" or the drop reason.
-std::string SnapshotWriter::write_profile(const runtime::SnapshotJob& job, const std::string& stem,
-                                          const std::string& sha, const std::string& text,
-                                          const std::string& snapshot_rel, std::string& manifest_sha) {
+// profiles/{stem}/ through a temporary directory renamed at the end: kNoSpace or kIoFailed.
+format::Status SnapshotWriter::write_profile(const runtime::SnapshotJob& job, const std::string& stem,
+                                             const std::string& sha, const std::string& text,
+                                             const std::string& snapshot_rel, std::string& manifest_sha) {
   using format::JsonValue;
-  if (!make_directories(run_dir_).empty()) return "write_error";
+  if (std::string e = make_directories(run_dir_); !e.empty()) return format::Status(format::StatusCode::kIoFailed, e);
   const DirFd dir(open_directory_beneath(run_dir_, "profiles", true));
-  if (dir.fd < 0) return errno == ENOSPC ? "disk_full" : "write_error";
+  if (dir.fd < 0) return io_failure(errno, run_dir_ + "/profiles");
   const std::string tmp = "." + stem + ".tmp" + std::to_string(getpid());
-  if (::mkdirat(dir.fd, tmp.c_str(), 0755) != 0) return errno == ENOSPC ? "disk_full" : "write_error";
+  if (::mkdirat(dir.fd, tmp.c_str(), 0755) != 0) return io_failure(errno, tmp);
   const DirFd tmp_dir(::openat(dir.fd, tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   const format::ProfileData& p = job.profile;
   char host[256] = {0};
@@ -256,16 +272,16 @@ std::string SnapshotWriter::write_profile(const runtime::SnapshotJob& job, const
       "\n";
   ok = ok && write_whole(tmp_dir.fd, "manifest.json", manifest);
   if (!ok || !rename_new(dir.fd, tmp, stem)) {
-    const bool full = errno == ENOSPC;
+    const int err = errno ? errno : EIO;
     if (tmp_dir.fd >= 0) {
       for (const auto& f : files) ::unlinkat(tmp_dir.fd, f.first.c_str(), 0);
       ::unlinkat(tmp_dir.fd, "manifest.json", 0);
     }
     ::unlinkat(dir.fd, tmp.c_str(), AT_REMOVEDIR);
-    return full ? "disk_full" : "write_error";
+    return io_failure(err, "profiles/" + stem);
   }
   manifest_sha = format::sha256_hex(manifest);
-  return "";
+  return format::Status();
 }
 
 // Evidence pauses; the first time in the process it says so on stderr (the metadata file, being small, may
@@ -281,95 +297,104 @@ void SnapshotWriter::pause_for_full_disk() {
   }
 }
 
-void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
-  using Result = runtime::SnapshotJob::Result;
-  std::string sha, text, who;
-  bool already_mine = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = signatures_.find(job.signature_id);
-    if (it != signatures_.end()) sha = it->second.first, text = it->second.second;
-    who = who_;
-    already_mine = mine_.count(sha) > 0;
-  }
-  if (sha.empty()) {
-    job.done(Result::Dropped, "internal_error", "", 0);
-    return;
-  }
-  if (monotonic_seconds() < disk_full_until_) {  // evidence stops while the disk is full; counts go on
-    job.done(Result::Dropped, "disk_full", sha, 0);
-    return;
-  }
+// The file stem of a job's evidence: {stage}_{who}_{h16}, a sequence suffix
+// for a signature this process already wrote, a pid suffix where another
+// process wrote the same name (hash/none coordination).
+std::string SnapshotWriter::file_stem(const runtime::SnapshotJob& job, const std::string& who, const std::string& sha,
+                                      bool already_mine) const {
   std::string stem = file_name_part(job.stage) + "_" + who + "_" + sha.substr(0, 16);
   if (already_mine) stem += "_s" + std::to_string(job.seq);
   const DirFd snapshots(open_directory_beneath(run_dir_, "snapshots", false));
   const DirFd profiles(open_directory_beneath(run_dir_, "profiles", false));
-  if (exists_in(snapshots.fd, stem + ".pt") || exists_in(profiles.fd, stem))
-    stem += "_p" + std::to_string(getpid());  // the same name from another process (hash/none coordination)
-  const std::string snapshot_rel = job.snapshot ? "snapshots/" + stem + ".pt" : "";
-  if (!already_mine && claims_ && !claims_->claim_signature(sha, job.snapshot ? snapshot_rel : "profiles/" + stem)) {
-    job.done(Result::Duplicate, "", sha, 0);
-    return;
+  if (exists_in(snapshots.fd, stem + ".pt") || exists_in(profiles.fd, stem)) stem += "_p" + std::to_string(getpid());
+  return stem;
+}
+
+// The snapshot file and its metadata record; its failure's status.
+format::Status SnapshotWriter::keep_snapshot(runtime::SnapshotJob& job, const Evidence& e, uint64_t& bytes) {
+  job.document.set("signature", format::PickleValue::string(e.text));
+  job.document.set("signature_sha256", format::PickleValue::string(e.sha));
+  std::string file_sha;
+  format::Status status = write_snapshot(job, e.stem, file_sha, bytes);
+  if (!status.ok()) return status;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "{\"bytes\":%llu,\"id\":%u,\"kind\":\"snapshot\",\"path\":\"%s\",\"seq\":%llu,\"sha256\":\"%s\"}\n",
+                static_cast<unsigned long long>(bytes), job.signature_id, e.snapshot_rel.c_str(),
+                static_cast<unsigned long long>(job.seq), file_sha.c_str());
+  metadata_->add_record(line);
+  metadata_->wake();  // named on disk soon after the rename: a kill leaves little unrecorded
+  return status;
+}
+
+// The profile directory and its metadata record; its failure's status.
+format::Status SnapshotWriter::keep_profile(const runtime::SnapshotJob& job, const Evidence& e, bool snapshot_kept) {
+  std::string manifest_sha;
+  format::Status status = write_profile(job, e.stem, e.sha, e.text, snapshot_kept ? e.snapshot_rel : "", manifest_sha);
+  if (!status.ok()) return status;
+  std::string profile_status;
+  format::write_json_string(job.profile.status, profile_status);
+  char line[640];
+  std::snprintf(line, sizeof line,
+                "{\"id\":%u,\"kind\":\"profile\",\"lock_wait_s\":%.6f,\"path\":\"profiles/%s\",\"seq\":%llu,"
+                "\"sha256\":\"%s\",\"status\":%s,\"window_s\":%.6f}\n",
+                job.signature_id, job.profile.lock_wait_seconds, e.stem.c_str(),
+                static_cast<unsigned long long>(job.seq), manifest_sha.c_str(), profile_status.c_str(),
+                job.profile.window_seconds);
+  metadata_->add_record(line);
+  metadata_->wake();  // named on disk soon after the rename: a kill leaves little unrecorded
+  return status;
+}
+
+void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
+  using Result = runtime::SnapshotJob::Result;
+  Evidence e;
+  std::string who;
+  bool already_mine = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = signatures_.find(job.signature_id);
+    if (it != signatures_.end()) e.sha = it->second.first, e.text = it->second.second;
+    who = who_;
+    already_mine = mine_.count(e.sha) > 0;
   }
-  auto unclaim = [&] {
-    if (!already_mine && claims_) claims_->unclaim_signature(sha);
-  };
+  if (e.sha.empty()) return job.done(Result::Dropped, "internal_error", "", 0);
+  if (monotonic_seconds() < disk_full_until_)  // evidence stops while the disk is full; counts go on
+    return job.done(Result::Dropped, "disk_full", e.sha, 0);
+  e.stem = file_stem(job, who, e.sha, already_mine);
+  e.snapshot_rel = job.snapshot ? "snapshots/" + e.stem + ".pt" : "";
+  const bool claim = !already_mine && claims_;
+  if (claim && !claims_->claim_signature(e.sha, job.snapshot ? e.snapshot_rel : "profiles/" + e.stem))
+    return job.done(Result::Duplicate, "", e.sha, 0);
   uint64_t bytes = 0;
-  bool kept = false, snapshot_kept = false, profile_kept = false;
+  bool snapshot_kept = false;
   if (job.snapshot) {
-    job.document.set("signature", format::PickleValue::string(text));
-    job.document.set("signature_sha256", format::PickleValue::string(sha));
-    std::string file_sha;
-    if (std::string why = write_snapshot(job, stem, file_sha, bytes); !why.empty()) {
-      if (why == "disk_full") pause_for_full_disk();
-      if (!job.profiled) {
-        unclaim();
-        job.done(Result::Dropped, why, sha, 0);
-        return;
-      }
-    } else {
-      char line[512];
-      std::snprintf(line, sizeof line,
-                    "{\"bytes\":%llu,\"id\":%u,\"kind\":\"snapshot\",\"path\":\"%s\",\"seq\":%llu,\"sha256\":\"%s\"}\n",
-                    static_cast<unsigned long long>(bytes), job.signature_id, snapshot_rel.c_str(),
-                    static_cast<unsigned long long>(job.seq), file_sha.c_str());
-      metadata_->add_record(line);
-      metadata_->wake();  // named on disk soon after the rename: a kill leaves little unrecorded
-      kept = snapshot_kept = true;
+    const format::Status snapshot = keep_snapshot(job, e, bytes);
+    if (snapshot.code() == format::StatusCode::kNoSpace) pause_for_full_disk();
+    snapshot_kept = snapshot.ok();
+    if (!snapshot_kept && !job.profiled) {
+      if (claim) claims_->unclaim_signature(e.sha);
+      return job.done(Result::Dropped, drop_reason(snapshot), e.sha, 0);
     }
   }
+  bool profile_kept = false;
   if (job.profiled) {
-    std::string manifest_sha;
-    const std::string why = write_profile(job, stem, sha, text, kept ? snapshot_rel : "", manifest_sha);
-    if (why == "disk_full") pause_for_full_disk();
-    if (why.empty()) {
-      std::string status;
-      format::write_json_string(job.profile.status, status);
-      char line[640];
-      std::snprintf(line, sizeof line,
-                    "{\"id\":%u,\"kind\":\"profile\",\"lock_wait_s\":%.6f,\"path\":\"profiles/%s\",\"seq\":%llu,"
-                    "\"sha256\":\"%s\",\"status\":%s,\"window_s\":%.6f}\n",
-                    job.signature_id, job.profile.lock_wait_seconds, stem.c_str(),
-                    static_cast<unsigned long long>(job.seq), manifest_sha.c_str(), status.c_str(),
-                    job.profile.window_seconds);
-      metadata_->add_record(line);
-      metadata_->wake();  // named on disk soon after the rename: a kill leaves little unrecorded
-      kept = profile_kept = true;
-    }
+    const format::Status profile = keep_profile(job, e, snapshot_kept);
+    if (profile.code() == format::StatusCode::kNoSpace) pause_for_full_disk();
+    profile_kept = profile.ok();
   }
-  if (!kept) {
-    unclaim();
-    job.done(Result::Dropped, monotonic_seconds() < disk_full_until_ ? "disk_full" : "write_error", sha, 0);
-    return;
+  if (!snapshot_kept && !profile_kept) {
+    if (claim) claims_->unclaim_signature(e.sha);
+    return job.done(Result::Dropped, monotonic_seconds() < disk_full_until_ ? "disk_full" : "write_error", e.sha, 0);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    mine_.insert(sha);
+    mine_.insert(e.sha);
     written_ += snapshot_kept;  // a profile-only job (snapshots off) is no snapshot
     profiles_written_ += profile_kept;
     bytes_ += snapshot_kept ? bytes : 0;
   }
-  job.done(Result::Kept, snapshot_kept ? snapshot_rel : "profiles/" + stem, sha,
+  job.done(Result::Kept, snapshot_kept ? e.snapshot_rel : "profiles/" + e.stem, e.sha,
            static_cast<uint8_t>((snapshot_kept ? runtime::SnapshotJob::kKeptSnapshot : 0) |
                                 (profile_kept ? runtime::SnapshotJob::kKeptProfile : 0)));
 }

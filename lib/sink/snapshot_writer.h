@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "format/snapshot_file.h"
+#include "format/status.h"
 #include "sink/claims.h"
 #include "sink/metadata_writer.h"
 #include "runtime/snapshot_job.h"
@@ -46,12 +47,22 @@ class SnapshotWriter {
 
  private:
   void run();
+  // One job's signature and where its evidence goes.
+  struct Evidence {
+    std::string sha, text;     // the signature's SHA-256 and canonical JSON
+    std::string stem;          // file_stem()
+    std::string snapshot_rel;  // snapshots/{stem}.pt, "" without a snapshot
+  };
   void write_one(runtime::SnapshotJob& job);
+  std::string file_stem(const runtime::SnapshotJob& job, const std::string& who, const std::string& sha,
+                        bool already_mine) const;
+  format::Status keep_snapshot(runtime::SnapshotJob& job, const Evidence& e, uint64_t& bytes);
+  format::Status keep_profile(const runtime::SnapshotJob& job, const Evidence& e, bool snapshot_kept);
   void pause_for_full_disk();
-  std::string write_snapshot(runtime::SnapshotJob& job, const std::string& stem, std::string& file_sha,
-                             uint64_t& bytes);
-  std::string write_profile(const runtime::SnapshotJob& job, const std::string& stem, const std::string& sha,
-                            const std::string& text, const std::string& snapshot_rel, std::string& manifest_sha);
+  format::Status write_snapshot(runtime::SnapshotJob& job, const std::string& stem, std::string& file_sha,
+                                uint64_t& bytes);
+  format::Status write_profile(const runtime::SnapshotJob& job, const std::string& stem, const std::string& sha,
+                               const std::string& text, const std::string& snapshot_rel, std::string& manifest_sha);
 
   std::string run_dir_, who_;
   MetadataWriter* metadata_;

@@ -38,6 +38,7 @@ step "build" "$root/scripts/build.sh" || exit 1
 failed=0
 step "layer check (lib/layers.txt, ARCHITECTURE.md)" python3 "$root/scripts/check-includes.py" || failed=1
 step "format check (.clang-format)" "$root/scripts/check-format.sh" || failed=1
+step "size check (files <= 500 lines, functions <= 80)" python3 "$root/scripts/check-sizes.py" || failed=1
 step "ctest: C++ and C tiers" env -C "$build" ctest --output-on-failure --no-tests=error --timeout 1500 -LE python \
   || failed=1
 step "ctest: Python tier" env -C "$build" ctest --output-on-failure --no-tests=error --timeout 1500 -L python || failed=1

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "capture/math_policy.h"
+#include "capture/setup_calls.h"
 #include "capture/tensor_copy.h"
 #include "capture/cuda_stream.h"
 #include "capture/signature_builder.h"
@@ -58,9 +59,9 @@ SnapshotCapture::SnapshotCapture(Sampler* sampler, SnapshotSink* sink, RunBudget
                                  SnapshotOptions options)
     : sampler_(sampler),
       sink_(sink),
-      run_budget_(run_budget),
       device_(device),
       options_(std::move(options)),
+      budgets_(options_.budget_process, options_.budget_device, options_.profile_budget_s, run_budget),
       rank_(options_.rank) {}
 
 void SnapshotCapture::count_drop(const std::string& reason) {
@@ -82,27 +83,9 @@ format::DropCounts SnapshotCapture::drops() const {
 }
 
 bool SnapshotCapture::reserve(uint64_t bytes, uint64_t device_bytes, bool setup, std::string& reason) {
-  if (setup && setup_bytes_.fetch_add(bytes) + bytes > options_.budget_process / kSetupShareDivisor) {
-    setup_bytes_.fetch_sub(bytes);
-    reason = "setup_share";
-    return false;
-  }
-  auto undo = [&](const char* why) {
-    process_bytes_.fetch_sub(bytes);
-    if (setup) setup_bytes_.fetch_sub(bytes);
-    reason = why;
-    return false;
-  };
-  if (process_bytes_.fetch_add(bytes) + bytes > options_.budget_process) return undo("budget_process");
-  if (device_bytes && device_bytes_.load() + device_bytes > options_.budget_device) return undo("budget_device");
-  if (run_budget_ && !run_budget_->reserve(bytes)) return undo("budget_run");
-  return true;
-}
-
-void SnapshotCapture::give_back(uint64_t bytes, bool setup) {
-  process_bytes_.fetch_sub(bytes);
-  if (setup) setup_bytes_.fetch_sub(bytes);
-  if (run_budget_ && bytes) run_budget_->give_back(bytes);
+  const char* refused = budgets_.reserve(bytes, device_bytes, setup);
+  if (refused) reason = refused;
+  return !refused;
 }
 
 namespace {
@@ -148,50 +131,6 @@ CallRefusal SnapshotCapture::refusal(const SampledCall& call) {
   if (options_.gpu_calls_only && !gpu) return CallRefusal::NotOnGpu;
   return CallRefusal::None;
 }
-
-namespace {
-
-// A call of model construction or loading rather than of the compute: its
-// result is random or uninitialised by definition (init, to_empty), or it
-// writes a parameter (a leaf that requires grad: init, load_state_dict's
-// copy_) or moves one (module.to(device)). View-only calls count with them
-// (their schema says every result aliases an input without writing it:
-// detach, view, t, expand... no kernel runs): Parameter() detaches every
-// new weight, and such a snapshot costs the whole tensor twice.
-bool is_setup_call(const SampledCall& call) {
-  const std::string name = call.schema->name();
-  if (!format::result_by_definition(name).empty()) return true;
-  // Ops whose result may alias their input but that copy when they must (a kernel may run): not view-only.
-  static const char* const kMayCopy[] = {"aten::to",
-                                         "aten::contiguous",
-                                         "aten::reshape",
-                                         "aten::reshape_as",
-                                         "aten::flatten",
-                                         "aten::type_as",
-                                         "aten::_autocast_to_reduced_precision",
-                                         "aten::_autocast_to_full_precision"};
-  const auto& returns = call.schema->returns();
-  if (!returns.empty() &&
-      std::none_of(std::begin(kMayCopy), std::end(kMayCopy), [&](const char* n) { return name == n; }) &&
-      std::all_of(returns.begin(), returns.end(),
-                  [](const c10::Argument& r) { return r.alias_info() && !r.alias_info()->isWrite(); }))
-    return true;
-  // Writes that initialise or load a parameter (an optimizer's add_ or _foreach_* on one is compute).
-  const bool fills = name == "aten::copy_" || name == "aten::fill_" || name == "aten::zero_" || name == "aten::set_";
-  const auto& params = call.schema->arguments();
-  const bool matches = params.size() == call.inputs.size();
-  const bool moves = name == "aten::to" || name == "aten::_to_copy";
-  bool setup = false;
-  for (size_t i = 0; i < call.inputs.size() && !setup; ++i) {
-    const bool written = fills && matches && is_written(params[i]);
-    if (!written && !moves) continue;
-    for_each_tensor(call.inputs[i],
-                    [&](const at::Tensor& t) { setup = setup || (t.defined() && t.is_leaf() && t.requires_grad()); });
-  }
-  return setup;
-}
-
-}  // namespace
 
 void* SnapshotCapture::begin(const SampledCall& call) {
   std::unique_ptr<Pending> p;
@@ -254,13 +193,13 @@ void* SnapshotCapture::begin(const SampledCall& call) {
     if (counters) open_window(*p, call);
   } catch (const c10::OutOfMemoryError&) {
     if (!p) return nullptr;  // given up already (the throw came after)
-    give_back(p->reserved, p->setup);
+    budgets_.give_back(p->reserved, p->setup);
     refuse(*p, wants, "device_oom");
     give_up(std::move(p));
     return nullptr;
   } catch (const std::exception&) {
     if (!p) return nullptr;
-    give_back(p->reserved, p->setup);
+    budgets_.give_back(p->reserved, p->setup);
     refuse(*p, wants, "copy_error");
     give_up(std::move(p));
     return nullptr;
@@ -302,7 +241,7 @@ void SnapshotCapture::copy_written_arguments(Pending& p, const SampledCall& call
       c.copied = true;
       p.written.push_back(static_cast<int64_t>(i));
       for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {
-        if (t.defined()) c.tensors.push_back(copy_tensor(t, device_, &device_bytes_));
+        if (t.defined()) c.tensors.push_back(copy_tensor(t, device_, &budgets_.device_in_flight()));
       });
     }
     p.args.push_back(std::move(c));
@@ -319,17 +258,11 @@ void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs,
   }
 }
 
-void SnapshotCapture::charge_window(const Pending& p, double seconds) {
-  const auto us = static_cast<uint64_t>(std::max(0.0, seconds) * 1e6);
-  window_us_.fetch_add(us);
-  if (p.setup) setup_window_us_.fetch_add(us);
-}
-
 void SnapshotCapture::close_window(Pending& p, runtime::SnapshotJob& job) {
   job.profiled = true;
   job.profile = p.window->close();
   p.window.reset();
-  charge_window(p, job.profile.window_seconds);
+  budgets_.charge_window(job.profile.window_seconds, p.setup);
   job.profile.identity.set("math_policy", policy_json(p.math_policy));
   job.profile.identity.set("setup_call", format::JsonValue::boolean(p.setup));
   if (job.profile.status != "passed") refuse(p, kCounters, job.profile.status);
@@ -347,7 +280,7 @@ void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10
   // A snapshot that cannot be completed still leaves the counters to keep.
   auto without_snapshot = [&](const std::string& reason) {
     job.blobs.clear();
-    give_back(p->reserved, p->setup);
+    budgets_.give_back(p->reserved, p->setup);
     p->reserved = 0;
     refuse(*p, kSnapshot, reason);
     if (!job.profiled) return give_up(std::move(p));
@@ -395,7 +328,7 @@ format::PickleValue SnapshotCapture::snapshot_document(Pending& p, c10::ArrayRef
   at::RecordFunctionGuard no_observers(false);
   c10::InferenceMode inference;
   std::shared_ptr<void> relaxed = p.device ? device_->relax_capture_mode() : nullptr;
-  ValueWriter write{&blobs, &device_bytes_, device_};
+  ValueWriter write{&blobs, &budgets_.device_in_flight(), device_};
   const auto& params = p.schema->arguments();
   const bool matches = params.size() == p.args.size();
   PickleValue args = PickleValue::list(), kwargs = PickleValue::dict();
@@ -464,14 +397,14 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
     using Result = runtime::SnapshotJob::Result;
     if (r == Result::Kept) {
       const bool snapshot_kept = kept & runtime::SnapshotJob::kKeptSnapshot;
-      if (!snapshot_kept) self->give_back(reserved, setup);
+      if (!snapshot_kept) self->budgets_.give_back(reserved, setup);
       const uint8_t got =
           static_cast<uint8_t>((snapshot_kept ? kSnapshot : 0) |
                                (counters_passed && (kept & runtime::SnapshotJob::kKeptProfile) ? kCounters : 0));
       sampler->finished(key, signature_id, sha, SampleResult::Kept, snapshot_kept ? reserved : 0, got, settled);
       return;
     }
-    self->give_back(reserved, setup);
+    self->budgets_.give_back(reserved, setup);
     if (r == Result::Duplicate) {
       self->count_drop("duplicate_signature");
       sampler->finished(key, signature_id, sha, SampleResult::Duplicate, 0, 0, settled);
@@ -496,12 +429,10 @@ void SnapshotCapture::open_window(Pending& p, const SampledCall& call) {
   const std::string name = call.schema->name();
   static const char* const kCollectives[] = {
       "c10d::", "_c10d_functional::", "c10d_functional::", "_c10d_functional_autograd::", "symm_mem::"};
-  const auto budget_us = static_cast<uint64_t>(options_.profile_budget_s * 1e6);
   if (std::any_of(std::begin(kCollectives), std::end(kCollectives),
                   [&](const char* prefix) { return name.rfind(prefix, 0) == 0; }))
     return refuse(p, kCounters, "collective");
-  if (window_us_.load() >= budget_us) return refuse(p, kCounters, "budget_profile");
-  if (p.setup && setup_window_us_.load() >= budget_us / kSetupShareDivisor) return refuse(p, kCounters, "setup_share");
+  if (const char* spent = budgets_.window_refusal(p.setup)) return refuse(p, kCounters, spent);
   if (at::hasThreadLocalCallbacks()) return refuse(p, kCounters, "profiler_active");
   // The op's device: its first CUDA tensor's, else a factory call's CUDA device argument (randint(device="cuda")).
   std::optional<c10::Device> cuda;
@@ -525,7 +456,7 @@ void SnapshotCapture::open_window(Pending& p, const SampledCall& call) {
   const auto t0 = std::chrono::steady_clock::now();
   p.window = device_->open_counters(cuda->index(), stream, reason);
   if (!p.window) {  // a refused window's wait (the counter lock, the probe) is stall too
-    charge_window(p, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    budgets_.charge_window(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), p.setup);
     refuse(p, kCounters, reason.empty() ? "window_not_opened" : reason);
   }
 }
@@ -533,11 +464,11 @@ void SnapshotCapture::open_window(Pending& p, const SampledCall& call) {
 void SnapshotCapture::abandon(void* token) {
   std::unique_ptr<Pending> p(static_cast<Pending*>(token));
   if (p->window) {
-    charge_window(*p, p->window->close().window_seconds);  // the profiler must not stay started
+    budgets_.charge_window(p->window->close().window_seconds, p->setup);  // the profiler must not stay started
     p->window.reset();
     count_profile("abandoned");
   }
-  give_back(p->reserved, p->setup);
+  budgets_.give_back(p->reserved, p->setup);
   if (p->snapshot) count_drop("abandoned");
   give_up(std::move(p));
 }

@@ -33,6 +33,7 @@
 #include <string>
 
 #include "capture/device_access.h"
+#include "capture/evidence_budgets.h"
 #include "capture/sampled_call.h"
 #include "capture/sampler.h"
 #include "format/records.h"
@@ -45,14 +46,6 @@ class SnapshotSink {
  public:
   virtual ~SnapshotSink() = default;
   virtual void submit(runtime::SnapshotJob job) = 0;
-};
-
-// The launch-wide byte budget (through the claims directory).
-class RunBudget {
- public:
-  virtual ~RunBudget() = default;
-  virtual bool reserve(uint64_t bytes) = 0;
-  virtual void give_back(uint64_t bytes) = 0;
 };
 
 struct SnapshotOptions {
@@ -72,9 +65,6 @@ struct SnapshotOptions {
   uint64_t max_snapshot_bytes = (4ull << 30) - (64ull << 20);
 };
 
-// The share of each budget set-up calls may use (1/kSetupShareDivisor).
-constexpr uint64_t kSetupShareDivisor = 8;
-
 class SnapshotCapture : public SampledCallHooks {
  public:
   SnapshotCapture(Sampler* sampler, SnapshotSink* sink, RunBudget* run_budget, DeviceAccess* device,
@@ -92,15 +82,12 @@ class SnapshotCapture : public SampledCallHooks {
   struct Pending;
   struct Captured;
   bool reserve(uint64_t bytes, uint64_t device_bytes, bool setup, std::string& reason);
-  void give_back(uint64_t bytes, bool setup);
   // `evidence` of this call refused for `reason`: counted, reported, and settled when no later call could give it.
   void refuse(Pending& p, uint8_t evidence, const std::string& reason);
   // Nothing of this call is kept: the key waits for a later call.
   void give_up(std::unique_ptr<Pending> p);
   void open_window(Pending& p, const SampledCall& call);
   void close_window(Pending& p, runtime::SnapshotJob& job);
-  // Adds a window's (or a refused window's) wall seconds to the stall budget and, for a set-up call, its share.
-  void charge_window(const Pending& p, double seconds);
   void copy_written_arguments(Pending& p, const SampledCall& call);
   void finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id,
               uint64_t seq);
@@ -110,12 +97,10 @@ class SnapshotCapture : public SampledCallHooks {
 
   Sampler* sampler_;
   SnapshotSink* sink_;
-  RunBudget* run_budget_;
   DeviceAccess* device_;
   SnapshotOptions options_;
+  EvidenceBudgets budgets_;
   std::atomic<int64_t> rank_;
-  std::atomic<uint64_t> process_bytes_{0}, device_bytes_{0}, setup_bytes_{0};
-  std::atomic<uint64_t> window_us_{0}, setup_window_us_{0};  // counter-window stall, all and set-up calls'
   void count_profile(const std::string& reason);
   mutable std::mutex mu_;
   std::map<std::string, uint64_t> drops_, profile_drops_;

@@ -48,3 +48,39 @@ def test_a_file_the_picture_does_not_name_fails(tmp_path):
     assert p.returncode == 1, p.stdout
     assert "lib/gpu/new_room: not named in docs/ARCHITECTURE.md" in p.stdout, p.stdout
     assert "0 include(s) crossing lib/layers.txt, 1 component(s) missing" in p.stdout, p.stdout
+
+
+SIZES = ROOT / "scripts" / "check-sizes.py"
+
+
+def run_sizes(root):
+    return subprocess.run([sys.executable, str(SIZES), str(root)], capture_output=True, text=True, timeout=120)
+
+
+def test_the_tree_keeps_its_sizes():
+    p = run_sizes(ROOT)
+    assert p.returncode == 0, p.stdout
+
+
+def test_a_long_function_and_a_long_file_fail_unless_named(tmp_path):
+    for part in ("lib", "capi", "docs"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    body = "".join(f"  x += {i};\n" for i in range(80))
+    # a wrapped signature, a comment header and braces in literals and comments must not hide it
+    (tmp_path / "lib" / "format" / "long_one.cpp").write_text(
+        "// a header comment {\nnamespace lingprobe::format {\n\nint long_one(int a,\n"
+        "             int b) {\n  int x = '{';\n  const char* s = \"}}\";  // }\n" + body + "  return x;\n}\n\n"
+        "int short_one() { return 1; }\n\n}  // namespace lingprobe::format\n")
+    (tmp_path / "lib" / "format" / "long_file.h").write_text("// a long header\n" + "// line\n" * 500)
+    p = run_sizes(tmp_path)
+    assert p.returncode == 1, p.stdout
+    assert "lib/format/long_one.cpp:4: long_one is 86 lines (at most 80)" in p.stdout, p.stdout
+    assert "short_one" not in p.stdout
+    assert "lib/format/long_file.h: 501 lines (at most 500)" in p.stdout, p.stdout
+    doc = tmp_path / "docs" / "ARCHITECTURE.md"
+    doc.write_text(doc.read_text().replace(
+        "| where | lines | why it stays whole |\n|---|---|---|\n",
+        "| where | lines | why it stays whole |\n|---|---|---|\n| `lib/format/long_one.cpp:long_one` | 86 | a test |\n"
+        "| `lib/format/long_file.h` | 501 | a test |\n"))
+    p = run_sizes(tmp_path)
+    assert p.returncode == 0, p.stdout

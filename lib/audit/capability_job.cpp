@@ -1,6 +1,7 @@
 #include "audit/capability_job.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "audit/capability_report.h"
 #include "audit/profile_evidence.h"
@@ -30,6 +31,190 @@ bool autocast_on(const JsonValue* policy) {
   const JsonValue* v = policy ? policy->find("autocast_cuda") : nullptr;
   return v && ((v->kind() == JsonValue::Kind::Bool && v->as_bool()) ||
                (v->kind() == JsonValue::Kind::String && v->as_string() == "true"));
+}
+
+// A profile's files as the run wrote them, read.
+struct ProfileFiles {
+  std::string manifest_sha;
+  JsonValue identity, kernels, manifest, comparison;
+  bool replayed = false;  // its replay's comparison was read
+};
+
+// Why a file the manifest names is missing or altered since the run; "" when none is.
+std::string altered_file(const std::string& dir, const JsonValue& manifest) {
+  const JsonValue* listed = manifest.find("sha256");
+  if (!listed || listed->kind() != JsonValue::Kind::Object || !listed->find("kernels.json") ||
+      !listed->find("identity.json"))
+    return "manifest.json lists no kernels.json or identity.json";
+  for (const auto& [name, v] : listed->members()) {
+    std::string sha;
+    if (name.find('/') != std::string::npos || !format::sha256_file_hex(dir + "/" + name, sha) || sha != json_text(&v))
+      return name + " is missing or altered since the run (its SHA-256 differs from the manifest's)";
+  }
+  return "";
+}
+
+// The profile's files read, each checked against the SHA-256 the run recorded (the manifest's) or its manifest
+// names; false with a warning when any is missing, altered or unreadable.
+bool read_profile_files(const std::string& run, const EvidenceRecord& p, std::vector<std::string>& warnings,
+                        ProfileFiles& pf) {
+  const std::string dir = run + "/" + p.path;
+  if (!evidence_path_inside(p.path) || !format::sha256_file_hex(dir + "/manifest.json", pf.manifest_sha) ||
+      pf.manifest_sha != p.evidence_sha) {
+    warnings.push_back(p.path + ": missing or altered since the run (its manifest's SHA-256 does not match); no job");
+    return false;
+  }
+  if (!format::parse_json_file(dir + "/manifest.json", pf.manifest)) {
+    warnings.push_back(p.path + ": unreadable manifest.json; no job");
+    return false;
+  }
+  if (const std::string altered = altered_file(dir, pf.manifest); !altered.empty()) {
+    warnings.push_back(p.path + ": " + altered + "; no job");
+    return false;
+  }
+  if (!format::parse_json_file(dir + "/identity.json", pf.identity) ||
+      !format::parse_json_file(dir + "/kernels.json", pf.kernels)) {
+    warnings.push_back(p.path + ": unreadable profile files; no job");
+    return false;
+  }
+  pf.replayed =
+      format::parse_json_file(run + "/replays/" + basename(p.path) + "/replay_comparison.json", pf.comparison);
+  return true;
+}
+
+// What the job's figures were derived from, besides the profile's files.
+struct Derived {
+  JsonValue sig;
+  std::optional<int64_t> flops;  // per call
+  double bytes = 0;              // DRAM, read and written, per call
+  Peak peak;
+  bool known = false;  // the device's peak
+  bool over_roof = false;
+};
+
+// The job's figures: kernel time, FLOP and DRAM rates against the device's roofs, and the GPU time that running at
+// the roof would save; a warning when a figure is over a roof.
+Derived measure_job(const EvidenceRecord& p, const ReportInputs& in, const ProfileFiles& pf,
+                    std::vector<std::string>& warnings, Job& j) {
+  Derived m;
+  const auto text = in.texts.find(p.sha);
+  auto parsed = format::parse_json(text == in.texts.end() ? std::string() : text->second);
+  m.sig = parsed.ok ? parsed.value : JsonValue::object();
+  const JsonValue& sig = m.sig;
+  j = Job{};
+  j.sha = p.sha;
+  j.h16 = p.sha.substr(0, 16);
+  j.stage = json_text(sig.find("stage"));
+  const auto n = in.calls.find(p.sha);
+  j.calls = n == in.calls.end() ? 0 : n->second;
+  j.label = json_text(sig.find("op"));
+  // The profile's own math policy (the call's), else its replay's.
+  const JsonValue* policy = pf.identity.find("math_policy");
+  if (!policy && pf.replayed) policy = pf.comparison.find("math_policy");
+  j.mode = math_mode(sig, policy);
+  j.time_us = kernels_time_us(pf.kernels).value_or(0.0);
+  for (const auto& k : pf.kernels.items())
+    m.bytes += kernel_metric_si(k, "dram__bytes_read.sum").value_or(0.0) +
+               kernel_metric_si(k, "dram__bytes_write.sum").value_or(0.0);
+  m.flops = format::flops_per_call(sig);
+  const auto& flops = m.flops;
+  // Inside an autocast region an arithmetic op's window also holds the casts of its inputs: their time is
+  // reported apart, and the FLOP rate is the op's own kernels'.
+  if (flops && *flops > 0 && autocast_on(policy)) j.cast_us = copy_kernels_time_us(pf.kernels);
+  const double t = j.time_us * 1e-6, own = (j.time_us - j.cast_us) * 1e-6;
+  if (flops && own > 0) j.flops_per_s = static_cast<double>(*flops) / own;
+  if (t > 0) j.dram_bytes_per_s = m.bytes / t;
+  if (flops && m.bytes > 0) j.intensity = static_cast<double>(*flops) / m.bytes;
+  j.est_us = j.time_us * static_cast<double>(j.calls);
+  m.known = device_peak(json_text(pf.identity.find("gpu_name")), j.mode, m.peak);
+  if (m.known) {
+    j.peak_flops = m.peak.flops;
+    j.peak_dram = m.peak.dram_bytes;
+    if (flops && *flops > 0 && own > 0) j.frac_flops = j.flops_per_s / m.peak.flops;
+    if (t > 0) j.frac_dram = j.dram_bytes_per_s / m.peak.dram_bytes;
+  }
+  j.passed = json_text(pf.identity.find("status")) == "passed";
+  // Above 100% of a roof is a defect (a math mode or a time taken wrongly), never a figure to print as is.
+  m.over_roof = j.frac_flops > 1.0 || j.frac_dram > 1.0;
+  if (m.over_roof)
+    warnings.push_back(p.path + ": " + std::to_string(static_cast<int>(std::max(j.frac_flops, j.frac_dram) * 100)) +
+                       "% of its " + j.mode +
+                       " roof, over 100%: its math mode or its kernel time is wrong "
+                       "(report it); not counted in the totals");
+  j.passed = j.passed && !m.over_roof;
+  // What running at its roof would save: the time x (1 - achieved / roof) of whichever roof bounds it (the
+  // higher of the math mode's and DRAM's fractions).
+  if (j.passed && std::max(j.frac_flops, j.frac_dram) >= 0)
+    j.recoverable_us = j.est_us * (1 - std::max(j.frac_flops, j.frac_dram));
+  return m;
+}
+
+// The job's entry as the evidence gives it: its status, files and their SHA-256s, the replay's correctness.
+JsonValue evidence_json(const EvidenceRecord& p, const ReportInputs& in, const ProfileFiles& pf, const Job& j) {
+  std::string snapshot_sha;
+  for (const EvidenceRecord& s : in.snapshots)
+    if (s.sha == p.sha && s.seq == p.seq && s.rank == p.rank) snapshot_sha = s.evidence_sha;
+  JsonValue correctness = JsonValue::null();
+  if (pf.replayed) {
+    correctness = JsonValue::object();
+    for (const char* k : {"op", "stage", "shape", "exact", "max_abs", "rmse", "finite", "math_policy", "scope"})
+      if (const JsonValue* v = pf.comparison.find(k)) correctness.set(k, *v);
+  }
+  JsonValue sums = JsonValue::object();
+  if (const JsonValue* m = pf.manifest.find("sha256"))
+    for (const auto& [name, v] : m->members()) sums.set(name, v);
+  sums.set("manifest.json", JsonValue::string(pf.manifest_sha));
+  JsonValue job = JsonValue::object();
+  job.set("stage", JsonValue::string(j.stage));
+  job.set("status", JsonValue::string(json_text(pf.identity.find("status"))));
+  job.set("output", JsonValue::string(p.path));
+  job.set("elapsed_seconds", JsonValue::floating(json_number(pf.identity.find("window_seconds"))));
+  job.set("allocated", JsonValue::string(json_text(pf.identity.find("allocated"))));
+  job.set("input_sha256", snapshot_sha.empty() ? JsonValue::null() : JsonValue::string(snapshot_sha));
+  job.set("correctness", correctness);
+  job.set("kernel_count", JsonValue::integer(static_cast<int64_t>(pf.kernels.items().size())));
+  job.set("kernels", pf.kernels);
+  job.set("sha256", std::move(sums));
+  return job;
+}
+
+// The additions to the job's entry: its figures and what they were taken against.
+void add_figures_json(const EvidenceRecord& p, const ProfileFiles& pf, const Derived& m, const Job& j, JsonValue& job) {
+  job.set("device", JsonValue::string(json_text(pf.identity.find("cuda_device"))));
+  job.set("signature", m.sig);
+  job.set("signature_sha256", JsonValue::string(p.sha));
+  job.set("rank", JsonValue::integer(p.rank));
+  job.set("seq", JsonValue::integer(static_cast<int64_t>(p.seq)));
+  job.set("calls", JsonValue::integer(static_cast<int64_t>(j.calls)));
+  job.set("flops_per_call", m.flops ? JsonValue::integer(*m.flops) : JsonValue::null());
+  job.set("kernel_time_us_per_call", JsonValue::floating(j.time_us));
+  job.set("cast_kernel_time_us_per_call", JsonValue::floating(j.cast_us));
+  job.set("dram_bytes_per_call", JsonValue::floating(m.bytes));
+  job.set("math_mode", JsonValue::string(j.mode));
+  job.set("achieved_flops_per_second", j.flops_per_s > 0 ? JsonValue::floating(j.flops_per_s) : JsonValue::null());
+  job.set("achieved_dram_bytes_per_second", JsonValue::floating(j.dram_bytes_per_s));
+  job.set("arithmetic_intensity", j.intensity > 0 ? JsonValue::floating(j.intensity) : JsonValue::null());
+  job.set("peak", m.known ? JsonValue::object({{"flops_per_second", JsonValue::floating(m.peak.flops)},
+                                               {"dram_bytes_per_second", JsonValue::floating(m.peak.dram_bytes)},
+                                               {"source", JsonValue::string(m.peak.source)}})
+                          : JsonValue::null());
+  job.set("fraction_of_peak_flops", j.frac_flops >= 0 ? JsonValue::floating(j.frac_flops) : JsonValue::null());
+  job.set("fraction_of_peak_dram", j.frac_dram >= 0 ? JsonValue::floating(j.frac_dram) : JsonValue::null());
+  job.set("over_roof", JsonValue::boolean(m.over_roof));
+  job.set("recoverable_gpu_time_us", j.recoverable_us >= 0 ? JsonValue::floating(j.recoverable_us) : JsonValue::null());
+  job.set("bound", JsonValue::string(j.frac_flops < 0 && j.frac_dram < 0 ? ""
+                                     : j.frac_flops >= j.frac_dram       ? "math"
+                                                                         : "dram"));
+  job.set("estimated_gpu_time_us", JsonValue::floating(j.est_us));
+  job.set("passes", pf.identity.find("passes") ? *pf.identity.find("passes") : JsonValue::null());
+  job.set(
+      "scope",
+      JsonValue::string(
+          "Inline CUPTI range profiler (auto range, kernel replay: each kernel replayed once per pass) on this run's "
+          "own "
+          "call (rank " +
+          std::to_string(p.rank) + ", seq " + std::to_string(p.seq) +
+          "); per-kernel times in isolation, GPU clocks not locked (as the run had them); not an end-to-end timing"));
 }
 
 }  // namespace
@@ -68,153 +253,11 @@ bool read_report_inputs(const std::vector<std::string>& files, ReportInputs& in,
 
 bool profile_job(const std::string& run, const EvidenceRecord& p, const ReportInputs& in,
                  std::vector<std::string>& warnings, Job& j) {
-  const std::string dir = run + "/" + p.path;
-  std::string manifest_sha;
-  if (!evidence_path_inside(p.path) || !format::sha256_file_hex(dir + "/manifest.json", manifest_sha) ||
-      manifest_sha != p.evidence_sha) {
-    warnings.push_back(p.path + ": missing or altered since the run (its manifest's SHA-256 does not match); no job");
-    return false;
-  }
-  JsonValue identity, kernels, manifest, comparison;
-  if (!format::parse_json_file(dir + "/manifest.json", manifest)) {
-    warnings.push_back(p.path + ": unreadable manifest.json; no job");
-    return false;
-  }
-  // Every file the manifest names, as it was written.
-  std::string altered;
-  const JsonValue* listed = manifest.find("sha256");
-  if (!listed || listed->kind() != JsonValue::Kind::Object || !listed->find("kernels.json") ||
-      !listed->find("identity.json"))
-    altered = "manifest.json lists no kernels.json or identity.json";
-  else
-    for (const auto& [name, v] : listed->members()) {
-      std::string sha;
-      if (name.find('/') != std::string::npos || !format::sha256_file_hex(dir + "/" + name, sha) ||
-          sha != json_text(&v)) {
-        altered = name + " is missing or altered since the run (its SHA-256 differs from the manifest's)";
-        break;
-      }
-    }
-  if (!altered.empty()) {
-    warnings.push_back(p.path + ": " + altered + "; no job");
-    return false;
-  }
-  if (!format::parse_json_file(dir + "/identity.json", identity) ||
-      !format::parse_json_file(dir + "/kernels.json", kernels)) {
-    warnings.push_back(p.path + ": unreadable profile files; no job");
-    return false;
-  }
-  const bool replayed =
-      format::parse_json_file(run + "/replays/" + basename(p.path) + "/replay_comparison.json", comparison);
-  const auto text = in.texts.find(p.sha);
-  auto parsed = format::parse_json(text == in.texts.end() ? std::string() : text->second);
-  const JsonValue sig = parsed.ok ? parsed.value : JsonValue::object();
-  j = Job{};
-  j.sha = p.sha;
-  j.h16 = p.sha.substr(0, 16);
-  j.stage = json_text(sig.find("stage"));
-  const auto n = in.calls.find(p.sha);
-  j.calls = n == in.calls.end() ? 0 : n->second;
-  j.label = json_text(sig.find("op"));
-  // The profile's own math policy (the call's), else its replay's.
-  const JsonValue* policy = identity.find("math_policy");
-  if (!policy && replayed) policy = comparison.find("math_policy");
-  j.mode = math_mode(sig, policy);
-  double bytes = 0;
-  j.time_us = kernels_time_us(kernels).value_or(0.0);
-  for (const auto& k : kernels.items())
-    bytes += kernel_metric_si(k, "dram__bytes_read.sum").value_or(0.0) +
-             kernel_metric_si(k, "dram__bytes_write.sum").value_or(0.0);
-  const auto flops = format::flops_per_call(sig);
-  // Inside an autocast region an arithmetic op's window also holds the casts of its inputs: their time is
-  // reported apart, and the FLOP rate is the op's own kernels'.
-  if (flops && *flops > 0 && autocast_on(policy)) j.cast_us = copy_kernels_time_us(kernels);
-  const double t = j.time_us * 1e-6, own = (j.time_us - j.cast_us) * 1e-6;
-  if (flops && own > 0) j.flops_per_s = static_cast<double>(*flops) / own;
-  if (t > 0) j.dram_bytes_per_s = bytes / t;
-  if (flops && bytes > 0) j.intensity = static_cast<double>(*flops) / bytes;
-  j.est_us = j.time_us * static_cast<double>(j.calls);
-  Peak peak;
-  const bool known = device_peak(json_text(identity.find("gpu_name")), j.mode, peak);
-  if (known) {
-    j.peak_flops = peak.flops;
-    j.peak_dram = peak.dram_bytes;
-    if (flops && *flops > 0 && own > 0) j.frac_flops = j.flops_per_s / peak.flops;
-    if (t > 0) j.frac_dram = j.dram_bytes_per_s / peak.dram_bytes;
-  }
-  j.passed = json_text(identity.find("status")) == "passed";
-  // Above 100% of a roof is a defect (a math mode or a time taken wrongly), never a figure to print as is.
-  const bool over_roof = j.frac_flops > 1.0 || j.frac_dram > 1.0;
-  if (over_roof)
-    warnings.push_back(p.path + ": " + std::to_string(static_cast<int>(std::max(j.frac_flops, j.frac_dram) * 100)) +
-                       "% of its " + j.mode +
-                       " roof, over 100%: its math mode or its kernel time is wrong "
-                       "(report it); not counted in the totals");
-  j.passed = j.passed && !over_roof;
-  // What running at its roof would save: the time x (1 - achieved / roof) of whichever roof bounds it (the
-  // higher of the math mode's and DRAM's fractions).
-  if (j.passed && std::max(j.frac_flops, j.frac_dram) >= 0)
-    j.recoverable_us = j.est_us * (1 - std::max(j.frac_flops, j.frac_dram));
-  std::string snapshot_sha;
-  for (const EvidenceRecord& s : in.snapshots)
-    if (s.sha == p.sha && s.seq == p.seq && s.rank == p.rank) snapshot_sha = s.evidence_sha;
-  JsonValue correctness = JsonValue::null();
-  if (replayed) {
-    correctness = JsonValue::object();
-    for (const char* k : {"op", "stage", "shape", "exact", "max_abs", "rmse", "finite", "math_policy", "scope"})
-      if (const JsonValue* v = comparison.find(k)) correctness.set(k, *v);
-  }
-  JsonValue sums = JsonValue::object();
-  if (const JsonValue* m = manifest.find("sha256"))
-    for (const auto& [name, v] : m->members()) sums.set(name, v);
-  sums.set("manifest.json", JsonValue::string(manifest_sha));
-  JsonValue job = JsonValue::object();
-  job.set("stage", JsonValue::string(j.stage));
-  job.set("status", JsonValue::string(json_text(identity.find("status"))));
-  job.set("output", JsonValue::string(p.path));
-  job.set("elapsed_seconds", JsonValue::floating(json_number(identity.find("window_seconds"))));
-  job.set("allocated", JsonValue::string(json_text(identity.find("allocated"))));
-  job.set("input_sha256", snapshot_sha.empty() ? JsonValue::null() : JsonValue::string(snapshot_sha));
-  job.set("correctness", correctness);
-  job.set("kernel_count", JsonValue::integer(static_cast<int64_t>(kernels.items().size())));
-  job.set("kernels", kernels);
-  job.set("sha256", std::move(sums));
-  // additions
-  job.set("device", JsonValue::string(json_text(identity.find("cuda_device"))));
-  job.set("signature", sig);
-  job.set("signature_sha256", JsonValue::string(p.sha));
-  job.set("rank", JsonValue::integer(p.rank));
-  job.set("seq", JsonValue::integer(static_cast<int64_t>(p.seq)));
-  job.set("calls", JsonValue::integer(static_cast<int64_t>(j.calls)));
-  job.set("flops_per_call", flops ? JsonValue::integer(*flops) : JsonValue::null());
-  job.set("kernel_time_us_per_call", JsonValue::floating(j.time_us));
-  job.set("cast_kernel_time_us_per_call", JsonValue::floating(j.cast_us));
-  job.set("dram_bytes_per_call", JsonValue::floating(bytes));
-  job.set("math_mode", JsonValue::string(j.mode));
-  job.set("achieved_flops_per_second", j.flops_per_s > 0 ? JsonValue::floating(j.flops_per_s) : JsonValue::null());
-  job.set("achieved_dram_bytes_per_second", JsonValue::floating(j.dram_bytes_per_s));
-  job.set("arithmetic_intensity", j.intensity > 0 ? JsonValue::floating(j.intensity) : JsonValue::null());
-  job.set("peak", known ? JsonValue::object({{"flops_per_second", JsonValue::floating(peak.flops)},
-                                             {"dram_bytes_per_second", JsonValue::floating(peak.dram_bytes)},
-                                             {"source", JsonValue::string(peak.source)}})
-                        : JsonValue::null());
-  job.set("fraction_of_peak_flops", j.frac_flops >= 0 ? JsonValue::floating(j.frac_flops) : JsonValue::null());
-  job.set("fraction_of_peak_dram", j.frac_dram >= 0 ? JsonValue::floating(j.frac_dram) : JsonValue::null());
-  job.set("over_roof", JsonValue::boolean(over_roof));
-  job.set("recoverable_gpu_time_us", j.recoverable_us >= 0 ? JsonValue::floating(j.recoverable_us) : JsonValue::null());
-  job.set("bound", JsonValue::string(j.frac_flops < 0 && j.frac_dram < 0 ? ""
-                                     : j.frac_flops >= j.frac_dram       ? "math"
-                                                                         : "dram"));
-  job.set("estimated_gpu_time_us", JsonValue::floating(j.est_us));
-  job.set("passes", identity.find("passes") ? *identity.find("passes") : JsonValue::null());
-  job.set(
-      "scope",
-      JsonValue::string(
-          "Inline CUPTI range profiler (auto range, kernel replay: each kernel replayed once per pass) on this run's "
-          "own "
-          "call (rank " +
-          std::to_string(p.rank) + ", seq " + std::to_string(p.seq) +
-          "); per-kernel times in isolation, GPU clocks not locked (as the run had them); not an end-to-end timing"));
+  ProfileFiles pf;
+  if (!read_profile_files(run, p, warnings, pf)) return false;
+  const Derived m = measure_job(p, in, pf, warnings, j);
+  JsonValue job = evidence_json(p, in, pf, j);
+  add_figures_json(p, pf, m, j, job);
   j.json = std::move(job);
   return true;
 }

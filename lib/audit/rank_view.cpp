@@ -83,6 +83,227 @@ void add_file_times(const FileSummary& f, const std::map<std::string, const Rank
   }
 }
 
+// What the stages' views share: the run's ranks, and per stage its signatures, the ranks that ran it and their times.
+struct RunRanks {
+  std::set<int64_t> expected, with_files, with_calls, unfinished, missing;
+  std::map<std::string, std::vector<const RankViewSignature*>> by_stage;
+  std::map<std::string, std::set<int64_t>> stage_ranks;
+  std::map<std::string, std::map<int64_t, StageTime>> times;
+  std::map<std::string, std::map<int64_t, double>> gpu_s;
+  bool from_counts = false, from_records = false, any_timed = false;
+};
+
+// The ranks the headers' world size expects, those that wrote files, those that did not finish, and the missing.
+void find_ranks(int64_t world_size, const std::vector<const FileSummary*>& rank_files, RunRanks& d) {
+  for (int64_t r = 0; r < world_size && r < 100000; ++r) d.expected.insert(r);
+  for (const FileSummary* f : rank_files) {
+    d.with_files.insert(f->rank);
+    if (!f->final_counts) d.unfinished.insert(f->rank);
+  }
+  std::set_difference(d.expected.begin(), d.expected.end(), d.with_files.begin(), d.with_files.end(),
+                      std::inserter(d.missing, d.missing.end()));
+}
+
+// Per stage: its signatures and the ranks that ran them; returns the signatures by SHA-256.
+std::map<std::string, const RankViewSignature*> group_signatures(const std::vector<RankViewSignature>& signatures,
+                                                                 RunRanks& d) {
+  std::map<std::string, const RankViewSignature*> by_sha;
+  for (const auto& s : signatures) {
+    d.by_stage[s.stage].push_back(&s);
+    by_sha.emplace(s.sha, &s);
+    for (const auto& [r, n] : s.calls_by_rank)
+      if (n) d.stage_ranks[s.stage].insert(r), d.with_calls.insert(r);
+  }
+  return by_sha;
+}
+
+// Per rank and stage: times (several files of a rank: one clock through their headers), and the GPU time from the
+// counts records (LINGPROBE_STAGE_GPU_TIME), summed over a rank's files.
+void time_stages(const std::vector<const FileSummary*>& rank_files,
+                 const std::map<std::string, const RankViewSignature*>& by_sha, RunRanks& d) {
+  for (const FileSummary* f : rank_files) add_file_times(*f, by_sha, d.times, d.from_counts, d.from_records);
+  for (const auto& [stage, by_rank] : d.times)
+    for (const auto& [rank, t] : by_rank) {
+      d.stage_ranks[stage].insert(rank);  // a rank seen in a stage only through its collectives ran it too
+      d.by_stage[stage];                  // a stage of collectives alone (the op selection left its ops out)
+      d.any_timed = d.any_timed || t.timed;
+    }
+  for (const FileSummary* f : rank_files)
+    for (const auto& [stage, fields] : f->stage_gpu)
+      if (auto it = fields.find("gpu_us"); it != fields.end())
+        d.gpu_s[stage][f->rank] += static_cast<double>(it->second) / 1e6;
+}
+
+// How the time in collectives was measured, or that it was not.
+std::string collectives_note(bool from_counts, bool from_records) {
+  static const char kWait[] =
+      "each from its start to the next top-level call of its thread: the caller's Work.wait() runs outside any op, so "
+      "the op alone is only the enqueue; time without ops after a collective counts as waiting too, and with NCCL "
+      "the CPU does not wait there (the rank's wait shows where it next synchronizes with the GPU)";
+  return from_counts
+             ? std::string("timed by the recorder for every top-level c10d call whatever the op selection, ") + kWait
+         : from_records ? std::string(
+                              "measured from the call records of c10d ops (files from before the recorder timed "
+                              "them), ") +
+                              kWait
+                        : "not measured: no c10d op ran in the ranks (or their files predate collective timing)";
+}
+
+// A stage's signatures whose calls differ between its ranks or that some of them lack: the first 50 in the JSON,
+// the first 10 in the markdown table.
+struct Differing {
+  JsonValue json = JsonValue::array();
+  size_t count = 0;
+  std::string markdown;
+};
+
+Differing differing_signatures(const std::vector<const RankViewSignature*>& group, const std::set<int64_t>& ran) {
+  Differing out;
+  for (const RankViewSignature* s : group) {
+    std::set<int64_t> lacking;
+    std::set<uint64_t> counts;
+    JsonValue by_rank = JsonValue::object();
+    std::string calls_text;
+    for (int64_t r : ran) {
+      auto it = s->calls_by_rank.find(r);
+      const uint64_t n = it == s->calls_by_rank.end() ? 0 : it->second;
+      if (!n)
+        lacking.insert(r);
+      else
+        counts.insert(n);
+      by_rank.set(std::to_string(r), JsonValue::integer(static_cast<int64_t>(n)));
+      calls_text += (calls_text.empty() ? "" : " / ") + std::to_string(n);
+    }
+    if (lacking.empty() && counts.size() <= 1) continue;
+    if (++out.count > 50) continue;
+    out.json.push_back(JsonValue::object({{"signature_sha256", JsonValue::string(s->sha)},
+                                          {"signature", JsonValue::string(s->text)},
+                                          {"calls_by_rank", std::move(by_rank)},
+                                          {"missing_on_ranks", ranks_json(lacking)}}));
+    if (out.count <= 10)
+      out.markdown += "  | `" + s->text + "` " + s->sha.substr(0, 12) + " | " + calls_text + " | " +
+                      (lacking.empty() ? "-" : ranks_text(lacking)) + " |\n";
+  }
+  return out;
+}
+
+// A stage's time on each of its ranks (the JSON rows; the markdown rows go to `timing_md`), and what the straggler
+// is judged by: the least and most wait in collectives, the most time in calls.
+struct RankTimings {
+  JsonValue json = JsonValue::array();
+  std::vector<double> waits, busy, spans, calls;
+  int64_t least_wait_rank = -1, most_busy_rank = -1;
+  double least_wait = 0, most_wait = 0, most_busy = 0;
+  bool collectives = false;
+};
+
+RankTimings time_per_rank(const std::string& stage, const std::set<int64_t>& ran,
+                          const std::map<int64_t, StageTime>& times, const std::map<int64_t, double>& gpu_s,
+                          std::ostream& timing_md) {
+  RankTimings out;
+  for (int64_t r : ran) {
+    auto it = times.find(r);
+    if (it == times.end()) continue;
+    const StageTime& t = it->second;
+    const double in_calls = static_cast<double>(t.in_calls_ns) / 1e9,
+                 wait = static_cast<double>(t.in_collectives_ns) / 1e9;
+    auto gpu = gpu_s.find(r);
+    out.json.push_back(JsonValue::object(
+        {{"rank", JsonValue::integer(r)},
+         {"span_seconds", t.timed ? JsonValue::floating(t.span_s()) : JsonValue::null()},
+         {"in_recorded_calls_seconds", t.timed ? JsonValue::floating(in_calls) : JsonValue::null()},
+         {"in_collectives_seconds", t.collectives ? JsonValue::floating(wait) : JsonValue::null()},
+         {"collective_calls", JsonValue::integer(static_cast<int64_t>(t.collective_calls))},
+         {"gpu_busy_seconds", gpu != gpu_s.end() ? JsonValue::floating(gpu->second) : JsonValue::null()}}));
+    timing_md << "| " << stage << " | " << r << " | " << (t.timed ? seconds(t.span_s()) : "-") << " | "
+              << (t.timed ? seconds(in_calls) : "-") << " | " << (t.collectives ? seconds(wait) : "-") << " | "
+              << (gpu != gpu_s.end() ? seconds(gpu->second) : "-") << " |\n";
+    out.collectives = out.collectives || t.collectives;
+    out.waits.push_back(wait), out.busy.push_back(in_calls),
+        out.calls.push_back(static_cast<double>(t.collective_calls));
+    if (t.timed) out.spans.push_back(t.span_s());
+    if (out.least_wait_rank < 0 || wait < out.least_wait) out.least_wait = wait, out.least_wait_rank = r;
+    out.most_wait = std::max(out.most_wait, wait);
+    if (out.most_busy_rank < 0 || in_calls > out.most_busy) out.most_busy = in_calls, out.most_busy_rank = r;
+  }
+  return out;
+}
+
+struct Straggler {
+  JsonValue json = JsonValue::null();
+  std::string markdown;
+};
+
+// Among the ranks that ran the stage, the one that waits least in collectives is the one the others wait for
+// (waits_name_a_straggler); without collectives, the one longest in its calls, 10% above the median. Not judged
+// when one of them did not finish.
+Straggler find_straggler(const RankTimings& t, const std::set<int64_t>& ran, const std::set<int64_t>& unfinished) {
+  Straggler out;
+  std::set<int64_t> stage_unfinished;
+  std::set_intersection(ran.begin(), ran.end(), unfinished.begin(), unfinished.end(),
+                        std::inserter(stage_unfinished, stage_unfinished.end()));
+  if (t.waits.size() >= 2 && !stage_unfinished.empty()) {
+    out.markdown = "not judged: rank(s) " + ranks_text(stage_unfinished) + " did not finish.\n";
+  } else if (t.waits.size() >= 2) {
+    const double typical_busy = median(t.busy);
+    if (t.collectives && waits_name_a_straggler(t.least_wait, t.most_wait, median(t.calls), median(t.spans))) {
+      out.json = JsonValue::object({{"rank", JsonValue::integer(t.least_wait_rank)},
+                                    {"by", JsonValue::string("least time waiting in collectives")},
+                                    {"its_wait_seconds", JsonValue::floating(t.least_wait)},
+                                    {"longest_wait_seconds", JsonValue::floating(t.most_wait)}});
+      out.markdown = "rank " + std::to_string(t.least_wait_rank) + " waits least in collectives (" +
+                     seconds(t.least_wait) + " s; another rank up to " + seconds(t.most_wait) +
+                     " s): the others wait for it.\n";
+    } else if (!t.collectives && !t.spans.empty() && t.most_busy > 1.1 * typical_busy &&
+               t.most_busy - typical_busy > kStragglerNoiseFloorS) {
+      out.json = JsonValue::object({{"rank", JsonValue::integer(t.most_busy_rank)},
+                                    {"by", JsonValue::string("longest time in recorded calls")},
+                                    {"its_seconds", JsonValue::floating(t.most_busy)},
+                                    {"median_seconds", JsonValue::floating(typical_busy)}});
+      out.markdown = "rank " + std::to_string(t.most_busy_rank) + " spends " + seconds(t.most_busy) +
+                     " s in its recorded calls against a median " + seconds(typical_busy) + " s.\n";
+    }
+  }
+  return out;
+}
+
+// One stage's entry in `stages` and its paragraph in `md`; its timing rows go to `timing_md`.
+void add_stage(const std::string& stage, const std::vector<const RankViewSignature*>& group, RunRanks& d,
+               JsonValue& stages, std::ostream& md, std::ostream& timing_md) {
+  const std::set<int64_t>& ran = d.stage_ranks[stage];
+  // One rank alone (the output stage on rank 0) is rank-local by design; any other subset is reported as ranks
+  // that never ran the stage.
+  const bool rank_local = ran.size() == 1 && d.with_calls.size() > 1;
+  std::set<int64_t> never_ran;
+  if (!rank_local)
+    std::set_difference(d.with_calls.begin(), d.with_calls.end(), ran.begin(), ran.end(),
+                        std::inserter(never_ran, never_ran.end()));
+  Differing differing = differing_signatures(group, ran);
+  RankTimings timing = time_per_rank(stage, ran, d.times[stage], d.gpu_s[stage], timing_md);
+  Straggler straggler = find_straggler(timing, ran, d.unfinished);
+  const size_t n_differing = differing.count;
+  JsonValue st = JsonValue::object();
+  st.set("stage", JsonValue::string(stage));
+  st.set("ranks", ranks_json(ran));
+  st.set("rank_local", JsonValue::boolean(rank_local));
+  st.set("ranks_that_never_ran_it", ranks_json(never_ran));
+  st.set("signatures_differing_between_ranks", JsonValue::integer(static_cast<int64_t>(n_differing)));
+  st.set("differing", std::move(differing.json));
+  st.set("timing", std::move(timing.json));
+  st.set("straggler", std::move(straggler.json));
+  stages.push_back(std::move(st));
+  md << "\n- stage `" << stage << "`: ranks " << ranks_text(ran);
+  if (rank_local) md << " only (rank-local: one rank runs it by design, not an imbalance)";
+  if (!never_ran.empty()) md << "; **never on rank(s) " << ranks_text(never_ran) << "**";
+  md << "; " << n_differing << " signature(s) whose calls differ between its ranks";
+  if (n_differing)
+    md << ":\n\n  | signature | calls per rank (" << ranks_text(ran) << ") | missing on |\n  |---|---|---|\n"
+       << differing.markdown;
+  if (n_differing > 10) md << "\n  " << n_differing - 10 << " more under `ranks` in coverage_audit.json.\n";
+  md << "\n";
+  if (!straggler.markdown.empty()) md << (n_differing ? "\n" : "") << "  Straggler: " << straggler.markdown;
+}
+
 }  // namespace
 
 bool waits_name_a_straggler(double least_wait_s, double most_wait_s, double median_collective_calls,
@@ -94,181 +315,20 @@ bool waits_name_a_straggler(double least_wait_s, double most_wait_s, double medi
 
 RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& rank_files,
                    const std::vector<RankViewSignature>& signatures) {
-  std::set<int64_t> expected, with_files, with_calls, unfinished;
-  for (int64_t r = 0; r < world_size && r < 100000; ++r) expected.insert(r);
-  for (const FileSummary* f : rank_files) {
-    with_files.insert(f->rank);
-    if (!f->final_counts) unfinished.insert(f->rank);
-  }
-  std::set<int64_t> missing;
-  std::set_difference(expected.begin(), expected.end(), with_files.begin(), with_files.end(),
-                      std::inserter(missing, missing.end()));
-
-  // Per stage: its signatures and the ranks that ran them.
-  std::map<std::string, std::vector<const RankViewSignature*>> by_stage;
-  std::map<std::string, std::set<int64_t>> stage_ranks;
-  std::map<std::string, const RankViewSignature*> by_sha;
-  for (const auto& s : signatures) {
-    by_stage[s.stage].push_back(&s);
-    by_sha.emplace(s.sha, &s);
-    for (const auto& [r, n] : s.calls_by_rank)
-      if (n) stage_ranks[s.stage].insert(r), with_calls.insert(r);
-  }
-  // Per rank and stage: times (several files of a rank: one clock through their headers).
-  std::map<std::string, std::map<int64_t, StageTime>> times;
-  bool from_counts = false, from_records = false;
-  for (const FileSummary* f : rank_files) add_file_times(*f, by_sha, times, from_counts, from_records);
-  bool any_timed = false;
-  for (const auto& [stage, by_rank] : times)
-    for (const auto& [rank, t] : by_rank) {
-      stage_ranks[stage].insert(rank);  // a rank seen in a stage only through its collectives ran it too
-      by_stage[stage];                  // a stage of collectives alone (the op selection left its ops out)
-      any_timed = any_timed || t.timed;
-    }
-  // GPU time per rank and stage from the counts records (LINGPROBE_STAGE_GPU_TIME), summed over a rank's files.
-  std::map<std::string, std::map<int64_t, double>> gpu_s;
-  for (const FileSummary* f : rank_files)
-    for (const auto& [stage, fields] : f->stage_gpu)
-      if (auto it = fields.find("gpu_us"); it != fields.end())
-        gpu_s[stage][f->rank] += static_cast<double>(it->second) / 1e6;
-
-  static const char kWait[] =
-      "each from its start to the next top-level call of its thread: the caller's Work.wait() runs outside any op, so "
-      "the op alone is only the enqueue; time without ops after a collective counts as waiting too, and with NCCL "
-      "the CPU does not wait there (the rank's wait shows where it next synchronizes with the GPU)";
-  const std::string collectives_note =
-      from_counts
-          ? std::string("timed by the recorder for every top-level c10d call whatever the op selection, ") + kWait
-      : from_records ? std::string(
-                           "measured from the call records of c10d ops (files from before the recorder timed "
-                           "them), ") +
-                           kWait
-                     : "not measured: no c10d op ran in the ranks (or their files predate collective timing)";
-
+  RunRanks d;
+  find_ranks(world_size, rank_files, d);
+  const auto by_sha = group_signatures(signatures, d);
+  time_stages(rank_files, by_sha, d);
+  const std::string note = collectives_note(d.from_counts, d.from_records);
   JsonValue stages = JsonValue::array();
   std::ostringstream md, timing_md;
-  md << "\n## Ranks\n\nExpected " << expected.size() << " rank(s) (world size " << world_size << "); files from "
-     << ranks_text(with_files) << (missing.empty() ? "" : "; **missing: " + ranks_text(missing) + "**")
-     << (unfinished.empty() ? "" : "; ranks that did not finish (no final counts record): " + ranks_text(unfinished))
-     << ". Time in collectives: " << collectives_note << ".\n";
-  for (const auto& [stage, group] : by_stage) {
-    const std::set<int64_t>& ran = stage_ranks[stage];
-    // One rank alone (the output stage on rank 0) is rank-local by design; any other subset is reported as ranks
-    // that never ran the stage.
-    const bool rank_local = ran.size() == 1 && with_calls.size() > 1;
-    std::set<int64_t> never_ran;
-    if (!rank_local)
-      std::set_difference(with_calls.begin(), with_calls.end(), ran.begin(), ran.end(),
-                          std::inserter(never_ran, never_ran.end()));
-    JsonValue differing = JsonValue::array();
-    size_t n_differing = 0;
-    std::string differing_md;
-    for (const RankViewSignature* s : group) {
-      std::set<int64_t> lacking;
-      std::set<uint64_t> counts;
-      JsonValue by_rank = JsonValue::object();
-      std::string calls_text;
-      for (int64_t r : ran) {
-        auto it = s->calls_by_rank.find(r);
-        const uint64_t n = it == s->calls_by_rank.end() ? 0 : it->second;
-        if (!n)
-          lacking.insert(r);
-        else
-          counts.insert(n);
-        by_rank.set(std::to_string(r), JsonValue::integer(static_cast<int64_t>(n)));
-        calls_text += (calls_text.empty() ? "" : " / ") + std::to_string(n);
-      }
-      if (lacking.empty() && counts.size() <= 1) continue;
-      if (++n_differing > 50) continue;
-      differing.push_back(JsonValue::object({{"signature_sha256", JsonValue::string(s->sha)},
-                                             {"signature", JsonValue::string(s->text)},
-                                             {"calls_by_rank", std::move(by_rank)},
-                                             {"missing_on_ranks", ranks_json(lacking)}}));
-      if (n_differing <= 10)
-        differing_md += "  | `" + s->text + "` " + s->sha.substr(0, 12) + " | " + calls_text + " | " +
-                        (lacking.empty() ? "-" : ranks_text(lacking)) + " |\n";
-    }
-    // Timing, and the straggler: among the ranks that ran the stage, the one that waits least in collectives is
-    // the one the others wait for; without collectives, the one longest in its calls.
-    JsonValue timing = JsonValue::array();
-    std::vector<double> waits, busy, spans, calls;
-    int64_t least_wait_rank = -1, most_busy_rank = -1;
-    double least_wait = 0, most_wait = 0, most_busy = 0;
-    bool stage_collectives = false;
-    for (int64_t r : ran) {
-      auto it = times[stage].find(r);
-      if (it == times[stage].end()) continue;
-      const StageTime& t = it->second;
-      const double in_calls = static_cast<double>(t.in_calls_ns) / 1e9,
-                   wait = static_cast<double>(t.in_collectives_ns) / 1e9;
-      auto gpu = gpu_s[stage].find(r);
-      timing.push_back(JsonValue::object(
-          {{"rank", JsonValue::integer(r)},
-           {"span_seconds", t.timed ? JsonValue::floating(t.span_s()) : JsonValue::null()},
-           {"in_recorded_calls_seconds", t.timed ? JsonValue::floating(in_calls) : JsonValue::null()},
-           {"in_collectives_seconds", t.collectives ? JsonValue::floating(wait) : JsonValue::null()},
-           {"collective_calls", JsonValue::integer(static_cast<int64_t>(t.collective_calls))},
-           {"gpu_busy_seconds", gpu != gpu_s[stage].end() ? JsonValue::floating(gpu->second) : JsonValue::null()}}));
-      timing_md << "| " << stage << " | " << r << " | " << (t.timed ? seconds(t.span_s()) : "-") << " | "
-                << (t.timed ? seconds(in_calls) : "-") << " | " << (t.collectives ? seconds(wait) : "-") << " | "
-                << (gpu != gpu_s[stage].end() ? seconds(gpu->second) : "-") << " |\n";
-      stage_collectives = stage_collectives || t.collectives;
-      waits.push_back(wait), busy.push_back(in_calls), calls.push_back(static_cast<double>(t.collective_calls));
-      if (t.timed) spans.push_back(t.span_s());
-      if (least_wait_rank < 0 || wait < least_wait) least_wait = wait, least_wait_rank = r;
-      most_wait = std::max(most_wait, wait);
-      if (most_busy_rank < 0 || in_calls > most_busy) most_busy = in_calls, most_busy_rank = r;
-    }
-    JsonValue straggler = JsonValue::null();
-    std::string straggler_md;
-    std::set<int64_t> stage_unfinished;
-    std::set_intersection(ran.begin(), ran.end(), unfinished.begin(), unfinished.end(),
-                          std::inserter(stage_unfinished, stage_unfinished.end()));
-    if (waits.size() >= 2 && !stage_unfinished.empty()) {
-      straggler_md = "not judged: rank(s) " + ranks_text(stage_unfinished) + " did not finish.\n";
-    } else if (waits.size() >= 2) {
-      // With collectives, waits_name_a_straggler; without, 10% above the median time in calls.
-      const double typical_busy = median(busy);
-      if (stage_collectives && waits_name_a_straggler(least_wait, most_wait, median(calls), median(spans))) {
-        straggler = JsonValue::object({{"rank", JsonValue::integer(least_wait_rank)},
-                                       {"by", JsonValue::string("least time waiting in collectives")},
-                                       {"its_wait_seconds", JsonValue::floating(least_wait)},
-                                       {"longest_wait_seconds", JsonValue::floating(most_wait)}});
-        straggler_md = "rank " + std::to_string(least_wait_rank) + " waits least in collectives (" +
-                       seconds(least_wait) + " s; another rank up to " + seconds(most_wait) +
-                       " s): the others wait for it.\n";
-      } else if (!stage_collectives && !spans.empty() && most_busy > 1.1 * typical_busy &&
-                 most_busy - typical_busy > kStragglerNoiseFloorS) {
-        straggler = JsonValue::object({{"rank", JsonValue::integer(most_busy_rank)},
-                                       {"by", JsonValue::string("longest time in recorded calls")},
-                                       {"its_seconds", JsonValue::floating(most_busy)},
-                                       {"median_seconds", JsonValue::floating(typical_busy)}});
-        straggler_md = "rank " + std::to_string(most_busy_rank) + " spends " + seconds(most_busy) +
-                       " s in its recorded calls against a median " + seconds(typical_busy) + " s.\n";
-      }
-    }
-    JsonValue st = JsonValue::object();
-    st.set("stage", JsonValue::string(stage));
-    st.set("ranks", ranks_json(ran));
-    st.set("rank_local", JsonValue::boolean(rank_local));
-    st.set("ranks_that_never_ran_it", ranks_json(never_ran));
-    st.set("signatures_differing_between_ranks", JsonValue::integer(static_cast<int64_t>(n_differing)));
-    st.set("differing", std::move(differing));
-    st.set("timing", std::move(timing));
-    st.set("straggler", std::move(straggler));
-    stages.push_back(std::move(st));
-    md << "\n- stage `" << stage << "`: ranks " << ranks_text(ran);
-    if (rank_local) md << " only (rank-local: one rank runs it by design, not an imbalance)";
-    if (!never_ran.empty()) md << "; **never on rank(s) " << ranks_text(never_ran) << "**";
-    md << "; " << n_differing << " signature(s) whose calls differ between its ranks";
-    if (n_differing)
-      md << ":\n\n  | signature | calls per rank (" << ranks_text(ran) << ") | missing on |\n  |---|---|---|\n"
-         << differing_md;
-    if (n_differing > 10) md << "\n  " << n_differing - 10 << " more under `ranks` in coverage_audit.json.\n";
-    md << "\n";
-    if (!straggler_md.empty()) md << (n_differing ? "\n" : "") << "  Straggler: " << straggler_md;
-  }
-  if (any_timed || from_counts)
+  md << "\n## Ranks\n\nExpected " << d.expected.size() << " rank(s) (world size " << world_size << "); files from "
+     << ranks_text(d.with_files) << (d.missing.empty() ? "" : "; **missing: " + ranks_text(d.missing) + "**")
+     << (d.unfinished.empty() ? ""
+                              : "; ranks that did not finish (no final counts record): " + ranks_text(d.unfinished))
+     << ". Time in collectives: " << note << ".\n";
+  for (const auto& [stage, group] : d.by_stage) add_stage(stage, group, d, stages, md, timing_md);
+  if (d.any_timed || d.from_counts)
     md << "\nWall time per rank and stage: the stage's span (first call's start to last call's end) and the time "
           "inside its recorded top-level calls (collectives apart), from the call records; the time in c10d "
           "collectives (their wait included); and the GPU time its CUDA streams were busy where it was measured "
@@ -277,11 +337,11 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
           "|---|---|---|---|---|---|\n"
        << timing_md.str();
   RankView v;
-  v.json = JsonValue::object({{"expected", ranks_json(expected)},
-                              {"with_files", ranks_json(with_files)},
-                              {"missing", ranks_json(missing)},
-                              {"unfinished", ranks_json(unfinished)},
-                              {"collectives", JsonValue::string(collectives_note)},
+  v.json = JsonValue::object({{"expected", ranks_json(d.expected)},
+                              {"with_files", ranks_json(d.with_files)},
+                              {"missing", ranks_json(d.missing)},
+                              {"unfinished", ranks_json(d.unfinished)},
+                              {"collectives", JsonValue::string(note)},
                               {"stages", std::move(stages)}});
   v.markdown = md.str();
   return v;

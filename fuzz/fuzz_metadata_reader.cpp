@@ -65,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const int fd = memfd_create("lingprobe-fuzz-metadata", 0);
   if (fd < 0 || ftruncate(fd, 0) != 0 || pwrite(fd, data, size, 0) != static_cast<ssize_t>(size)) return 0;
   lingprobe::audit::FileSummary summary;
-  if (!lingprobe::audit::read_metadata_file("/proc/self/fd/" + std::to_string(fd), summary).ok) return 0;
+  if (!lingprobe::audit::read_metadata_file("/proc/self/fd/" + std::to_string(fd), summary).status.ok()) return 0;
   const std::string& dir = run_dir();
   FILE* f = std::fopen((dir + "/metadata/metadata_rank0_pid1.jsonl").c_str(), "wb");
   if (!f) return 0;

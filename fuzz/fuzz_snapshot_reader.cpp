@@ -25,8 +25,8 @@ void read_tensors(const lingprobe::format::SnapshotReader& r, const lingprobe::f
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   lingprobe::format::SnapshotReader reader;
-  if (!reader.open_memory(std::string(reinterpret_cast<const char*>(data), size)).empty()) return 0;
-  if (!lingprobe::format::validate_snapshot_document(reader.document()).empty()) return 0;
+  if (!reader.open_memory(std::string(reinterpret_cast<const char*>(data), size)).ok()) return 0;
+  if (!lingprobe::format::validate_snapshot_document(reader.document()).ok()) return 0;
   read_tensors(reader, reader.document(), 0);
   return 0;
 }

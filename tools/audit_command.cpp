@@ -55,8 +55,8 @@ int audit_command(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   audit::AuditOutcome outcome = audit::run_audit(options);
   for (const auto& w : outcome.warnings) std::cerr << "lingprobe audit: warning: " << w << "\n";
-  if (!outcome.ok) {
-    std::cerr << "lingprobe audit: error: " << outcome.error << "\nnothing was written.\n";
+  if (!outcome.status.ok()) {
+    std::cerr << "lingprobe audit: error: " << outcome.status.message() << "\nnothing was written.\n";
     return 1;
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

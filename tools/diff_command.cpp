@@ -61,8 +61,8 @@ int diff_command(int argc, char** argv) {
   options.run_b = runs[1];
   const audit::DiffOutcome o = audit::diff_runs(options);
   for (const auto& w : o.warnings) std::cerr << "lingprobe diff: warning: " << w << "\n";
-  if (!o.ok) {
-    std::cerr << "lingprobe diff: error: " << o.error << "\n";
+  if (!o.status.ok()) {
+    std::cerr << "lingprobe diff: error: " << o.status.message() << "\n";
     return 1;
   }
   const std::string text = json ? format::pretty_json(o.report) + "\n" : o.markdown;

@@ -14,14 +14,14 @@ int hash_signature(std::istream& in, std::ostream& out, std::ostream& err) {
     ++line_number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     format::JsonParseResult parsed = format::parse_json(line);
-    if (parsed.ok && parsed.value.kind() != format::JsonValue::Kind::Object) {
-      parsed.ok = false;
-      parsed.error = "expected a JSON object (a signature), got another JSON value";
+    if (parsed.status.ok() && parsed.value.kind() != format::JsonValue::Kind::Object) {
+      parsed.status =
+          format::Status(format::StatusCode::kBadInput, "expected a JSON object (a signature), got another JSON value");
       parsed.offset = 0;
     }
-    if (!parsed.ok) {
+    if (!parsed.status.ok()) {
       out.flush();
-      err << "lingprobe hash-signature: line " << line_number << ": " << parsed.error << " (column "
+      err << "lingprobe hash-signature: line " << line_number << ": " << parsed.status.message() << " (column "
           << parsed.offset + 1 << "); stopped here, " << (line_number - 1)
           << " line(s) before it were hashed. Fix the line, or remove it, and run again.\n";
       return 2;

@@ -59,8 +59,8 @@ int report_command(int argc, char** argv) {
   }
   audit::ReportOutcome outcome = audit::run_report(options);
   for (const auto& w : outcome.warnings) std::cerr << "lingprobe report: warning: " << w << "\n";
-  if (!outcome.ok) {
-    std::cerr << "lingprobe report: error: " << outcome.error << "\n";
+  if (!outcome.status.ok()) {
+    std::cerr << "lingprobe report: error: " << outcome.status.message() << "\n";
     if (outcome.written.empty()) std::cerr << "nothing was written.\n";
     for (const auto& f : outcome.written) std::cerr << "already replaced: " << f << "\n";
     return 1;

@@ -118,8 +118,8 @@ int trace_command(int argc, char** argv) {
   }
   const audit::TraceOutcome o = audit::write_trace(options);
   for (const auto& w : o.warnings) std::cerr << "lingprobe trace: warning: " << w << "\n";
-  if (!o.ok) {
-    std::cerr << "lingprobe trace: error: " << o.error << "\nnothing was written.\n";
+  if (!o.status.ok()) {
+    std::cerr << "lingprobe trace: error: " << o.status.message() << "\nnothing was written.\n";
     return 1;
   }
   std::cerr << "lingprobe trace: wrote " << o.output_path << ": " << o.processes << " process(es), " << o.threads

@@ -9,7 +9,7 @@ namespace lingprobe::api {
 
 bool hash_signature_json(std::string_view json, std::string& hex) {
   auto parsed = format::parse_json(json);
-  if (!parsed.ok || parsed.value.kind() != format::JsonValue::Kind::Object) return false;
+  if (!parsed.status.ok() || parsed.value.kind() != format::JsonValue::Kind::Object) return false;
   hex = format::canonical_sha256(parsed.value);
   return true;
 }

@@ -86,11 +86,14 @@ struct AuditRun {
   std::string stall_table;
 };
 
-bool find_inputs(AuditRun& a);     // 1. the metadata files and the run directory; false: outcome.error says why
-bool read_inputs(AuditRun& a);     // 2. every file read and validated; false: outcome.error
-bool total_ranks(AuditRun& a);     // 2b. the ranks' files summed; false: outcome.error
+bool find_inputs(AuditRun& a);     // 1. the metadata files and the run directory; false: outcome.status (kBadInput)
+bool read_inputs(AuditRun& a);     // 2. every file read and validated; false: outcome.status (a read's code, kBadInput)
+bool total_ranks(AuditRun& a);     // 2b. the ranks' files summed; false: outcome.status (kBadInput)
 void check_evidence(AuditRun& a);  // 3. only this run's own, unaltered evidence counts
 void build_report(AuditRun& a);    // 4. coverage_audit.json's document
-void write_outputs(AuditRun& a);   // 5. summary.md's audit part, then the files (outcome.ok on success)
+void write_outputs(AuditRun& a);   // 5. summary.md's audit part, then the files (outcome.status: kIoFailed)
+
+// The audit refused on malformed or inconsistent input: outcome.status is kBadInput with `message`; false.
+bool bad_input(AuditOutcome& outcome, std::string message);
 
 }  // namespace lingprobe::audit

@@ -99,7 +99,7 @@ Derived measure_job(const EvidenceRecord& p, const ReportInputs& in, const Profi
   Derived m;
   const auto text = in.texts.find(p.sha);
   auto parsed = format::parse_json(text == in.texts.end() ? std::string() : text->second);
-  m.sig = parsed.ok ? parsed.value : JsonValue::object();
+  m.sig = parsed.status.ok() ? parsed.value : JsonValue::object();
   const JsonValue& sig = m.sig;
   j = Job{};
   j.sha = p.sha;
@@ -219,17 +219,14 @@ void add_figures_json(const EvidenceRecord& p, const ProfileFiles& pf, const Der
 
 }  // namespace
 
-bool read_report_inputs(const std::vector<std::string>& files, ReportInputs& in, std::string& error) {
+format::Status read_report_inputs(const std::vector<std::string>& files, ReportInputs& in) {
   // The run: calls per signature (the ranks'), signature texts, the profile and snapshot records.
   bool any_rank = false;
   std::vector<FileSummary>& summaries = in.summaries;
   for (const auto& f : files) {
     FileSummary s;
     ReadResult rr = read_metadata_file(f, s);
-    if (!rr.ok) {
-      error = rr.error;
-      return false;
-    }
+    if (!rr.status.ok()) return rr.status;
     any_rank = any_rank || s.role == "rank";
     summaries.push_back(std::move(s));
   }
@@ -248,7 +245,7 @@ bool read_report_inputs(const std::vector<std::string>& files, ReportInputs& in,
       if (s.signature_sha.count(e.id))
         in.snapshots.push_back({s.signature_sha.at(e.id), e.path, e.sha256, e.seq, s.rank});
   }
-  return true;
+  return format::Status::Ok();
 }
 
 bool profile_job(const std::string& run, const EvidenceRecord& p, const ReportInputs& in,

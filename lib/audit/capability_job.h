@@ -44,8 +44,8 @@ struct ReportInputs {
   std::vector<EvidenceRecord> profiles, snapshots;
 };
 
-// 1. Every metadata file of the run read; false and `error` when one cannot be.
-bool read_report_inputs(const std::vector<std::string>& files, ReportInputs& in, std::string& error);
+// 1. Every metadata file of the run read; else the first file's failure (read_metadata_file's codes).
+format::Status read_report_inputs(const std::vector<std::string>& files, ReportInputs& in);
 
 // 2. The job of one profile record; false (with a warning) when its files are missing, altered since the run, or
 // unreadable.

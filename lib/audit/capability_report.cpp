@@ -278,7 +278,7 @@ Totals run_totals(const std::vector<Job>& jobs, const ReportInputs& in) {
   for (const auto& [sha, n] : in.calls) {
     const auto text = in.texts.find(sha);
     auto parsed = format::parse_json(text == in.texts.end() ? std::string() : text->second);
-    const auto f = parsed.ok ? format::flops_per_call(parsed.value) : std::nullopt;
+    const auto f = parsed.status.ok() ? format::flops_per_call(parsed.value) : std::nullopt;
     if (f) t.flops += static_cast<double>(*f) * static_cast<double>(n);
     if (t.profiled.count(sha)) {
       if (f) t.attributed_flops += static_cast<double>(*f) * static_cast<double>(n);
@@ -396,11 +396,12 @@ ReportOutcome run_report(const ReportOptions& options) {
   while (run.size() > 1 && run.back() == '/') run.pop_back();
   const std::vector<std::string> files = sink::metadata_files(run);
   if (files.empty()) {
-    out.error = run + " is not a run directory (no metadata/*.jsonl)";
+    out.status = format::Status(format::StatusCode::kBadInput, run + " is not a run directory (no metadata/*.jsonl)");
     return out;
   }
   ReportInputs in;
-  if (!read_report_inputs(files, in, out.error)) return out;
+  out.status = read_report_inputs(files, in);
+  if (!out.status.ok()) return out;
   std::vector<Job> jobs = signature_jobs(run, in, out.warnings);
   const Totals t = run_totals(jobs, in);
   bool all_passed = false;
@@ -427,7 +428,7 @@ ReportOutcome run_report(const ReportOptions& options) {
 
   const std::string reports = run + "/reports";
   if (std::string e = sink::make_directories(reports); !e.empty()) {
-    out.error = e;
+    out.status = format::Status(format::StatusCode::kIoFailed, e);
     return out;
   }
   out.report_path = reports + "/capability_report.json";
@@ -440,12 +441,11 @@ ReportOutcome run_report(const ReportOptions& options) {
        {std::make_pair(out.report_path, format::pretty_json(report) + "\n"),
         std::make_pair(out.svg_path, svg_roofline(jobs)), std::make_pair(summary_path, summary)})
     if (std::string e = sink::replace_file(path, text); !e.empty()) {
-      out.error = e;
+      out.status = format::Status(format::StatusCode::kIoFailed, e);
       return out;
     } else {
       out.written.push_back(path);
     }
-  out.ok = true;
   return out;
 }
 

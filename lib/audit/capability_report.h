@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "format/json_value.h"
+#include "format/status.h"
 
 namespace lingprobe::audit {
 
@@ -23,8 +24,7 @@ struct ReportOptions {
 };
 
 struct ReportOutcome {
-  bool ok = false;
-  std::string error;
+  format::Status status;  // kBadInput, kIoFailed (a file not read or written), kTooLarge (a line over 16 MiB)
   std::vector<std::string> warnings;
   std::string report_path, svg_path;
   std::vector<std::string> written;  // files replaced so far (some, when writing failed midway)

@@ -93,7 +93,7 @@ std::optional<double> profile_time_us(const std::string& dir) {
   return format::parse_json_file(dir + "/kernels.json", kernels) ? kernels_time_us(kernels) : std::nullopt;
 }
 
-// The counts a file's rows come from: its last counts record, else its call records (nullptr: outcome.error).
+// The counts a file's rows come from: its last counts record, else its call records (nullptr: outcome.status).
 const std::map<uint32_t, uint64_t>* counts_of(const FileSummary& f, AuditOutcome& outcome) {
   const std::map<uint32_t, uint64_t>* counts = &f.counts;
   if (!f.has_counts) {
@@ -106,7 +106,8 @@ const std::map<uint32_t, uint64_t>* counts_of(const FileSummary& f, AuditOutcome
     outcome.warnings.push_back(f.path + ": truncated last line skipped (killed while writing?)");
   for (const auto& [id, n] : *counts)
     if (!f.signature_sha.count(id)) {
-      outcome.error = f.path + ": counts name signature id " + std::to_string(id) + ", which the file never defines";
+      bad_input(outcome,
+                f.path + ": counts name signature id " + std::to_string(id) + ", which the file never defines");
       return nullptr;
     }
   return counts;
@@ -129,10 +130,8 @@ void add_other_process(AuditRun& a, const FileSummary& f, const std::map<uint32_
 bool define_signature(Signature& s, const std::string& sha, FileSummary& f, AuditOutcome& outcome) {
   s.sha = sha;
   auto parsed = format::parse_json(f.signature_json[sha]);
-  if (!parsed.ok || parsed.value.kind() != JsonValue::Kind::Object) {
-    outcome.error = f.path + ": signature " + sha + " has malformed signature_json";
-    return false;
-  }
+  if (!parsed.status.ok() || parsed.value.kind() != JsonValue::Kind::Object)
+    return bad_input(outcome, f.path + ": signature " + sha + " has malformed signature_json");
   s.value = std::move(parsed.value);
   const JsonValue* st = s.value.find("stage");
   const JsonValue* op = s.value.find("op");
@@ -398,11 +397,10 @@ bool total_ranks(AuditRun& a) {
       add_other_process(a, f, *counts);
       continue;
     }
-    if (a.world_size >= 0 && f.world_size != a.world_size) {
-      a.outcome.error = f.path + ": world_size " + std::to_string(f.world_size) + " disagrees with " +
-                        std::to_string(a.world_size) + " of the files before it; these files are not one run";
-      return false;
-    }
+    if (a.world_size >= 0 && f.world_size != a.world_size)
+      return bad_input(a.outcome, f.path + ": world_size " + std::to_string(f.world_size) + " disagrees with " +
+                                      std::to_string(a.world_size) +
+                                      " of the files before it; these files are not one run");
     a.world_size = f.world_size;
     if (!add_signature_calls(a, f, *counts)) return false;
     add_evidence_and_stalls(a, f);
@@ -484,7 +482,7 @@ void build_report(AuditRun& a) {
 AuditOutcome run_audit(const AuditOptions& options) {
   AuditOutcome outcome;
   if (options.inputs.empty()) {
-    outcome.error = "no input: give a run directory or metadata JSONL files";
+    bad_input(outcome, "no input: give a run directory or metadata JSONL files");
     return outcome;
   }
   AuditRun a(options, outcome);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "format/json_value.h"
+#include "format/status.h"
 
 namespace lingprobe::audit {
 
@@ -28,8 +29,7 @@ struct DiffOptions {
 };
 
 struct DiffOutcome {
-  bool ok = false;
-  std::string error;
+  format::Status status;  // kBadInput, kIoFailed (a file not read or written), kTooLarge (a line over 16 MiB)
   std::vector<std::string> warnings;
   format::JsonValue report;  // the whole diff
   std::string markdown;      // its human form

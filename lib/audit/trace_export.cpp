@@ -70,7 +70,7 @@ struct SliceText {
 SliceText slice_text(const std::string& sha, const std::string& signature_json) {
   SliceText t;
   auto parsed = format::parse_json(signature_json);
-  const JsonValue sig = parsed.ok ? std::move(parsed.value) : JsonValue::object();
+  const JsonValue sig = parsed.status.ok() ? std::move(parsed.value) : JsonValue::object();
   const JsonValue* op = sig.find("op");
   const JsonValue* stage = sig.find("stage");
   const std::string op_name = op && op->kind() == JsonValue::Kind::String ? op->as_string() : "?";
@@ -303,8 +303,8 @@ bool choose_files(const TraceOptions& options, const std::vector<std::string>& f
   for (const auto& path : files) {
     FileSummary f;
     ReadResult r = read_metadata_file(path, f);
-    if (!r.ok) {
-      outcome.error = r.error;
+    if (!r.status.ok()) {
+      outcome.status = r.status;
       return false;
     }
     if (!f.has_header) {
@@ -312,12 +312,14 @@ bool choose_files(const TraceOptions& options, const std::vector<std::string>& f
       continue;
     }
     if (f.format != "lingprobe.metadata/1") {
-      outcome.error = path + ": format '" + f.format + "' is not lingprobe.metadata/1";
+      outcome.status = format::Status(format::StatusCode::kBadInput,
+                                      path + ": format '" + f.format + "' is not lingprobe.metadata/1");
       return false;
     }
     if (!chosen.run_id.empty() && f.run_id != chosen.run_id) {
-      outcome.error = path + ": run_id '" + f.run_id + "' differs from '" + chosen.run_id +
-                      "' of the files before it; trace one launch's run directory";
+      outcome.status = format::Status(format::StatusCode::kBadInput,
+                                      path + ": run_id '" + f.run_id + "' differs from '" + chosen.run_id +
+                                          "' of the files before it; trace one launch's run directory");
       return false;
     }
     chosen.run_id = f.run_id;
@@ -325,9 +327,10 @@ bool choose_files(const TraceOptions& options, const std::vector<std::string>& f
     constexpr int64_t kClockLimit = int64_t{1} << 62;
     if (f.start_unix_ns < 0 || f.start_mono_ns < 0 || f.start_unix_ns >= kClockLimit ||
         f.start_mono_ns >= kClockLimit) {
-      outcome.error = path +
-                      ": its header lacks start_unix_ns/start_mono_ns (or holds no clock's value), so its clock "
-                      "cannot be aligned with the other processes'";
+      outcome.status = format::Status(format::StatusCode::kBadInput,
+                                      path +
+                                          ": its header lacks start_unix_ns/start_mono_ns (or holds no clock's value), "
+                                          "so its clock cannot be aligned with the other processes'");
       return false;
     }
     chosen.base = std::min(chosen.base, f.start_unix_ns);  // the run's first process start, whichever ranks are drawn
@@ -347,12 +350,12 @@ bool open_output(const TraceOptions& options, const std::string& run_dir, Output
       0, outcome.output_path.rfind('/') == std::string::npos ? 0 : outcome.output_path.rfind('/'));
   if (!dir.empty())
     if (std::string err = sink::make_directories(dir); !err.empty()) {
-      outcome.error = err;
+      outcome.status = format::Status(format::StatusCode::kIoFailed, err);
       return false;
     }
   tmp = outcome.output_path + ".tmp" + std::to_string(::getpid());
   if (!out.open(tmp)) {
-    outcome.error = "cannot write " + tmp + ": " + std::strerror(errno);
+    outcome.status = format::Status(format::StatusCode::kIoFailed, "cannot write " + tmp + ": " + std::strerror(errno));
     return false;
   }
   return true;
@@ -370,7 +373,7 @@ ReadResult draw_process(const FileSummary& f, int64_t trace_pid, int64_t base, c
   TraceVisitor visitor(f, trace_pid, offset, options, out, outcome);
   StreamStats stats;
   ReadResult r = stream_metadata_file(f.path, visitor, stats);
-  if (r.ok) visitor.finish();
+  if (r.status.ok()) visitor.finish();
   return r;
 }
 
@@ -394,19 +397,22 @@ TraceOutcome write_trace(const TraceOptions& options) {
   std::string run_dir = options.run_dir;
   while (run_dir.size() > 1 && run_dir.back() == '/') run_dir.pop_back();
   if (std::string why = sink::run_directory_error(run_dir); !why.empty()) {
-    outcome.error = why;
+    outcome.status = format::Status(format::StatusCode::kBadInput, why);
     return outcome;
   }
   const std::vector<std::string> files = sink::metadata_files(run_dir);
   if (files.empty()) {
-    outcome.error = "no metadata files (*.jsonl) in " + run_dir + "/metadata";
+    outcome.status =
+        format::Status(format::StatusCode::kBadInput, "no metadata files (*.jsonl) in " + run_dir + "/metadata");
     return outcome;
   }
   Chosen chosen;
   if (!choose_files(options, files, outcome, chosen)) return outcome;
   if (chosen.files.empty()) {
-    outcome.error = options.ranks.empty() ? "no process of " + run_dir + " wrote a header"
-                                          : "no metadata file of the ranks asked for (--ranks) in " + run_dir;
+    outcome.status =
+        format::Status(format::StatusCode::kBadInput,
+                       options.ranks.empty() ? "no process of " + run_dir + " wrote a header"
+                                             : "no metadata file of the ranks asked for (--ranks) in " + run_dir);
     return outcome;
   }
   // Processes in rank order; the shared clock starts at the earliest process start.
@@ -423,16 +429,17 @@ TraceOutcome write_trace(const TraceOptions& options) {
     int64_t trace_pid = f.pid;
     while (pids_used.count(trace_pid)) trace_pid += int64_t{1} << 22;  // above Linux's pid_max
     pids_used.emplace(trace_pid, 0);
-    if (ReadResult r = draw_process(f, trace_pid, chosen.base, options, out, outcome); !r.ok) {
+    if (ReadResult r = draw_process(f, trace_pid, chosen.base, options, out, outcome); !r.status.ok()) {
       out.close();
       ::unlink(tmp.c_str());
-      outcome.error = r.error;
+      outcome.status = r.status;
       return outcome;
     }
   }
   out.raw(trace_end(chosen.run_id, chosen.base, outcome));
   if (!out.close() || std::rename(tmp.c_str(), outcome.output_path.c_str()) != 0) {
-    outcome.error = "cannot write " + outcome.output_path + ": " + std::strerror(errno);
+    outcome.status = format::Status(format::StatusCode::kIoFailed,
+                                    "cannot write " + outcome.output_path + ": " + std::strerror(errno));
     ::unlink(tmp.c_str());
     return outcome;
   }
@@ -442,7 +449,6 @@ TraceOutcome write_trace(const TraceOptions& options) {
   if (outcome.slices == 0)
     outcome.warnings.push_back(
         "no call record to draw (call records off, LINGPROBE_CALL_RECORDS=0, or outside the filters)");
-  outcome.ok = true;
   return outcome;
 }
 

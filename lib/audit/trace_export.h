@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "format/status.h"
+
 namespace lingprobe::audit {
 
 struct TraceOptions {
@@ -28,8 +30,7 @@ struct TraceOptions {
 };
 
 struct TraceOutcome {
-  bool ok = false;
-  std::string error;
+  format::Status status;  // kBadInput, kIoFailed (a file not read or written), kTooLarge (a line over 16 MiB)
   std::vector<std::string> warnings;
   std::string output_path;
   uint64_t processes = 0, threads = 0;

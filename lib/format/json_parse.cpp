@@ -43,23 +43,23 @@ class Parser {
     JsonParseResult r;
     skip_ws();
     if (!parse_value(r.value, 0)) {
-      r.error = error_;
+      r.status = Status(code_, error_);
       r.offset = pos_;
       return r;
     }
     skip_ws();
     if (pos_ != s_.size()) {
-      r.error = "extra data after the JSON value";
+      r.status = Status(StatusCode::kBadInput, "extra data after the JSON value");
       r.offset = pos_;
       return r;
     }
-    r.ok = true;
     return r;
   }
 
  private:
-  bool fail(const char* what) {
+  bool fail(const char* what, StatusCode code = StatusCode::kBadInput) {
     error_ = what;
+    code_ = code;
     return false;
   }
   bool at_end() const { return pos_ >= s_.size(); }
@@ -74,7 +74,7 @@ class Parser {
   }
 
   bool parse_value(JsonValue& out, int depth) {
-    if (depth > kMaxDepth) return fail("nesting deeper than 512 levels");
+    if (depth > kMaxDepth) return fail("nesting deeper than 512 levels", StatusCode::kTooLarge);
     switch (peek()) {
       case '{': return parse_object(out, depth);
       case '[': return parse_array(out, depth);
@@ -320,6 +320,7 @@ class Parser {
   std::string_view s_;
   size_t pos_ = 0;
   std::string error_;
+  StatusCode code_ = StatusCode::kBadInput;
 };
 
 }  // namespace
@@ -332,7 +333,7 @@ bool parse_json_file(const std::string& path, JsonValue& out) {
   std::stringstream ss;
   ss << f.rdbuf();
   JsonParseResult r = parse_json(ss.str());
-  if (!r.ok) return false;
+  if (!r.status.ok()) return false;
   out = std::move(r.value);
   return true;
 }

@@ -11,13 +11,14 @@
 #include <string_view>
 
 #include "format/json_value.h"
+#include "format/status.h"
 
 namespace lingprobe::format {
 
 struct JsonParseResult {
-  bool ok = false;
   JsonValue value;
-  std::string error;  // what was wrong, e.g. "expecting ':' after object key"
+  // ok, or what was wrong, e.g. "expecting ':' after object key": kBadInput, kTooLarge (nested over 512 levels)
+  Status status;
   size_t offset = 0;  // byte offset of the error in the input
 };
 

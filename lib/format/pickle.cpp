@@ -151,21 +151,25 @@ class Reader {
  public:
   explicit Reader(const std::string& b) : b_(b) {}
 
-  std::string run(PickleValue& out) {
-    if (b_.size() < 2 || b_[0] != PROTO) return fail("not a pickle (no PROTO opcode)");
+  Status run(PickleValue& out) {
+    if (b_.size() < 2 || b_[0] != PROTO) return Status(StatusCode::kBadInput, "not a pickle (no PROTO opcode)");
     pos_ = 2;
     while (pos_ < b_.size()) {
       const size_t at = pos_;
       const char op = b_[pos_++];
-      std::string err = step(op, out);
-      if (!err.empty()) return "pickle offset " + std::to_string(at) + ": " + err;
-      if (stopped_) return "";
+      if (std::string err = step(op, out); !err.empty())
+        return Status(over_limit_ ? StatusCode::kTooLarge : StatusCode::kBadInput,
+                      "pickle offset " + std::to_string(at) + ": " + err);
+      if (stopped_) return Status::Ok();
     }
-    return fail("truncated (no STOP)");
+    return Status(StatusCode::kBadInput, "truncated (no STOP)");
   }
 
  private:
-  std::string fail(const std::string& s) { return s; }
+  const char* over_limit(const char* what) {  // a limit's error: kTooLarge
+    over_limit_ = true;
+    return what;
+  }
   bool need(size_t n) { return pos_ <= b_.size() && n <= b_.size() - pos_; }
   uint32_t u32() {
     uint32_t v = 0;
@@ -181,8 +185,8 @@ class Reader {
     return "";
   }
   std::string push(PickleValue v, int depth = 0) {
-    if (++count_ > 10000000) return "too many items";
-    if (depth > kMaxDepth) return "nested too deeply";
+    if (++count_ > 10000000) return over_limit("too many items");
+    if (depth > kMaxDepth) return over_limit("nested too deeply");
     Cell c;
     c.value = std::move(v);
     c.depth = depth;
@@ -222,7 +226,7 @@ class Reader {
         stopped_ = true;
         return "";
       case MARK: {
-        if (++marks_ > 64) return "nested too deeply";
+        if (++marks_ > 64) return over_limit("nested too deeply");
         Cell c;
         c.kind = Cell::Kind::Mark;
         stack_.push_back(std::move(c));
@@ -259,7 +263,8 @@ class Reader {
       case BINUNICODE: {
         if (!need(4)) return "truncated";
         const uint32_t n = u32();
-        if (n > (256u << 20) || !need(n)) return "string too long or truncated";
+        if (n > (256u << 20)) return over_limit("string too long or truncated");
+        if (!need(n)) return "string too long or truncated";
         std::string s = b_.substr(pos_, n);
         pos_ += n;
         return push(PickleValue::string(std::move(s)));
@@ -362,7 +367,7 @@ class Reader {
         PickleValue* list = nullptr;
         if (auto e = top_value(list); !e.empty()) return e;
         if (list->kind() != PickleValue::Kind::List) return "APPEND to a non-list";
-        if (depth > kMaxDepth) return "nested too deeply";
+        if (depth > kMaxDepth) return over_limit("nested too deeply");
         stack_.back().depth = std::max(stack_.back().depth, depth);
         list->push_back(std::move(item));
         return "";
@@ -375,7 +380,7 @@ class Reader {
         if (list->kind() != PickleValue::Kind::List) return "APPENDS to a non-list";
         for (auto& c : cells) {
           if (c.kind != Cell::Kind::Value) return "APPENDS of a non-value";
-          if (c.depth + 1 > kMaxDepth) return "nested too deeply";
+          if (c.depth + 1 > kMaxDepth) return over_limit("nested too deeply");
           stack_.back().depth = std::max(stack_.back().depth, c.depth + 1);
           list->push_back(std::move(c.value));
         }
@@ -399,7 +404,7 @@ class Reader {
           if (cells[i].kind != Cell::Kind::Value || cells[i].value.kind() != PickleValue::Kind::String ||
               cells[i + 1].kind != Cell::Kind::Value)
             return "dict key is not a string";
-          if (cells[i + 1].depth + 1 > kMaxDepth) return "nested too deeply";
+          if (cells[i + 1].depth + 1 > kMaxDepth) return over_limit("nested too deeply");
           stack_.back().depth = std::max(stack_.back().depth, cells[i + 1].depth + 1);
           dict->set(cells[i].value.as_string(), std::move(cells[i + 1].value));
         }
@@ -415,7 +420,8 @@ class Reader {
 
   const std::string& b_;
   size_t pos_ = 0;
-  bool stopped_ = false;  // STOP read: the value is out
+  bool stopped_ = false;     // STOP read: the value is out
+  bool over_limit_ = false;  // the error is a limit's (kTooLarge)
   size_t count_ = 0;
   int marks_ = 0;
   std::vector<Cell> stack_;
@@ -489,9 +495,6 @@ void write_pickle(const PickleValue& value, std::string& out) {
   out.push_back(STOP);
 }
 
-std::string read_pickle(const std::string& bytes, PickleValue& out) {
-  Reader r(bytes);
-  return r.run(out);
-}
+Status read_pickle(const std::string& bytes, PickleValue& out) { return Reader(bytes).run(out); }
 
 }  // namespace lingprobe::format

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "format/status.h"
+
 namespace lingprobe::format {
 
 struct PickleTensor {
@@ -66,9 +68,9 @@ class PickleValue {
 // Appends the pickle of `value` (PROTO 2 ... STOP) to `out`.
 void write_pickle(const PickleValue& value, std::string& out);
 
-// Parses a pickle written by write_pickle. Returns "" or the error (with the
-// byte offset). Limits: 64 levels of nesting (of marks and of containers),
-// 10^7 items, strings up to 256 MiB.
-std::string read_pickle(const std::string& bytes, PickleValue& out);
+// Parses a pickle written by write_pickle. Returns ok, or the error (with the
+// byte offset): kTooLarge over a limit, kBadInput otherwise. Limits: 64 levels
+// of nesting (of marks and of containers), 10^7 items, strings up to 256 MiB.
+Status read_pickle(const std::string& bytes, PickleValue& out);
 
 }  // namespace lingprobe::format

@@ -187,53 +187,61 @@ PickleValue tensor_value(const TensorMeta& m, size_t blob_index, int64_t stored_
   return v;
 }
 
-std::string write_snapshot_archive(const PickleValue& document, const std::vector<BlobSource*>& blobs, ZipWriter& zip) {
+Status write_snapshot_archive(const PickleValue& document, const std::vector<BlobSource*>& blobs, ZipWriter& zip) {
   std::string pkl;
   write_pickle(document, pkl);
+  // The zip's own code where it failed; else kIoFailed (a write) or kFailed (a tensor's source).
+  auto code = [&](StatusCode otherwise) { return zip.status().ok() ? otherwise : zip.status().code(); };
   auto failed = [&](const std::string& what) {
-    return what + (zip.status().ok() ? "" : ": " + zip.status().message());
+    return Status(code(StatusCode::kIoFailed), what + (zip.status().ok() ? "" : ": " + zip.status().message()));
   };
   if (!zip.add("archive/data.pkl", pkl.data(), pkl.size())) return failed("writing data.pkl failed");
   if (!zip.add("archive/byteorder", "little", 6)) return failed("writing byteorder failed");
   for (size_t i = 0; i < blobs.size(); ++i) {
     if (!zip.begin_entry("archive/data/" + std::to_string(i))) return failed("writing a tensor failed");
     std::string err = blobs[i]->stream([&](const void* d, size_t n) { return zip.write(d, n); });
-    if (!err.empty()) return "tensor " + std::to_string(i) + ": " + err;
+    if (!err.empty()) return Status(code(StatusCode::kFailed), "tensor " + std::to_string(i) + ": " + err);
     if (!zip.end_entry()) return failed("writing a tensor failed");
   }
   if (!zip.add("archive/version", "3\n", 2)) return failed("writing version failed");
   if (!zip.finish()) return failed("writing the central directory failed");
-  return "";
+  return Status::Ok();
 }
 
-std::string SnapshotReader::open(const std::string& path) {
+Status SnapshotReader::open(const std::string& path) {
   auto file = std::make_unique<FileSource>(path);
-  if (!file->ok()) return "cannot open " + path + " (missing, unreadable or not a regular file)";
+  if (!file->ok())
+    return Status(StatusCode::kIoFailed, "cannot open " + path + " (missing, unreadable or not a regular file)");
   source_ = std::move(file);
   return parse();
 }
 
-std::string SnapshotReader::open_memory(const std::string& bytes) {
+Status SnapshotReader::open_memory(const std::string& bytes) {
   memory_ = bytes;
   source_ = std::make_unique<MemorySource>(memory_.data(), memory_.size());
   return parse();
 }
 
-std::string SnapshotReader::parse() {
-  if (std::string e = zip_.open(*source_); !e.empty()) return "not a snapshot: " + e;
-  if (zip_.entries().empty()) return "not a snapshot: an empty archive";
+Status SnapshotReader::parse() {
+  auto bad = [](const std::string& what) { return Status(StatusCode::kBadInput, what); };
+  if (std::string e = zip_.open(*source_); !e.empty()) return bad("not a snapshot: " + e);
+  if (zip_.entries().empty()) return bad("not a snapshot: an empty archive");
   const std::string& first = zip_.entries().front().name;
   const size_t slash = first.find('/');
-  if (slash == std::string::npos) return "not a snapshot: entries outside an archive folder";
+  if (slash == std::string::npos) return bad("not a snapshot: entries outside an archive folder");
   prefix_ = first.substr(0, slash + 1);
   const ZipEntry* pkl = zip_.find(prefix_ + "data.pkl");
-  if (!pkl) return "not a snapshot: no data.pkl (not a torch.save file)";
+  if (!pkl) return bad("not a snapshot: no data.pkl (not a torch.save file)");
   std::string bytes;
-  if (std::string e = zip_.read_entry(*pkl, bytes, 256u << 20); !e.empty()) return "not a snapshot: " + e;
-  if (std::string e = read_pickle(bytes, doc_); !e.empty())
-    return "not a lingprobe snapshot: data.pkl is not in lingprobe's pickle subset (" + e + ")";
-  if (std::string e = validate_snapshot_document(doc_); !e.empty()) return "malformed snapshot: " + e;
-  return "";
+  constexpr uint64_t kMaxPickle = 256u << 20;
+  if (std::string e = zip_.read_entry(*pkl, bytes, kMaxPickle); !e.empty())
+    return Status(pkl->size > kMaxPickle ? StatusCode::kTooLarge : StatusCode::kBadInput, "not a snapshot: " + e);
+  if (Status st = read_pickle(bytes, doc_); !st.ok())
+    return Status(st.code(),
+                  "not a lingprobe snapshot: data.pkl is not in lingprobe's pickle subset (" + st.message() + ")");
+  if (Status st = validate_snapshot_document(doc_); !st.ok())
+    return Status(st.code(), "malformed snapshot: " + st.message());
+  return Status::Ok();
 }
 
 std::string SnapshotReader::read_data(const PickleValue& tensor_value, std::string& bytes) const {
@@ -253,7 +261,10 @@ std::string SnapshotReader::read_data(const PickleValue& tensor_value, std::stri
   return zip_.read_entry(*e, bytes, 1ull << 40);
 }
 
-std::string validate_snapshot_document(const PickleValue& doc) {
+namespace {
+
+// The first problem of a document's shape, with its path ("args[0].shape"); "" when none.
+std::string document_problem(const PickleValue& doc) {
   if (doc.kind() != PickleValue::Kind::Dict) return "the document is not a dict";
   const PickleValue* fmt = doc.find("format");
   if (!fmt || fmt->kind() != PickleValue::Kind::String || fmt->as_string() != kSnapshotFormat)
@@ -278,6 +289,13 @@ std::string validate_snapshot_document(const PickleValue& doc) {
   const PickleValue* policy = doc.find("math_policy");
   if (policy && policy->kind() != PickleValue::Kind::Dict) return "math_policy is not a dict";
   return "";
+}
+
+}  // namespace
+
+Status validate_snapshot_document(const PickleValue& doc) {
+  const std::string e = document_problem(doc);
+  return e.empty() ? Status::Ok() : Status(StatusCode::kBadInput, e);
 }
 
 }  // namespace lingprobe::format

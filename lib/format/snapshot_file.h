@@ -32,6 +32,7 @@
 
 #include "format/pickle.h"
 #include "format/profile_files.h"
+#include "format/status.h"
 #include "format/zip_archive.h"
 
 namespace lingprobe::format {
@@ -67,23 +68,24 @@ PickleValue tensor_value(const TensorMeta& meta, size_t blob_index, int64_t stor
 PickleValue typed_value(const std::string& kind, const std::string& repr);
 
 // Writes the archive: data.pkl (the document), data/{i} for blob i, version,
-// byteorder. "" or the error.
-std::string write_snapshot_archive(const PickleValue& document, const std::vector<BlobSource*>& blobs, ZipWriter& zip);
+// byteorder. Ok, or the zip's code (kIoFailed, kTooLarge, ...), kFailed for a blob's own failure.
+Status write_snapshot_archive(const PickleValue& document, const std::vector<BlobSource*>& blobs, ZipWriter& zip);
 
 // A snapshot file opened for reading (replay): the document, validated, and
 // its tensors' bytes on demand.
 class SnapshotReader {
  public:
-  // "" or one clear error: not a ZIP, not a lingprobe snapshot, a malformed
+  // Ok or one clear error: not a ZIP, not a lingprobe snapshot, a malformed
   // document, a tensor whose bytes do not match its metadata, ...
-  std::string open(const std::string& path);
-  std::string open_memory(const std::string& bytes);  // for tests and fuzzing
+  // kIoFailed (cannot open), kTooLarge (data.pkl or the pickle over a limit), kBadInput.
+  Status open(const std::string& path);
+  Status open_memory(const std::string& bytes);  // for tests and fuzzing
   const PickleValue& document() const { return doc_; }
   // The stored bytes of a tensor value's "data" (CRC checked).
   std::string read_data(const PickleValue& tensor_value, std::string& bytes) const;
 
  private:
-  std::string parse();
+  Status parse();
   std::unique_ptr<ByteSource> source_;
   std::string memory_;
   ZipReader zip_;
@@ -92,7 +94,7 @@ class SnapshotReader {
 };
 
 // Checks a document's shape (keys, kinds, every tensor's fields and sizes);
-// "" or the first problem, with its path ("args[0].shape").
-std::string validate_snapshot_document(const PickleValue& doc);
+// ok, or kBadInput with the first problem, with its path ("args[0].shape").
+Status validate_snapshot_document(const PickleValue& doc);
 
 }  // namespace lingprobe::format

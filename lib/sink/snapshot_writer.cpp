@@ -205,7 +205,8 @@ format::Status SnapshotWriter::write_snapshot(runtime::SnapshotJob& job, const s
   });
   std::vector<format::BlobSource*> blobs;
   for (auto& b : job.blobs) blobs.push_back(b.get());
-  std::string err = format::write_snapshot_archive(job.document, blobs, zip);
+  const format::Status archive = format::write_snapshot_archive(job.document, blobs, zip);
+  std::string err = archive.ok() ? std::string() : archive.message();
   job.blobs.clear();  // device copies go back now, whatever happened
   if (err.empty() && ::fsync(fd) != 0) err = std::string("fsync: ") + std::strerror(errno);
   ::close(fd);

@@ -100,7 +100,17 @@ TEST_CASE("audit phases: a directory without metadata stops at the first phase w
   AuditOutcome out;
   AuditRun a(o, out);
   CHECK_FALSE(find_inputs(a));
-  CHECK_FALSE(out.error.empty());
+  CHECK_FALSE(out.status.message().empty());
+  CHECK(out.status.code() == format::StatusCode::kBadInput);
+}
+
+TEST_CASE("audit: an unreadable metadata file stops the audit with its path", "[audit][phases]") {
+  AuditOptions o;
+  o.inputs = {"/nonexistent-lpunit/metadata/metadata_rank0_pid1.jsonl"};
+  o.write = false;
+  const AuditOutcome out = run_audit(o);
+  CHECK(out.status.code() == format::StatusCode::kIoFailed);
+  CHECK(out.status.message().find("metadata_rank0_pid1.jsonl: cannot open") != std::string::npos);
 }
 
 TEST_CASE("diff: a run against itself is unchanged in every stage", "[audit][diff]") {
@@ -108,7 +118,7 @@ TEST_CASE("diff: a run against itself is unchanged in every stage", "[audit][dif
   DiffOptions o;
   o.run_a = o.run_b = run;
   const DiffOutcome d = diff_runs(o);
-  REQUIRE(d.ok);
+  REQUIRE(d.status.ok());
   const format::JsonValue* stages = d.report.find("stages");
   REQUIRE(stages);
   CHECK(stages->items().size() == 3);
@@ -125,8 +135,9 @@ TEST_CASE("diff: a run against itself is unchanged in every stage", "[audit][dif
   DiffOptions missing = o;
   missing.run_b = run + "/no-such-run";
   const DiffOutcome bad = diff_runs(missing);
-  CHECK_FALSE(bad.ok);
-  CHECK_FALSE(bad.error.empty());
+  CHECK_FALSE(bad.status.ok());
+  CHECK_FALSE(bad.status.message().empty());
+  CHECK(bad.status.code() == format::StatusCode::kBadInput);
 }
 
 TEST_CASE("trace: every rank's calls, snapshots and windows; filters and the event limit", "[audit][trace]") {
@@ -134,7 +145,7 @@ TEST_CASE("trace: every rank's calls, snapshots and windows; filters and the eve
   TraceOptions o;
   o.run_dir = run;
   const TraceOutcome all = write_trace(o);
-  REQUIRE(all.ok);
+  REQUIRE(all.status.ok());
   CHECK(all.processes == 4);
   CHECK(all.slices == 17106);
   CHECK(all.snapshots == 30);
@@ -144,14 +155,14 @@ TEST_CASE("trace: every rank's calls, snapshots and windows; filters and the eve
   rank1.ranks = {1};
   rank1.output = run + "/rank1.json";
   const TraceOutcome r1 = write_trace(rank1);
-  REQUIRE(r1.ok);
+  REQUIRE(r1.status.ok());
   CHECK(r1.processes == 1);
   CHECK(r1.slices < all.slices);
   TraceOptions limited = o;
   limited.max_events = 100;
   limited.output = run + "/limited.json";
   const TraceOutcome l = write_trace(limited);
-  REQUIRE(l.ok);
+  REQUIRE(l.status.ok());
   CHECK(l.slices == 100);
   CHECK(l.slices + l.over_limit == all.slices);
 }

@@ -19,12 +19,12 @@ TEST_CASE("canonical JSON equals Python's json.dumps(sort_keys, compact) on gene
   int n = 0;
   while (std::getline(in, line)) {
     auto record = parse_json(line);
-    REQUIRE(record.ok);
+    REQUIRE(record.status.ok());
     const std::string input = record.value.find("input")->as_string();
     const std::string expected = record.value.find("canonical")->as_string();
     auto parsed = parse_json(input);
-    INFO("input: " << input << " error: " << parsed.error);
-    REQUIRE(parsed.ok);
+    INFO("input: " << input << " error: " << parsed.status.message());
+    REQUIRE(parsed.status.ok());
     CHECK(canonical_json(parsed.value) == expected);
     CHECK(canonical_sha256(parsed.value) == record.value.find("sha256")->as_string());
     ++n;

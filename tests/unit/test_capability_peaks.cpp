@@ -45,7 +45,7 @@ TEST_CASE("peaks: none for an unknown GPU or mode", "[report]") {
 namespace {
 lingprobe::format::JsonValue signature(const char* text) {
   auto parsed = lingprobe::format::parse_json(text);
-  REQUIRE(parsed.ok);
+  REQUIRE(parsed.status.ok());
   return parsed.value;
 }
 }  // namespace

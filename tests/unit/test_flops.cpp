@@ -9,7 +9,7 @@ using lingprobe::format::parse_json;
 namespace {
 std::optional<int64_t> flops(const char* sig) {
   auto p = parse_json(sig);
-  REQUIRE(p.ok);
+  REQUIRE(p.status.ok());
   return flops_per_call(p.value);
 }
 }  // namespace

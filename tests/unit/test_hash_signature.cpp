@@ -40,7 +40,7 @@ TEST_CASE("hash-signature refuses a JSON value that is not an object", "[tools]"
 TEST_CASE("hash-signature reproduces every seed signature_sha256", "[tools][seed]") {
   auto seed =
       lingprobe::format::parse_json(lingprobe::test::read_file(lingprobe::test::seed_path("coverage_audit.seed.json")));
-  REQUIRE(seed.ok);
+  REQUIRE(seed.status.ok());
   std::string input, expected;
   for (const auto& row : seed.value.find("rows")->items()) {
     // Pretty-printed with a different key order: the tool must not care.

@@ -8,7 +8,7 @@ using namespace lingprobe::format;
 
 TEST_CASE("parse_json reads Python's json extensions", "[format][parse]") {
   auto r = parse_json(R"([NaN, Infinity, -Infinity, 1, 1.0, 1e2, -0, 99999999999999999999])");
-  REQUIRE(r.ok);
+  REQUIRE(r.status.ok());
   const auto& items = r.value.items();
   CHECK(std::isnan(items[0].as_float()));
   CHECK(items[1].as_float() == INFINITY);
@@ -23,7 +23,7 @@ TEST_CASE("parse_json reads Python's json extensions", "[format][parse]") {
 
 TEST_CASE("parse_json keeps the last of duplicate keys", "[format][parse]") {
   auto r = parse_json(R"({"a":1,"a":2})");
-  REQUIRE(r.ok);
+  REQUIRE(r.status.ok());
   CHECK(r.value.members().size() == 1);
   CHECK(r.value.find("a")->as_int() == 2);
 }
@@ -41,15 +41,17 @@ TEST_CASE("parse_json rejects malformed input with a position", "[format][parse]
   for (const auto& c : cases) {
     INFO("text: " << c.text);
     auto r = parse_json(c.text);
-    CHECK_FALSE(r.ok);
-    CHECK_FALSE(r.error.empty());
+    CHECK_FALSE(r.status.ok());
+    CHECK_FALSE(r.status.message().empty());
+    CHECK(r.status.code() == StatusCode::kBadInput);
     CHECK(r.offset == c.offset);
   }
 }
 
 TEST_CASE("parse_json rejects invalid UTF-8 and runaway nesting", "[format][parse]") {
-  CHECK_FALSE(parse_json("\"\xff\"").ok);
-  CHECK_FALSE(parse_json("\"\xed\xa0\x80\"").ok);  // an encoded surrogate is not UTF-8
-  CHECK_FALSE(parse_json(std::string(2000, '[') + std::string(2000, ']')).ok);
-  CHECK(parse_json(std::string(100, '[') + std::string(100, ']')).ok);
+  CHECK_FALSE(parse_json("\"\xff\"").status.ok());
+  CHECK_FALSE(parse_json("\"\xed\xa0\x80\"").status.ok());  // an encoded surrogate is not UTF-8
+  CHECK_FALSE(parse_json(std::string(2000, '[') + std::string(2000, ']')).status.ok());
+  CHECK(parse_json(std::string(2000, '[') + std::string(2000, ']')).status.code() == StatusCode::kTooLarge);
+  CHECK(parse_json(std::string(100, '[') + std::string(100, ']')).status.ok());
 }

@@ -42,7 +42,7 @@ TEST_CASE("call record lines are canonical JSON", "[sink]") {
   const std::string text = line_of(extreme);
   REQUIRE(text.back() == '\n');
   auto parsed = format::parse_json(text.substr(0, text.size() - 1));
-  REQUIRE(parsed.ok);
+  REQUIRE(parsed.status.ok());
   CHECK(format::canonical_json(parsed.value) + "\n" == text);
   CHECK(text.find("\"seq\":18446744073709551615") != std::string::npos);
   CHECK(text.find("\"t0_ns\":-9223372036854775808") != std::string::npos);
@@ -68,7 +68,7 @@ TEST_CASE("the writer writes header, signature, calls and final counts in order"
   std::vector<std::string> kinds;
   while (std::getline(f, line)) {
     auto r = format::parse_json(line);
-    REQUIRE(r.ok);
+    REQUIRE(r.status.ok());
     kinds.push_back(r.value.find("kind")->as_string());
   }
   CHECK(kinds == std::vector<std::string>{"header", "signature", "call", "call", "call", "counts"});
@@ -86,7 +86,7 @@ std::vector<format::JsonValue> whole_lines(const std::string& path) {
   for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
     auto r = format::parse_json(text.substr(start, nl - start));
     INFO(text.substr(start, nl - start));
-    REQUIRE(r.ok);
+    REQUIRE(r.status.ok());
     out.push_back(r.value);
   }
   return out;
@@ -221,7 +221,7 @@ TEST_CASE("compile-time calls and collective times go into the counts record in 
                          "\"compile_time\":{\"fake_tensor_inputs\":1,\"fake_tensor_mode\":7},\"dropped\":{}",
                          0) == 0);
       auto r = format::parse_json(counts);
-      REQUIRE(r.ok);
+      REQUIRE(r.status.ok());
       CHECK(r.value.find("compile_time")->find("fake_tensor_mode")->as_int() == 7);
     } else {
       CHECK(counts.find("compile_time") == std::string::npos);

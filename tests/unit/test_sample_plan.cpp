@@ -34,7 +34,7 @@ JsonValue audit_of(const std::vector<std::string>& rows, const std::string& extr
   for (size_t i = 0; i < rows.size(); ++i) text += (i ? "," : "") + rows[i];
   text += "]" + extra + "}";
   auto parsed = format::parse_json(text);
-  REQUIRE(parsed.ok);
+  REQUIRE(parsed.status.ok());
   return parsed.value;
 }
 

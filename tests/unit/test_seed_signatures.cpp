@@ -8,7 +8,7 @@ using namespace lingprobe::format;
 
 TEST_CASE("all 31 seed signatures hash to their signature_sha256", "[format][seed]") {
   auto parsed = parse_json(lingprobe::test::read_file(lingprobe::test::seed_path("coverage_audit.seed.json")));
-  REQUIRE(parsed.ok);
+  REQUIRE(parsed.status.ok());
   const JsonValue* rows = parsed.value.find("rows");
   REQUIRE(rows);
   REQUIRE(rows->items().size() == 31);

@@ -75,7 +75,7 @@ std::string signature_of(const std::function<void()>& call, const std::string& s
 std::string seed_signature(const std::string& sha) {
   auto seed =
       lingprobe::format::parse_json(lingprobe::test::read_file(lingprobe::test::seed_path("coverage_audit.seed.json")));
-  REQUIRE(seed.ok);
+  REQUIRE(seed.status.ok());
   for (const auto& row : seed.value.find("rows")->items())
     if (row.find("signature_sha256")->as_string() == sha) return canonical_json(*row.find("signature"));
   FAIL("seed row " << sha << " not found");
@@ -115,7 +115,7 @@ TEST_CASE("a non-default later arg keeps the defaulted args before it", "[captur
   // in full: C++'s own default for dilation is [1], not the schema's [1,1,1].)
   const std::string sig = signature_of([&] { at::conv3d(x, w, {}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 1); });
   auto parsed = lingprobe::format::parse_json(sig);
-  REQUIRE(parsed.ok);
+  REQUIRE(parsed.status.ok());
   const auto& args = parsed.value.find("args")->items();
   REQUIRE(args.size() == 5);
   CHECK(args[2].is_null());  // undefined optional bias

@@ -15,7 +15,7 @@ format::JsonValue linear(const char* input_shape, const char* weight_shape, cons
                            stride + R"(}],"kwargs":{},"op":"aten.linear.default",)" +
                            R"("output":{"dtype":"torch.bfloat16","shape":[1,1]},"stage":"dit"})";
   auto parsed = format::parse_json(text);
-  REQUIRE(parsed.ok);
+  REQUIRE(parsed.status.ok());
   return parsed.value;
 }
 

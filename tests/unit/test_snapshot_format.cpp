@@ -136,7 +136,7 @@ TEST_CASE("pickle: lingprobe's subset round-trips, integers of every width", "[s
   std::string bytes;
   write_pickle(v, bytes);
   PickleValue back;
-  REQUIRE(read_pickle(bytes, back).empty());
+  REQUIRE(read_pickle(bytes, back).ok());
   const auto& ints = back.find("ints")->items();
   REQUIRE(ints.size() == 8);
   CHECK(ints[0].as_int() == 0);
@@ -159,17 +159,20 @@ TEST_CASE("pickle: lingprobe's subset round-trips, integers of every width", "[s
                                 "R.",
                                 24),
                     x)
+            .message()
             .find("os.system") != std::string::npos);
-  CHECK_FALSE(read_pickle("\x80\x02G", x).empty());  // BINFLOAT: not ours
+  CHECK_FALSE(read_pickle("\x80\x02G", x).ok());  // BINFLOAT: not ours
+  CHECK(read_pickle("\x80\x02G", x).code() == StatusCode::kBadInput);
   // containers nested by APPEND alone (no MARK): bounded too (the destructor recurses)
   std::string deep = "\x80\x02";
   for (int i = 0; i < 200; ++i) deep += "]";
   for (int i = 0; i < 199; ++i) deep += "a";
   deep += ".";
-  CHECK(read_pickle(deep, x).find("nested too deeply") != std::string::npos);
-  CHECK(read_pickle(std::string("\x80\x02]q\x00h\x00.", 8), x).find("unsupported opcode") !=
+  CHECK(read_pickle(deep, x).message().find("nested too deeply") != std::string::npos);
+  CHECK(read_pickle(deep, x).code() == StatusCode::kTooLarge);  // a limit
+  CHECK(read_pickle(std::string("\x80\x02]q\x00h\x00.", 8), x).message().find("unsupported opcode") !=
         std::string::npos);  // no memo
-  CHECK_FALSE(read_pickle(bytes.substr(0, bytes.size() / 2), x).empty());
+  CHECK_FALSE(read_pickle(bytes.substr(0, bytes.size() / 2), x).ok());
 }
 
 TEST_CASE("snapshot archive: written and read back; the document is validated", "[snapshot]") {
@@ -179,21 +182,22 @@ TEST_CASE("snapshot archive: written and read back; the document is validated", 
     return true;
   });
   StringBlob a(std::string(8, '\1')), b(std::string(8, '\2'));
-  REQUIRE(write_snapshot_archive(tiny_document(), {&a, &b}, z).empty());
+  REQUIRE(write_snapshot_archive(tiny_document(), {&a, &b}, z).ok());
   SnapshotReader r;
-  REQUIRE(r.open_memory(file).empty());
+  REQUIRE(r.open_memory(file).ok());
   std::string bytes;
   REQUIRE(r.read_data(*r.document().find("output"), bytes).empty());
   CHECK(bytes == std::string(8, '\2'));
 
   PickleValue doc = tiny_document("torch.float99");
-  CHECK(validate_snapshot_document(doc).find("torch.float99") != std::string::npos);
+  CHECK(validate_snapshot_document(doc).message().find("torch.float99") != std::string::npos);
+  CHECK(validate_snapshot_document(doc).code() == StatusCode::kBadInput);
   doc = tiny_document();
   doc.set("format", PickleValue::string("other/1"));
-  CHECK(validate_snapshot_document(doc).find("format") != std::string::npos);
+  CHECK(validate_snapshot_document(doc).message().find("format") != std::string::npos);
   doc = tiny_document();
   doc.set("args", PickleValue::list({PickleValue::dict({{"kind", PickleValue::string("mystery")}})}));
-  CHECK(validate_snapshot_document(doc).find("unknown value kind 'mystery'") != std::string::npos);
+  CHECK(validate_snapshot_document(doc).message().find("unknown value kind 'mystery'") != std::string::npos);
   // a tensor whose data does not match its shape
   TensorMeta m;
   m.dtype = "torch.float32";
@@ -201,7 +205,13 @@ TEST_CASE("snapshot archive: written and read back; the document is validated", 
   m.stride = {1};
   doc = tiny_document();
   doc.set("output", tensor_value(m, 1, 2));
-  CHECK(validate_snapshot_document(doc).find("elements") != std::string::npos);
+  CHECK(validate_snapshot_document(doc).message().find("elements") != std::string::npos);
+  // a malformed file (cut short) and a missing one
+  SnapshotReader cut;
+  const Status cut_status = cut.open_memory(file.substr(0, file.size() / 2));
+  CHECK(cut_status.code() == StatusCode::kBadInput);
+  CHECK(cut_status.message().find("not a snapshot") != std::string::npos);
+  CHECK(SnapshotReader().open("/nonexistent/lpunit.pt").code() == StatusCode::kIoFailed);
 }
 
 TEST_CASE("tensor layout: spans, overlap, contiguous strides, pointer alignment", "[snapshot]") {

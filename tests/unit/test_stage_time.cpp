@@ -58,12 +58,12 @@ TEST_CASE("stage GPU time round-trips through the counts record", "[report][stag
     if (line.find("\"kind\":\"counts\"") != std::string::npos) counts = line;
   REQUIRE(!counts.empty());
   auto parsed = format::parse_json(counts);
-  REQUIRE(parsed.ok);
+  REQUIRE(parsed.status.ok());
   CHECK(format::canonical_json(parsed.value) == counts);  // keys in canonical order, escapes included
   audit::FileSummary s;
   const audit::ReadResult read = audit::read_metadata_file(path, s);
-  INFO(read.error);
-  REQUIRE(read.ok);
+  INFO(read.status.message());
+  REQUIRE(read.status.ok());
   CHECK(s.stage_gpu.at("dit").at("gpu_us") == 1500);
   CHECK(s.stage_gpu.at("dit").at("clean_intervals") == 2);
   CHECK(s.stage_gpu.at("vae \"x\"").at("intervals") == 1);

@@ -13,7 +13,7 @@
 
 #include "api/config.h"
 #include "capture/nvtx_stages.h"
-#include "capture/op_selection.h"
+#include "format/op_selection.h"
 #include "format/glob.h"
 #include "hash_signature.h"
 
@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 1: {
       const auto [ops, rest] = split(input, '\n');
       const auto [deny, name] = split(rest, '\n');
-      lingprobe::capture::OpSelection s;
+      lingprobe::format::OpSelection s;
       if (s.parse(ops, deny).empty()) {
         (void)s.selected(name, name + ".default", "dit");
         (void)s.selected("aten::linear", "aten::linear.default", name);

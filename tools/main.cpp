@@ -103,9 +103,9 @@ const Command kCommands[] = {
     {"hash-signature", "read JSON signatures (one per line) on stdin, print their canonical SHA-256",
      cmd_hash_signature},
 #ifdef LINGPROBE_HAVE_AUDIT
-    {"audit", "coverage audit of a run: lingprobe audit [-o FILE] [--allow-mixed-runs] RUN_DIR",
+    {"audit", "coverage audit of a run: lingprobe audit [-o FILE] [--allow-mixed-runs] [--quiet] RUN_DIR",
      lingprobe::tools::audit_command},
-    {"report", "capability report of a profiled run: lingprobe report [--generated-at TIME] [RUN_DIR]",
+    {"report", "capability report of a profiled run: lingprobe report [--generated-at TIME] [--quiet] [RUN_DIR]",
      lingprobe::tools::report_command},
     {"trace",
      "a run's calls as a Perfetto/Chrome trace: lingprobe trace RUN_DIR [-o FILE] [--ranks LIST] [--from T] [--to T] "
@@ -116,7 +116,7 @@ const Command kCommands[] = {
 #endif
     {"replay",
      "rerun snapshots in isolation and check them: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] "
-     "[--profile]",
+     "[--load-library LIB.so] [--profile] [--quiet]",
      cmd_replay},
     {"validate",
      "inline counters against Nsight Compute on replays: lingprobe validate RUN_DIR [--top N] [--signatures H16,...] "
@@ -131,14 +131,28 @@ const Command kCommands[] = {
 };
 
 void usage(std::ostream& os) {
-  os << "usage: lingprobe <command> [options]\n\ncommands:\n";
+  os << "usage: lingprobe <command> [options]    (lingprobe help <command>: that command's own help)\n\ncommands:\n";
   for (const auto& c : kCommands)
     os << "  " << c.name << std::string(16 - std::strlen(c.name), ' ') << c.summary << '\n';
+}
+
+// `lingprobe help COMMAND` is `lingprobe COMMAND --help`.
+int help_for(const char* name) {
+  for (const auto& c : kCommands)
+    if (!std::strcmp(name, c.name)) {
+      char help[] = "--help";
+      char* argv[] = {const_cast<char*>(c.name), help, nullptr};
+      return c.run(2, argv);
+    }
+  std::cerr << "lingprobe help: unknown command '" << name << "'\n";
+  usage(std::cerr);
+  return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 3 && !std::strcmp(argv[1], "help")) return help_for(argv[2]);
   if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
     usage(argc < 2 ? std::cerr : std::cout);
     return argc < 2 ? 2 : 0;

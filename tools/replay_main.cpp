@@ -27,19 +27,21 @@
 namespace {
 
 int usage() {
-  std::cerr << "usage: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--library LIB.so]... [--profile] "
-               "[--quiet]\n"
-               "  SNAPSHOT  a snapshot file (.pt); its replay goes to RUN_DIR/replays/{stem}/\n"
-               "  RUN_DIR   replays every snapshot this run's metadata names (each checked against its sha256)\n"
-               "  -o DIR    write replays/{stem}/ under DIR instead of the run directory\n"
-               "  --device  replay on this device (cpu, cuda, cuda:1) instead of the recorded one\n"
-               "  --library load this shared library first (an extension whose ops the run called: torchvision's\n"
-               "            _C.so, a custom op's library); without it such snapshots are skipped, with their op named\n"
-               "  --profile then replay each again under lingprobe's inline counters (as the run measured it, into\n"
-               "            replay_profiles/{run}/) and set that profile beside the run's: "
-               "replays/{stem}/replay_profile.json\n"
-               "Exit status 0 when every deterministic op replays exactly (skipped ones aside), 1 otherwise, 2 for bad "
-               "usage.\n";
+  std::cerr
+      << "usage: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--load-library LIB.so]... "
+         "[--profile] [--quiet]\n"
+         "  SNAPSHOT  a snapshot file (.pt); its replay goes to RUN_DIR/replays/{stem}/\n"
+         "  RUN_DIR   replays every snapshot this run's metadata names (each checked against its sha256)\n"
+         "  -o DIR    write replays/{stem}/ under DIR instead of the run directory\n"
+         "  --device  replay on this device (cpu, cuda, cuda:1) instead of the recorded one\n"
+         "  --load-library  load this shared library first (an extension whose ops the run called: torchvision's\n"
+         "            _C.so, a custom op's library; --library is the same); without it such snapshots are\n"
+         "            skipped, with their op named, and leave the exit status to the ops replayed\n"
+         "  --profile then replay each again under lingprobe's inline counters (as the run measured it, into\n"
+         "            replay_profiles/{run}/) and set that profile beside the run's: "
+         "replays/{stem}/replay_profile.json\n"
+         "Exit status 0 when every deterministic op replays exactly (skipped ones aside), 1 otherwise, 2 for bad "
+         "usage.\n";
   return 2;
 }
 
@@ -205,10 +207,10 @@ int run(int argc, char** argv) {
       out_dir = argv[++i];
     else if (a == "--device" && i + 1 < argc)
       device = argv[++i];
-    else if (a == "--library" && i + 1 < argc) {
+    else if ((a == "--load-library" || a == "--library") && i + 1 < argc) {
       const char* lib = argv[++i];
       if (!::dlopen(lib, RTLD_NOW | RTLD_GLOBAL)) {
-        std::cerr << "lingprobe replay: --library " << lib << ": " << ::dlerror() << "\n";
+        std::cerr << "lingprobe replay: " << a << " " << lib << ": " << ::dlerror() << "\n";
         return 2;
       }
     } else if (a == "--quiet" || a == "-q")
@@ -239,8 +241,8 @@ int run(int argc, char** argv) {
     for (const auto& f : files) {
       lingprobe::audit::FileSummary s;
       auto rr = lingprobe::audit::read_metadata_file(f, s);
-      if (!rr.ok) {
-        std::cerr << "lingprobe replay: " << rr.error << "\n";
+      if (!rr.status.ok()) {
+        std::cerr << "lingprobe replay: " << rr.status.message() << "\n";
         return 1;
       }
       for (const auto& e : s.snapshots) targets.push_back({run_dir + "/" + e.path, e.path, e.sha256, "", ""});
@@ -301,7 +303,8 @@ int run(int argc, char** argv) {
   std::cout << "replayed " << targets.size() << " snapshot(s): " << exact << " exact, " << inexact << " inexact, "
             << nondet << " nondeterministic (exact null), " << failed << " failed"
             << (skipped ? ", " + std::to_string(skipped) + " skipped (their op's library not loaded)" : std::string())
-            << "; results in " << replays << "/\n";
+            << (exact + inexact + nondet > 0 ? "; results in " + replays + "/" : std::string("; nothing was written"))
+            << "\n";
   if (profile) failed += profile_replays(targets, run_dir, out_dir.empty() ? run_dir : out_dir, device);
   return inexact || failed ? 1 : 0;
 }

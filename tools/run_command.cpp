@@ -14,6 +14,7 @@
 
 #include "api/config.h"
 #include "api/identity.h"
+#include "sink/run_directory.h"
 
 extern "C" char** environ;
 
@@ -60,6 +61,48 @@ int usage() {
          "  e.g. lingprobe run -o out --ops 'dit:aten::linear;vae:aten::conv3d' -- torchrun --nproc_per_node=4 gen.py\n"
          "  NAME is any option `lingprobe config` lists.\n";
   return 2;
+}
+
+// torch 1.13's torchrun on Python 3.11 (Debian 12) cannot parse its own default --redirects=0 and fails with
+// "'NoneType' object has no attribute 'get'", with or without lingprobe: a hint, never a rewrite of the command.
+void hint_for_torchrun(char** command) {
+  const std::string built = LINGPROBE_BUILT_TORCH;
+  if (built.rfind("1.13", 0) != 0) return;
+  bool torchrun = false, redirects = false;
+  for (char** a = command; *a; ++a) {
+    const std::string arg = *a;
+    const std::string base = arg.substr(arg.rfind('/') == std::string::npos ? 0 : arg.rfind('/') + 1);
+    torchrun = torchrun || base == "torchrun" || arg == "torch.distributed.run" || arg == "torch.distributed.launch";
+    redirects = redirects || arg.rfind("--redirects", 0) == 0;
+  }
+  if (torchrun && !redirects)
+    std::cerr << "lingprobe run: note: torch 1.13's torchrun under Python 3.11 (Debian 12) fails with \"'NoneType' "
+                 "object has no attribute 'get'\" unless given --redirects=2 --tee=2, with or without lingprobe; "
+                 "add them to the torchrun command if it does\n";
+}
+
+// After the job: what it wrote and the next command, or why there is nothing. The job's own exit status when it
+// failed; 3 when it succeeded but no process recorded anything.
+int report_job(int code, const std::string& run_dir) {
+  size_t files = 0;
+  if (DIR* d = opendir((run_dir + "/metadata").c_str())) {
+    while (dirent* e = readdir(d)) files += std::strstr(e->d_name, ".jsonl") != nullptr;
+    closedir(d);
+  }
+  if (files > 0) {
+    std::cerr << "lingprobe run: command exited with status " << code << "; " << files << " metadata file(s) in "
+              << run_dir << "/metadata (audit it: lingprobe audit " << run_dir << ")\n";
+    return code;
+  }
+  std::cerr << "lingprobe run: command exited with status " << code << " and no process of it recorded anything ("
+            << run_dir << " was not written)";
+  if (code != 0) {
+    std::cerr << "\n";
+    return code;
+  }
+  std::cerr << ": was it a PyTorch program, and did it run any operator? (LINGPROBE_ENABLE=0 records only after "
+               "start(); a launcher records nothing itself)\n";
+  return 3;
 }
 
 }  // namespace
@@ -128,7 +171,8 @@ int run_command(int argc, char** argv) {
   std::vector<std::string> unknown;
   format::Status config_status = api::apply_environment(config, environ, &unknown);
   for (const auto& name : unknown)
-    std::cerr << "lingprobe run: warning: " << name << " is not a lingprobe option; ignored\n";
+    std::cerr << "lingprobe run: warning: " << name << " is not a lingprobe option" << api::did_you_mean(name)
+              << "; ignored\n";
   for (const auto& [k, v] : settings) {
     if (!config_status.ok()) break;
     config_status = api::apply_setting(config, k, v);
@@ -136,6 +180,17 @@ int run_command(int argc, char** argv) {
   if (!config_status.ok()) {
     std::cerr << "lingprobe run: " << config_status.message() << "\n";
     return 2;
+  }
+  const std::string out = absolute(config.out_dir);
+  if (std::string why = sink::check_writable_directory(out); !why.empty()) {
+    std::cerr << "lingprobe run: -o " << out << ": " << why << "; give a directory you can write\n";
+    return 2;
+  }
+  if (!config.control_file.empty()) {
+    if (std::string why = sink::check_file_path(config.control_file); !why.empty()) {
+      std::cerr << "lingprobe run: LINGPROBE_CONTROL_FILE: " << why << "\n";
+      return 2;
+    }
   }
   const std::string stub = find_preload_stub();
   if (stub.empty()) {
@@ -147,7 +202,6 @@ int run_command(int argc, char** argv) {
     for (auto& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     setenv(name.c_str(), v.c_str(), 1);
   }
-  const std::string out = absolute(config.out_dir);
   setenv("LINGPROBE_OUT", out.c_str(), 1);
   // One launch id for every process of the command: its run directory is OUT/{run_id}.
   const std::string run_id = api::resolve_run_id(
@@ -160,6 +214,7 @@ int run_command(int argc, char** argv) {
   const std::string real = stub.substr(0, stub.rfind('/') + 1) + "liblingprobe.so";
   if (!std::getenv("LINGPROBE_LIBRARY") && exists(real)) setenv("LINGPROBE_LIBRARY", real.c_str(), 1);
 
+  hint_for_torchrun(argv + i);
   pid_t pid = fork();
   if (pid < 0) {
     std::perror("lingprobe run: fork");
@@ -175,14 +230,7 @@ int run_command(int argc, char** argv) {
   }
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 
-  size_t files = 0;
-  if (DIR* d = opendir((run_dir + "/metadata").c_str())) {
-    while (dirent* e = readdir(d)) files += std::strstr(e->d_name, ".jsonl") != nullptr;
-    closedir(d);
-  }
-  std::cerr << "lingprobe run: command exited with status " << code << "; " << files << " metadata file(s) in "
-            << run_dir << "/metadata (audit it: lingprobe audit " << run_dir << ")\n";
-  return code;
+  return report_job(code, run_dir);
 }
 
 }  // namespace lingprobe::tools

@@ -1,5 +1,7 @@
 #include "api/config.h"
 
+#include "format/glob.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -36,7 +38,8 @@ Status apply_setting(Config& c, const std::string& raw_name, const std::string& 
   const auto& table = config_table();
   const auto entry = std::find_if(table.begin(), table.end(), [&](const ConfigEntry& e) { return name == e.name; });
   if (entry == table.end())
-    return Status(StatusCode::kBadInput, "unknown option LINGPROBE_" + name + " (run `lingprobe config` for the list)");
+    return Status(StatusCode::kBadInput, "unknown option LINGPROBE_" + name + did_you_mean("LINGPROBE_" + name) +
+                                             " (run `lingprobe config` for the list)");
   Status status = entry->apply(c, v);
   if (!status.ok()) return Status(status.code(), "LINGPROBE_" + name + ": " + status.message());
   return status;
@@ -60,6 +63,17 @@ Status apply_environment(Config& config, char** env, std::vector<std::string>* u
     if (Status status = apply_setting(config, name, eq + 1); !status.ok()) return status;
   }
   return Status();
+}
+
+std::string did_you_mean(const std::string& variable) {
+  const std::string name = upper(variable.rfind("LINGPROBE_", 0) == 0 ? variable.substr(10) : variable);
+  const ConfigEntry* best = nullptr;
+  size_t best_distance = name.size() / 3 + 1;  // a typo, not another word
+  for (const auto& e : config_table()) {
+    const size_t d = format::edit_distance(name, e.name);
+    if (d < best_distance) best = &e, best_distance = d;
+  }
+  return best ? std::string(" (did you mean LINGPROBE_") + best->name + "?)" : "";
 }
 
 std::string describe_config_table() {
@@ -95,6 +109,7 @@ format::JsonValue config_json(const Config& c) {
     o.set("suppress_nested_min", JsonValue::integer(c.suppress_nested_min));
   }
   o.set("call_records", JsonValue::boolean(c.call_records));
+  if (c.fold_scalars) o.set("fold_scalars", JsonValue::boolean(true));  // absent: values, as the seed's runs
   o.set("stage_map", JsonValue::string(c.stage_map));
   o.set("nvtx_map", JsonValue::string(c.nvtx_map));
   o.set("flush_interval_ms", JsonValue::integer(c.flush_interval_ms));

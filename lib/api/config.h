@@ -31,8 +31,9 @@ struct Config {
   SuppressNested suppress_nested = SuppressNested::Auto;
   int64_t suppress_nested_min = 4;
   bool call_records = true;
-  std::string stage_map;  // module classes / functions -> stage (Python shim)
-  std::string nvtx_map;   // NVTX range-name regex -> stage
+  bool fold_scalars = false;  // scalar values in signatures written as their type
+  std::string stage_map;      // module classes / functions -> stage (Python shim)
+  std::string nvtx_map;       // NVTX range-name regex -> stage
   int64_t flush_interval_ms = 500;
   bool signal_flush = true;  // SIGTERM/SIGHUP/SIGINT with the default disposition: finalize, then die by the signal
   int64_t buffer_records = 65536;
@@ -98,6 +99,9 @@ format::Status apply_setting(Config& config, const std::string& name, const std:
 // variable of someone else's) are not errors: each one is appended to
 // `unknown` so that the caller can warn about it.
 format::Status apply_environment(Config& config, char** environ_ptr, std::vector<std::string>* unknown = nullptr);
+
+// " (did you mean LINGPROBE_X?)" for a LINGPROBE_* name close to an option's, else "".
+std::string did_you_mean(const std::string& variable);
 
 // The table as text (name, type, default, description).
 std::string describe_config_table();

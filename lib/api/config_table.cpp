@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "api/config.h"
+#include "format/op_selection.h"
 
 namespace lingprobe::api {
 
@@ -92,6 +93,12 @@ Status parse_choice(const std::string& v, std::initializer_list<std::pair<const 
   return bad(std::string(accepted) + ", got '" + v + "'");
 }
 
+Status parse_op_patterns(const std::string& v, bool stages, std::string& out) {
+  if (std::string err = format::op_patterns_error(v, stages); !err.empty()) return bad(err);
+  out = v;
+  return Status();
+}
+
 Status parse_log_level(const std::string& v, std::string& out) {
   static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
   std::string lower = v;
@@ -161,15 +168,9 @@ void recording_entries(std::vector<ConfigEntry>& table) {
           {"OPS", "string", "",
            "Ops to record: comma-separated names or globs (aten::linear,aten::*conv*); "
            "per stage with 'stage:glob,...;stage:glob' (dit:aten::linear;vae:aten::conv3d). Empty: all.",
-           [](Config& c, const std::string& v) {
-             c.ops = v;
-             return Status();
-           }},
+           [](Config& c, const std::string& v) { return parse_op_patterns(v, true, c.ops); }},
           {"OPS_DENY", "string", "", "Comma-separated ops or globs never recorded (applied after OPS).",
-           [](Config& c, const std::string& v) {
-             c.ops_deny = v;
-             return Status();
-           }},
+           [](Config& c, const std::string& v) { return parse_op_patterns(v, false, c.ops_deny); }},
           {"NESTED", "bool", "0",
            "Also record calls made inside another op (with their depth). Default: top-level calls only.",
            [](Config& c, const std::string& v) { return parse_bool(v, c.nested); }},
@@ -202,6 +203,12 @@ void writer_entries(std::vector<ConfigEntry>& table) {
   table.insert(
       table.end(),
       {
+          {"FOLD_SCALARS", "bool", "0",
+           "Write the values of scalar arguments (int, float and Scalar schema types: indices, positions, alphas) and "
+           "of scalar outputs (item, _local_scalar_dense) as their type (\"<int>\", \"<float>\") in signatures, so "
+           "that a decode loop's position scalars do not mint a signature per step. Tensors, dtypes and int[] "
+           "shapes keep their values. The header says so; audit and diff refuse to mix folded and unfolded runs.",
+           [](Config& c, const std::string& v) { return parse_bool(v, c.fold_scalars); }},
           {"STAGE_MAP", "string", "",
            "Python stage rules: stage=ModuleClass|pkg.module:function;... (e.g. "
            "dit=WanModel;vae=WanVAE|Decoder3d;output=wan.utils.utils:save_video).",
@@ -345,10 +352,7 @@ void selection_entries(std::vector<ConfigEntry>& table) {
           {"SAMPLE_OPS", "string", "",
            "Which (stage, op) are sampled, in OPS syntax (dit:aten::linear;vae:aten::conv3d). "
            "Empty: every recorded op.",
-           [](Config& c, const std::string& v) {
-             c.sample_ops = v;
-             return Status();
-           }},
+           [](Config& c, const std::string& v) { return parse_op_patterns(v, true, c.sample_ops); }},
           {"SAMPLE_COORDINATION", "claims|hash|none", "claims",
            "claims: each input key sampled once per launch by whichever process reaches it first (exclusive files in "
            "RUN_DIR/claims, which ranks must share); hash: by rank hash(key) mod world_size (no shared directory "

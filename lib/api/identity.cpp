@@ -2,6 +2,8 @@
 
 #include "format/file_names.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -150,6 +152,18 @@ std::string resolve_run_id(const Config& c, GetenvFn getenv_fn, int64_t own_pid,
   char buf[64];
   std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
   return std::string(buf) + "-" + std::to_string(own_pid);
+}
+
+// Snapshot files are named by it: rank{R}, or child{PID}.
+std::string who_of(const Identity& id) {
+  return id.role == Role::Child ? "child" + std::to_string(getpid()) : "rank" + std::to_string(id.rank);
+}
+
+// A child's file is named apart, so that nothing sums it into a rank.
+std::string metadata_path_for(const std::string& run_dir, const Identity& id) {
+  const std::string pid = std::to_string(getpid());
+  if (id.role == Role::Child) return run_dir + "/metadata/metadata_child_pid" + pid + ".jsonl";
+  return run_dir + "/metadata/metadata_rank" + std::to_string(id.rank) + "_pid" + pid + ".jsonl";
 }
 
 }  // namespace lingprobe::api

@@ -49,4 +49,9 @@ std::string sanitize_run_id(const std::string& id);
 std::string read_own_cmdline();
 const char* role_name(Role role);
 
+// Snapshot files are named by it: rank{R}, or child{PID}.
+std::string who_of(const Identity& id);
+// RUN_DIR/metadata/metadata_rank{R}_pid{P}.jsonl, or metadata_child_pid{P}.jsonl (never summed into a rank).
+std::string metadata_path_for(const std::string& run_dir, const Identity& id);
+
 }  // namespace lingprobe::api

@@ -198,6 +198,7 @@ bool gpu_on_machine() {
 
 capture::SnapshotOptions snapshot_options(const Config& c, int64_t rank, const std::string& run_id, bool gpu) {
   capture::SnapshotOptions o;
+  o.fold_scalars = c.fold_scalars;
   o.snapshots = c.snapshots;
   o.profile = c.profile;
   o.budget_process = static_cast<uint64_t>(c.sample_budget_process);

@@ -11,12 +11,14 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "api/exit_signals.h"
 #include "api/load_check.h"
+#include "api/exit_report.h"
 #include "api/log.h"
 #include "api/sampling.h"
 #include "capture/fork_gate.h"
@@ -88,6 +90,12 @@ class WriterSink : public capture::RecorderSink {
     }
     writer_->add_signature(id, sha, json);
   }
+  void on_many_signatures(const std::string& op, bool scalars_folded) override {
+    log_warn(op + " has minted " + std::to_string(capture::kManySignaturesPerOp) + " signatures" +
+             (scalars_folded ? " with its scalar values folded: its tensors' shapes change call to call"
+                             : ": if scalar values (positions, indices) differ call to call, "
+                               "LINGPROBE_FOLD_SCALARS=1 writes them as their type"));
+  }
   bool on_buffer_full() override {
     if (!block_ || writer_->finalized()) return false;
     writer_->wake();
@@ -152,11 +160,6 @@ void poll_control_file() {
     log_warn("control file '" + path + "' says '" + word + "'; expected 'start' or 'stop'");
 }
 
-// Snapshot files are named by it: rank{R}, or child{PID}.
-std::string who_of(const Identity& id) {
-  return id.role == Role::Child ? "child" + std::to_string(getpid()) : "rank" + std::to_string(id.rank);
-}
-
 void start_sampling_locked(Session& s);
 
 // The writer and the file exist from the first start on; the thread and the
@@ -201,7 +204,7 @@ capture::RecorderOptions recorder_options(const Config& c, std::string& error) {
   capture::RecorderOptions ro;
   error = ro.selection.parse(c.ops, c.ops_deny);
   if (error.empty()) {
-    capture::OpSelection sample_ops;
+    format::OpSelection sample_ops;
     error = sample_ops.parse(c.sample_ops, "", "LINGPROBE_SAMPLE_OPS");
   }
   ro.nested = c.nested;
@@ -210,17 +213,11 @@ capture::RecorderOptions recorder_options(const Config& c, std::string& error) {
                                                                     : capture::NestedSuppression::Auto;
   ro.suppress_min_nested = static_cast<uint32_t>(std::min<int64_t>(c.suppress_nested_min, 1 << 20));
   ro.call_records = c.call_records;
+  ro.fold_scalars = c.fold_scalars;
   ro.buffer_records = static_cast<size_t>(c.buffer_records);
   ro.skip_calls = static_cast<uint64_t>(c.skip_calls);
   ro.skip_seconds = c.skip_seconds;
   return ro;
-}
-
-// A child's file is named apart, so that nothing sums it into a rank.
-std::string metadata_path_for(const std::string& run_dir, const Identity& id) {
-  const std::string pid = std::to_string(getpid());
-  if (id.role == Role::Child) return run_dir + "/metadata/metadata_child_pid" + pid + ".jsonl";
-  return run_dir + "/metadata/metadata_rank" + std::to_string(id.rank) + "_pid" + pid + ".jsonl";
 }
 
 // What the processes this one starts inherit: the launch id (so that they
@@ -401,8 +398,12 @@ lingprobe_status session_finalize() {
   // the writer. Every other call sees FINALIZED under s.mu and touches neither.
   capture::set_recording(false);
   capture::uninstall_recorder();
+  const ExitReport report = exit_report(s.config, s.identity, s.config_ok);
+  if (report.keep_empty && s.writer) s.writer->keep_even_if_empty();
   if (s.sampling) s.sampling->finalize();  // its snapshot records go into the metadata file first
   if (s.writer) s.writer->finalize();
+  say_exit_report(report, s.config, s.metadata_path, s.run_dir,
+                  s.sampling ? std::optional<uint64_t>(s.sampling->snapshots_written()) : std::nullopt);
   return LINGPROBE_OK;
 }
 

@@ -6,6 +6,11 @@
 
 namespace lingprobe::audit {
 
+bool bad_input(AuditOutcome& outcome, std::string message) {
+  outcome.status = format::Status(format::StatusCode::kBadInput, std::move(message));
+  return false;
+}
+
 // 1. Files and the run directory.
 bool find_inputs(AuditRun& a) {
   const AuditOptions& options = a.options;
@@ -29,17 +34,14 @@ bool find_inputs(AuditRun& a) {
       if (launches.size() > 1 && !options.allow_mixed_runs) {
         std::string names;
         for (size_t i = 0; i < launches.size(); ++i) names += (i ? ", " : "") + launches[i];
-        outcome.error = in + " holds " + std::to_string(launches.size()) + " launches (" + names +
-                        "): audit one run directory (" + in + "/" + launches.back() + ", or " + in +
-                        "/latest for the newest), or pass --allow-mixed-runs";
-        return false;
+        return bad_input(outcome, in + " holds " + std::to_string(launches.size()) + " launches (" + names +
+                                      "): audit one run directory (" + in + "/" + launches.back() + ", or " + in +
+                                      "/latest for the newest), or pass --allow-mixed-runs");
       }
       for (const auto& name : launches) add_run(in + "/" + name);
-      if (launches.empty()) {
-        outcome.error = "no metadata files (*.jsonl) found in " + in + " (neither " + in + "/metadata nor " + in +
-                        "/{run_id}/metadata exists)";
-        return false;
-      }
+      if (launches.empty())
+        return bad_input(outcome, "no metadata files (*.jsonl) found in " + in + " (neither " + in + "/metadata nor " +
+                                      in + "/{run_id}/metadata exists)");
     } else {
       if (run_dir.empty()) {
         const std::string dir = parent(in);
@@ -48,10 +50,7 @@ bool find_inputs(AuditRun& a) {
       files.push_back(in);
     }
   }
-  if (files.empty()) {
-    outcome.error = "no metadata files (*.jsonl) found in " + options.inputs.front();
-    return false;
-  }
+  if (files.empty()) return bad_input(outcome, "no metadata files (*.jsonl) found in " + options.inputs.front());
 
   return true;
 }
@@ -73,8 +72,8 @@ bool read_inputs(AuditRun& a) {
     };
     ReadResult rr = read_metadata_file(path, f, progress);
     if (options.progress && f.bytes >= (64u << 20)) std::fprintf(stderr, "\n");
-    if (!rr.ok) {
-      outcome.error = rr.error;
+    if (!rr.status.ok()) {
+      outcome.status = rr.status;
       return false;
     }
     a.bytes_total += f.bytes;
@@ -82,10 +81,9 @@ bool read_inputs(AuditRun& a) {
       outcome.warnings.push_back(path + ": " + (f.bytes == 0 ? "empty file" : "no header record") + "; skipped");
       continue;
     }
-    if (f.format != "lingprobe.metadata/1") {
-      outcome.error = path + ": format '" + f.format + "' is not lingprobe.metadata/1; refusing to mix formats";
-      return false;
-    }
+    if (f.format != "lingprobe.metadata/1")
+      return bad_input(outcome,
+                       path + ": format '" + f.format + "' is not lingprobe.metadata/1; refusing to mix formats");
     if (f.role == "launcher") {
       outcome.warnings.push_back(path + ": written by a launcher process; skipped");
       continue;
@@ -94,14 +92,20 @@ bool read_inputs(AuditRun& a) {
     a.any_rank = a.any_rank || f.role == "rank";
     summaries.push_back(std::move(f));
   }
+  size_t folded = 0;
+  for (const auto& f : summaries) folded += f.fold_scalars;
+  if (folded && folded < summaries.size())
+    return bad_input(outcome, "these files mix signatures with scalar values folded (" + std::to_string(folded) +
+                                  " of " + std::to_string(summaries.size()) +
+                                  ", LINGPROBE_FOLD_SCALARS=1) and with their values: the same call has a different "
+                                  "signature in each; audit them apart");
+  outcome.fold_scalars = folded > 0;
   if (run_ids.size() > 1) {
     std::string ids;
     for (const auto& id : run_ids) ids += (ids.empty() ? "'" : ", '") + id + "'";
-    if (!options.allow_mixed_runs) {
-      outcome.error = "these files belong to " + std::to_string(run_ids.size()) + " launches (run_id " + ids +
-                      "); audit one launch's run directory, or pass --allow-mixed-runs to sum them";
-      return false;
-    }
+    if (!options.allow_mixed_runs)
+      return bad_input(outcome, "these files belong to " + std::to_string(run_ids.size()) + " launches (run_id " + ids +
+                                    "); audit one launch's run directory, or pass --allow-mixed-runs to sum them");
     outcome.warnings.push_back("--allow-mixed-runs: summing " + std::to_string(run_ids.size()) + " launches (" + ids +
                                ")");
   }

@@ -140,11 +140,11 @@ std::string stalls_and_others_markdown(const AuditRun& a) {
   return md;
 }
 
-// The report and summary.md written (outcome.ok on success).
+// The report and summary.md written (outcome.status kIoFailed when a file cannot be written).
 void write_files(AuditRun& a) {
   AuditOutcome& outcome = a.outcome;
   if (std::string err = sink::make_directories(parent(outcome.report_path)); !err.empty()) {
-    outcome.error = err;
+    outcome.status = format::Status(format::StatusCode::kIoFailed, err);
     return;
   }
   // `lingprobe report`'s section of an earlier summary.md survives a re-audit.
@@ -158,11 +158,23 @@ void write_files(AuditRun& a) {
   for (const auto& [path, text] : {std::make_pair(outcome.report_path, format::pretty_json(a.report) + "\n"),
                                    std::make_pair(outcome.summary_path, summary_file)})
     if (std::string err = sink::replace_file(path, text); !err.empty()) {
-      outcome.error = err;
+      outcome.status = format::Status(format::StatusCode::kIoFailed, err);
       return;
     }
   outcome.report = std::move(a.report);
-  outcome.ok = true;
+}
+
+// A run whose op selection matched nothing: said where the coverage would be, not left to a table of zeros.
+std::string nothing_matched_markdown(const AuditRun& a) {
+  if (!a.all.empty()) return "";
+  std::set<std::string> selections;
+  for (const auto& f : a.summaries)
+    if (f.role == "rank" || f.role == "single") selections.insert(f.ops);
+  if (selections.size() != 1 || selections.begin()->empty()) return "";
+  return "**0 calls matched LINGPROBE_OPS='" + *selections.begin() +
+         "'** (this run's op selection). At exit, rank 0 (or the single process) named on stderr the patterns that "
+         "matched no operator it ran, with the closest names it did run; op names are `namespace::name` "
+         "(`aten::linear`), matched as written, case included.\n\n";
 }
 
 }  // namespace
@@ -173,6 +185,9 @@ void write_outputs(AuditRun& a) {
   outcome.report_path = a.options.output.empty() ? a.run_dir + "/reports/coverage_audit.json" : a.options.output;
   outcome.summary_path = parent(outcome.report_path) + "/summary.md";
   outcome.summary = make_summary(a.by_stage, a.all, a.overall, a.stages, a.used_files, a.ranks, a.dropped_total);
+  const size_t first_paragraph = outcome.summary.find("\n\n", outcome.summary.find("\n\n") + 2);
+  outcome.summary.insert(first_paragraph == std::string::npos ? outcome.summary.size() : first_paragraph + 2,
+                         nothing_matched_markdown(a));
   outcome.summary += uncounted_calls_markdown(a.nested, a.compile_time);
   if (!a.sampling.empty()) outcome.summary += snapshots_markdown(a);
   outcome.summary += a.ranks_view.markdown;
@@ -180,7 +195,6 @@ void write_outputs(AuditRun& a) {
   outcome.run_dir = a.run_dir;
   if (!a.options.write) {
     outcome.report = std::move(a.report);
-    outcome.ok = true;
     return;
   }
   write_files(a);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "format/json_value.h"
+#include "format/status.h"
 
 namespace lingprobe::audit {
 
@@ -23,14 +24,14 @@ struct AuditOptions {
 };
 
 struct AuditOutcome {
-  bool ok = false;
-  std::string error;
+  format::Status status;  // kBadInput, kIoFailed (a file not read or written), kTooLarge (a line over 16 MiB)
   std::vector<std::string> warnings;
   std::string report_path;
   std::string summary_path;
-  std::string summary;       // the Markdown summary (also printed by the CLI)
-  std::string run_dir;       // the run directory the evidence paths are relative to
-  format::JsonValue report;  // coverage_audit.json's document
+  std::string summary;        // the Markdown summary (also printed by the CLI)
+  std::string run_dir;        // the run directory the evidence paths are relative to
+  format::JsonValue report;   // coverage_audit.json's document
+  bool fold_scalars = false;  // the run's signatures have their scalar values folded (LINGPROBE_FOLD_SCALARS)
 };
 
 AuditOutcome run_audit(const AuditOptions& options);

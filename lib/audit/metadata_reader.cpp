@@ -175,6 +175,12 @@ void read_header(simdjson::dom::object obj, FileSummary& f) {
   f.start_mono_ns = optional_num(obj["start_mono_ns"]);
   int64_t parent = -1;
   if (!obj["parent_pid"].get_int64().get(parent)) f.parent_pid = parent;
+  simdjson::dom::object config;
+  if (!obj["config"].get_object().get(config)) {
+    f.ops = str(config["ops"]);
+    bool folded = false;
+    f.fold_scalars = !config["fold_scalars"].get_bool().get(folded) && folded;
+  }
 }
 
 // A snapshot or profile record.
@@ -371,7 +377,7 @@ ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor,
   stats = StreamStats{};
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file) {
-    r.error = path + ": cannot open: " + std::strerror(errno);
+    r.status = format::Status(format::StatusCode::kIoFailed, path + ": cannot open: " + std::strerror(errno));
     return r;
   }
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> sha(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
@@ -389,7 +395,7 @@ ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor,
   for (;;) {
     size_t n = std::fread(buf.data() + carry, 1, chunk, file.get());
     if (n == 0 && std::ferror(file.get())) {
-      r.error = path + ": read error: " + std::strerror(errno);
+      r.status = format::Status(format::StatusCode::kIoFailed, path + ": read error: " + std::strerror(errno));
       return r;
     }
     EVP_DigestUpdate(sha.get(), buf.data() + carry, n);
@@ -400,7 +406,7 @@ ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor,
     const char* last_nl = end ? static_cast<const char*>(memrchr(buf.data(), '\n', end)) : nullptr;
     const size_t whole = last_nl ? static_cast<size_t>(last_nl - buf.data()) + 1 : 0;
     if (std::string what = parse_lines(visitor, parser, buf.data(), whole, line_no); !what.empty()) {
-      r.error = path + ":" + what;
+      r.status = format::Status(format::StatusCode::kBadInput, path + ":" + what);
       return r;
     }
     size_t start = whole;
@@ -413,7 +419,8 @@ ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor,
     }
     if (end - start > chunk) {
       if (chunk == kChunk) {
-        r.error = path + ":" + std::to_string(line_no + 1) + ": a line longer than 16 MiB";
+        r.status = format::Status(format::StatusCode::kTooLarge,
+                                  path + ":" + std::to_string(line_no + 1) + ": a line longer than 16 MiB");
         return r;
       }
       chunk = kChunk;
@@ -432,7 +439,6 @@ ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor,
   }
   stats.lines = line_no;
   stats.sha256 = hex_digest(sha.get());
-  r.ok = true;
   return r;
 }
 
@@ -444,7 +450,7 @@ ReadResult read_metadata_file(const std::string& path, FileSummary& out,
   StreamStats stats;
   ReadResult r = stream_metadata_file(path, visitor, stats, progress);
   out.bytes = stats.bytes;
-  if (!r.ok) return r;
+  if (!r.status.ok()) return r;
   visitor.finish();
   out.sha256 = stats.sha256;
   out.lines = stats.lines;

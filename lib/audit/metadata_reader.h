@@ -17,6 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "format/status.h"
+
 namespace simdjson::dom {
 class object;  // simdjson.h stays out of this header's includers (a torch-linked tool among them)
 }
@@ -80,6 +82,8 @@ struct FileSummary {
   std::string format, run_id, role;
   int64_t rank = 0, world_size = 0, pid = -1, parent_pid = -1;
   int64_t start_unix_ns = -1, start_mono_ns = -1;               // the header's clocks (-1: absent)
+  std::string ops;                                              // the header's config: LINGPROBE_OPS ("" all)
+  bool fold_scalars = false;                                    // ... LINGPROBE_FOLD_SCALARS
   std::unordered_map<uint32_t, std::string> signature_sha;      // file-local id -> sha256
   std::unordered_map<std::string, std::string> signature_json;  // sha256 -> canonical text
   bool has_counts = false;
@@ -102,8 +106,7 @@ struct FileSummary {
 };
 
 struct ReadResult {
-  bool ok = false;
-  std::string error;  // "FILE:LINE: what was wrong"
+  format::Status status;  // ok, or "FILE:LINE: what was wrong": kIoFailed (cannot open or read), kBadInput, kTooLarge
 };
 
 // One call record's fields.

@@ -322,8 +322,9 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
   const std::string note = collectives_note(d.from_counts, d.from_records);
   JsonValue stages = JsonValue::array();
   std::ostringstream md, timing_md;
-  md << "\n## Ranks\n\nExpected " << d.expected.size() << " rank(s) (world size " << world_size << "); files from "
-     << ranks_text(d.with_files) << (d.missing.empty() ? "" : "; **missing: " + ranks_text(d.missing) + "**")
+  md << "\n## Ranks\n\nExpected " << d.expected.size() << " rank(s) (world size " << world_size
+     << "); files from rank(s) " << ranks_text(d.with_files)
+     << (d.missing.empty() ? "" : "; **missing: " + ranks_text(d.missing) + "**")
      << (d.unfinished.empty() ? ""
                               : "; ranks that did not finish (no final counts record): " + ranks_text(d.unfinished))
      << ". Time in collectives: " << note << ".\n";

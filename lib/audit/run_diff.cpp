@@ -36,6 +36,7 @@ struct Row {
 struct Run {
   std::string dir, run_id;
   int64_t world_size = 0;
+  bool fold_scalars = false;
   JsonValue report;
   std::vector<Row> rows;
 };
@@ -142,21 +143,18 @@ std::string calls_change_text(uint64_t a, uint64_t b) {
   return s;
 }
 
-bool load(const std::string& dir, Run& run, std::vector<std::string>& warnings, std::string& error) {
-  if (std::string why = sink::run_directory_error(dir); !why.empty()) {
-    error = why;
-    return false;
-  }
+// The run audited in memory: kBadInput (not a run directory), else the audit's failure.
+format::Status load(const std::string& dir, Run& run, std::vector<std::string>& warnings) {
+  if (std::string why = sink::run_directory_error(dir); !why.empty())
+    return format::Status(format::StatusCode::kBadInput, why);
   AuditOptions o;
   o.inputs = {dir};
   o.write = false;
   AuditOutcome out = run_audit(o);
   for (const auto& w : out.warnings) warnings.push_back(dir + ": " + w);
-  if (!out.ok) {
-    error = dir + ": " + out.error;
-    return false;
-  }
+  if (!out.status.ok()) return format::Status(out.status.code(), dir + ": " + out.status.message());
   run.dir = out.run_dir;
+  run.fold_scalars = out.fold_scalars;
   run.report = std::move(out.report);
   if (const JsonValue* r = run.report.find("run")) {
     if (const JsonValue* id = r->find("run_id")) run.run_id = id->as_string();
@@ -180,7 +178,7 @@ bool load(const std::string& dir, Run& run, std::vector<std::string>& warnings, 
       r.kernel_us = k->as_float();
     run.rows.push_back(std::move(r));
   }
-  return true;
+  return format::Status::Ok();
 }
 
 // The two runs' rows joined: entries (changed, paired by shapes, one side only), sorted by FLOPs moved, and the
@@ -462,9 +460,16 @@ std::string stage_detail(const std::string& stage, const std::vector<const Entry
 DiffOutcome diff_runs(const DiffOptions& options) {
   DiffOutcome outcome;
   Run a, b;
-  if (!load(options.run_a, a, outcome.warnings, outcome.error) ||
-      !load(options.run_b, b, outcome.warnings, outcome.error))
-    return outcome;
+  outcome.status = load(options.run_a, a, outcome.warnings);
+  if (outcome.status.ok()) outcome.status = load(options.run_b, b, outcome.warnings);
+  if (outcome.status.ok() && a.fold_scalars != b.fold_scalars)
+    outcome.status = format::Status(format::StatusCode::kBadInput,
+                                    (a.fold_scalars ? options.run_a : options.run_b) +
+                                        " has its scalar values folded (LINGPROBE_FOLD_SCALARS=1) and " +
+                                        (a.fold_scalars ? options.run_b : options.run_a) +
+                                        " does not: the same call has a different signature in each; record both "
+                                        "the same way");
+  if (!outcome.status.ok()) return outcome;
 
   Pairing pairing = pair_rows(a, b, options);
   // 3. The document, by stage.
@@ -488,7 +493,6 @@ DiffOutcome diff_runs(const DiffOptions& options) {
                          {"stage_filter", options.stage.empty() ? JsonValue::null() : JsonValue::string(options.stage)},
                          {"stages", std::move(stages)}});
   outcome.markdown = md + detail;
-  outcome.ok = true;
   return outcome;
 }
 

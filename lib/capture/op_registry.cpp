@@ -33,8 +33,17 @@ OpInfo* OpRegistry::find_or_add(const at::RecordFunction& fn) {
                         !collective                                  ? 0
                         : op_name == "_c10d_functional::wait_tensor" ? 2
                                                                      : 1);
+  if (o.fold_scalars) op->fold = scalar_fold_of(op->schema);
   ops_.emplace(name, op);
   return op;
+}
+
+std::vector<std::pair<std::string, std::string>> OpRegistry::names() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(ops_.size());
+  for (const auto& [pointer, op] : ops_) out.emplace_back(op->name, op->with_overload);
+  return out;
 }
 
 bool OpRegistry::decide_selected(OpInfo* op, StageId stage) {

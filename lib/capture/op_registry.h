@@ -15,8 +15,11 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "capture/recorder.h"
+#include "capture/signature_builder.h"
 #include "capture/stages.h"
 
 namespace lingprobe::capture {
@@ -31,6 +34,8 @@ struct OpInfo {
   std::atomic<uint32_t> learn_calls{0};
   std::atomic<uint64_t> learn_nested{0};
   std::atomic<int8_t> suppress;  // -1 learning (auto), 0 no (never, nested, too few nested calls), 1 yes (always)
+  ScalarFold fold;               // with FOLD_SCALARS, the scalar positions; else none
+  mutable std::atomic<uint32_t> signatures{0};  // minted so far (the warning at kManySignaturesPerOp)
   // A c10d op, timed whatever the selection (CollectiveTimes): 1 a collective, 2 a wait for one
   // (_c10d_functional::wait_tensor: its time counts, the call does not), 0 neither.
   const uint8_t collective;
@@ -51,6 +56,8 @@ class OpRegistry {
     const int8_t s = op->selected[stage].load(std::memory_order_relaxed);
     return s >= 0 ? s == 1 : decide_selected(op, stage);
   }
+  // Every operator met so far: (name, name with overload), in no order.
+  std::vector<std::pair<std::string, std::string>> names();
   // In a forked child: the mutex as new (its holder may be gone).
   void reset_lock_after_fork() { new (&mu_) std::mutex(); }
 

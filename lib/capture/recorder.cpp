@@ -136,7 +136,10 @@ C10_ALWAYS_INLINE void enter_inputs(Global& G, ThreadState& ts, Frame& f, OpInfo
   head[0] = reinterpret_cast<uintptr_t>(op);
   head[1] = stage | static_cast<uint64_t>(inputs.size()) << 16;
   ts.key.commit(2);
-  append_keys(inputs.data(), inputs.size(), ts.key);
+  if (C10_UNLIKELY(op->fold.arguments != 0))
+    append_folded_keys(inputs.data(), inputs.size(), op->fold.arguments, ts.key);
+  else
+    append_keys(inputs.data(), inputs.size(), ts.key);
   f.input_end = static_cast<uint32_t>(ts.key.size());
   const uint64_t* key = ts.key.data() + f.key_begin;
   const size_t words = f.input_end - f.key_begin;
@@ -146,7 +149,7 @@ C10_ALWAYS_INLINE void enter_inputs(Global& G, ThreadState& ts, Frame& f, OpInfo
     return;
   }
   f.entry = static_cast<uint32_t>(ts.entries.size());
-  ts.entries.push_back(InputEntry{build_arguments(op->schema, inputs), {}, nullptr});
+  ts.entries.push_back(InputEntry{build_arguments(op->schema, inputs, op->fold.arguments), {}, nullptr});
   if (Sampler* sampler = G.sampler.load(std::memory_order_acquire))
     ts.entries.back().sample = sample_key(*sampler, *op, ts.entries.back().arguments, stage);
   ts.inputs.insert(h, key, words, f.entry);
@@ -238,7 +241,10 @@ void reclassify_as_traced(Global& G, ThreadState& ts, Frame& f) {
 C10_ALWAYS_INLINE bool signature_id(Global& G, ThreadState& ts, const Frame& f, c10::ArrayRef<const c10::IValue> outs,
                                     uint32_t& id) {
   ts.key.push(outs.size());
-  append_keys(outs.data(), outs.size(), ts.key);
+  if (C10_UNLIKELY(f.op->fold.returns != 0))
+    append_folded_keys(outs.data(), outs.size(), f.op->fold.returns, ts.key);
+  else
+    append_keys(outs.data(), outs.size(), ts.key);
   const uint64_t* key = ts.key.data() + f.key_begin;
   const size_t words = ts.key.size() - f.key_begin;
   const uint64_t* out = key + (f.input_end - f.key_begin);
@@ -435,6 +441,8 @@ void uninstall_recorder() {
   G.handle = 0;
   G.installed = false;
 }
+
+std::vector<std::pair<std::string, std::string>> recorder_ops_met() { return g().ops.names(); }
 
 RecorderStats recorder_stats() {
   Global& G = g();

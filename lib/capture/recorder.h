@@ -12,8 +12,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
-#include "capture/op_selection.h"
+#include "format/op_selection.h"
 #include "capture/sampler.h"
 #include "runtime/record_buffer.h"
 #include "format/records.h"
@@ -30,6 +32,8 @@ class RecorderSink {
   // of that thread are then counted as dropped).
   virtual runtime::RecordBuffer* register_thread_buffer(size_t capacity) = 0;
   virtual void on_new_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json) = 0;
+  // One op minted its kManySignaturesPerOp-th signature (said once per op): `op` is its name ("aten::item").
+  virtual void on_many_signatures(const std::string& op, bool scalars_folded) = 0;
   // A push found the buffer full. Return true to retry (block policy: the
   // sink woke the writer and waited a little), false to drop the record.
   virtual bool on_buffer_full() = 0;
@@ -47,12 +51,16 @@ class RecorderSink {
 // pair costs about as much as 3-4 nested calls' boxing (docs/PERFORMANCE.md).
 enum class NestedSuppression { Auto, Always, Never };
 
+// An op with this many signatures is worth a word (scalar values minting one per call: FOLD_SCALARS).
+constexpr uint32_t kManySignaturesPerOp = 1000;
+
 struct RecorderOptions {
-  OpSelection selection;
+  format::OpSelection selection;
   bool nested = false;
   NestedSuppression suppress_nested = NestedSuppression::Auto;  // ignored with nested
   uint32_t suppress_min_nested = 4;
   bool call_records = true;
+  bool fold_scalars = false;  // scalar values written as their type (ScalarFold, LINGPROBE_FOLD_SCALARS)
   size_t buffer_records = 65536;
   uint64_t skip_calls = 0;
   double skip_seconds = 0.0;
@@ -89,6 +97,8 @@ void enable_sampling(Sampler* sampler, SampledCallHooks* hooks, StageTiming* sta
 void uninstall_recorder();
 
 RecorderStats recorder_stats();
+// The operators the callback has met (name, name with overload), selected or not.
+std::vector<std::pair<std::string, std::string>> recorder_ops_met();
 // Cumulative per-signature counts and the recorder's drop counters.
 format::CountsSnapshot recorder_counts();
 

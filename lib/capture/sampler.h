@@ -34,7 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "capture/op_selection.h"
+#include "format/op_selection.h"
 #include "format/records.h"
 
 namespace lingprobe::capture {
@@ -61,7 +61,7 @@ struct SamplingOptions {
   uint64_t every = 1;            // then every M-th call
   double probability = 1.0;      // of those, each with this probability (seeded)
   uint64_t seed = 0;
-  OpSelection selection;  // which (stage, op) may be sampled; default everything recorded
+  format::OpSelection selection;  // which (stage, op) may be sampled; default everything recorded
   Coordination coordination = Coordination::Claims;
   uint32_t extra_signature_attempts = 8;  // per key, to find its other signatures
   int64_t poll_interval_ms = 2000;        // the claims poll's pace (tests: 0)

@@ -189,7 +189,38 @@ std::string python_dtype_name(c10::ScalarType type) {
   return lower;
 }
 
-JsonValue build_arguments(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs) {
+namespace {
+
+bool is_scalar_type(const c10::TypePtr& type) {
+  for (c10::TypeKind kind : {c10::TypeKind::IntType, c10::TypeKind::FloatType, c10::TypeKind::NumberType,
+                             c10::TypeKind::SymIntType, c10::TypeKind::SymFloatType})
+    if (type_is(type, kind)) return true;
+  return false;
+}
+
+uint64_t scalar_mask(const std::vector<c10::Argument>& arguments) {
+  uint64_t mask = 0;
+  for (size_t i = 0; i < arguments.size() && i < 64; ++i)
+    if (is_scalar_type(arguments[i].real_type())) mask |= uint64_t{1} << i;
+  return mask;
+}
+
+bool folds(uint64_t fold, size_t i) { return i < 64 && (fold >> i & 1); }
+
+// A value as its JSON, or, where folded, an int or float as its type.
+JsonValue value_json(const c10::IValue& v, const c10::TypePtr& type, bool folded) {
+  if (folded && v.isInt()) return JsonValue::string("<int>");
+  if (folded && v.isDouble()) return JsonValue::string("<float>");
+  return to_json(v, type);
+}
+
+}  // namespace
+
+ScalarFold scalar_fold_of(const c10::FunctionSchema& schema) {
+  return {scalar_mask(schema.arguments()), scalar_mask(schema.returns())};
+}
+
+JsonValue build_arguments(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs, uint64_t fold) {
   const auto& params = schema.arguments();
   JsonValue args = JsonValue::array();
   JsonValue kwargs = JsonValue::object();
@@ -198,10 +229,11 @@ JsonValue build_arguments(const c10::FunctionSchema& schema, c10::ArrayRef<const
     while (kwarg_only_start > 0 && params[kwarg_only_start - 1].kwarg_only()) --kwarg_only_start;
     size_t positional_end = kwarg_only_start;
     while (positional_end > 0 && is_default(params[positional_end - 1], inputs[positional_end - 1])) --positional_end;
-    for (size_t i = 0; i < positional_end; ++i) args.push_back(to_json(inputs[i], params[i].real_type()));
+    for (size_t i = 0; i < positional_end; ++i)
+      args.push_back(value_json(inputs[i], params[i].real_type(), folds(fold, i)));
     for (size_t i = kwarg_only_start; i < params.size(); ++i) {
       if (is_default(params[i], inputs[i])) continue;
-      kwargs.set(params[i].name(), to_json(inputs[i], params[i].real_type()));
+      kwargs.set(params[i].name(), value_json(inputs[i], params[i].real_type(), folds(fold, i)));
     }
   } else {
     for (const auto& v : inputs) args.push_back(to_json(v, nullptr));
@@ -209,13 +241,15 @@ JsonValue build_arguments(const c10::FunctionSchema& schema, c10::ArrayRef<const
   return JsonValue::object({{"args", std::move(args)}, {"kwargs", std::move(kwargs)}});
 }
 
-JsonValue build_output(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> outputs) {
+JsonValue build_output(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> outputs, uint64_t fold) {
   const auto& returns = schema.returns();
-  if (outputs.size() == 1) return to_json(outputs[0], returns.size() == 1 ? returns[0].real_type() : nullptr);
+  if (outputs.size() == 1)
+    return value_json(outputs[0], returns.size() == 1 ? returns[0].real_type() : nullptr, folds(fold, 0));
   if (outputs.empty()) return JsonValue::null();
   JsonValue output = JsonValue::array();
   for (size_t i = 0; i < outputs.size(); ++i)
-    output.push_back(to_json(outputs[i], returns.size() == outputs.size() ? returns[i].real_type() : nullptr));
+    output.push_back(
+        value_json(outputs[i], returns.size() == outputs.size() ? returns[i].real_type() : nullptr, folds(fold, i)));
   return output;
 }
 
@@ -237,9 +271,12 @@ JsonValue build_signature(const c10::FunctionSchema& schema, c10::ArrayRef<const
 }
 
 CanonicalSignature canonical_signature(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs,
-                                       c10::ArrayRef<const c10::IValue> outputs, const std::string& stage) {
+                                       c10::ArrayRef<const c10::IValue> outputs, const std::string& stage,
+                                       const ScalarFold& fold) {
   CanonicalSignature out;
-  out.json = format::canonical_json(build_signature(schema, inputs, outputs, stage));
+  out.json = format::canonical_json(assemble_signature(dotted_op_name(schema.operator_name()),
+                                                       build_arguments(schema, inputs, fold.arguments),
+                                                       build_output(schema, outputs, fold.returns), stage));
   out.sha256 = format::sha256_hex(out.json);
   return out;
 }

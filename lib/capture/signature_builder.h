@@ -44,8 +44,21 @@ c10::TypePtr list_element_type(const c10::TypePtr& type);
 
 // The parts, for the recorder, which sees inputs in the start callback and
 // outputs in the end callback: {"args": [...], "kwargs": {...}} and the output.
-format::JsonValue build_arguments(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs);
-format::JsonValue build_output(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> outputs);
+// Scalar folding (LINGPROBE_FOLD_SCALARS): the arguments and returns of an op
+// that are scalars (int, float, Scalar, SymInt, SymFloat; optional or not),
+// whose int and float values a folded signature writes as their type ("<int>",
+// "<float>"). Bit i: argument or return i (the first 64). int[] shapes, dtypes,
+// layouts, bools and tensors are never folded.
+struct ScalarFold {
+  uint64_t arguments = 0, returns = 0;
+};
+ScalarFold scalar_fold_of(const c10::FunctionSchema& schema);
+
+// `fold`: the positions written as their type (ScalarFold), 0 for none.
+format::JsonValue build_arguments(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs,
+                                  uint64_t fold = 0);
+format::JsonValue build_output(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> outputs,
+                               uint64_t fold = 0);
 format::JsonValue assemble_signature(const std::string& dotted_op, const format::JsonValue& arguments,
                                      format::JsonValue output, const std::string& stage);
 
@@ -59,6 +72,7 @@ struct CanonicalSignature {
   std::string sha256;
 };
 CanonicalSignature canonical_signature(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs,
-                                       c10::ArrayRef<const c10::IValue> outputs, const std::string& stage);
+                                       c10::ArrayRef<const c10::IValue> outputs, const std::string& stage,
+                                       const ScalarFold& fold = {});
 
 }  // namespace lingprobe::capture

@@ -366,6 +366,7 @@ format::PickleValue SnapshotCapture::snapshot_document(Pending& p, c10::ArrayRef
   doc.set("torch_version", PickleValue::string(TORCH_VERSION));
   doc.set("math_policy", p.math_policy);
   doc.set("setup_call", PickleValue::boolean(p.setup));
+  if (options_.fold_scalars) doc.set("fold_scalars", PickleValue::boolean(true));  // the replay's signature folds too
   PickleValue written = PickleValue::list();
   for (int64_t w : p.written) written.push_back(PickleValue::integer(w));
   doc.set("written_args", std::move(written));

@@ -49,8 +49,9 @@ class SnapshotSink {
 };
 
 struct SnapshotOptions {
-  bool snapshots = true;  // copy the tensors (LINGPROBE_SNAPSHOTS)
-  bool profile = false;   // measure the kernels' counters (LINGPROBE_PROFILE)
+  bool snapshots = true;      // copy the tensors (LINGPROBE_SNAPSHOTS)
+  bool profile = false;       // measure the kernels' counters (LINGPROBE_PROFILE)
+  bool fold_scalars = false;  // signatures with scalar values as their type: the snapshot says so for its replay
   uint64_t budget_process = 4ull << 30;
   uint64_t budget_device = 2ull << 30;  // device copies waiting for the writer
   int64_t rank = 0;

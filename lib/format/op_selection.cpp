@@ -1,8 +1,11 @@
-#include "capture/op_selection.h"
+#include "format/op_selection.h"
 
 #include "format/glob.h"
 
-namespace lingprobe::capture {
+#include <algorithm>
+#include <cctype>
+
+namespace lingprobe::format {
 namespace {
 
 std::string trim(const std::string& s) {
@@ -48,33 +51,108 @@ std::string check_glob(const std::string& g) {
 
 }  // namespace
 
+std::string op_patterns_error(const std::string& patterns, bool stages) {
+  if (!stages) {
+    for (const auto& g : split(patterns, ','))
+      if (std::string err = check_glob(g); !err.empty()) return err;
+    return "";
+  }
+  for (const std::string& segment : split(patterns, ';')) {
+    const size_t colon = segment.find(':');
+    const bool has_stage = colon != std::string::npos && (colon + 1 >= segment.size() || segment[colon + 1] != ':');
+    const std::string stage = has_stage ? trim(segment.substr(0, colon)) : "";
+    const std::vector<std::string> globs = split(has_stage ? segment.substr(colon + 1) : segment, ',');
+    for (const auto& g : globs) {
+      if (has_stage && g.find("::") == std::string::npos && g != "*")  // "aten:linear": one ':' is a stage's
+        return "'" + segment + "' reads as stage '" + stage + "' with op pattern '" + g +
+               "', which has no namespace; did you mean '" + stage + "::" + g + "'? (stage:ns::name selects per stage)";
+      if (std::string err = check_glob(g); !err.empty()) return err;
+    }
+    if (has_stage && stage.empty()) return "empty stage name before ':' in '" + segment + "'";
+    if (has_stage && globs.empty()) return "stage '" + stage + "' has no op patterns";
+  }
+  return "";
+}
+
 std::string OpSelection::parse(const std::string& ops, const std::string& deny, const std::string& option) {
   global_.clear();
   per_stage_.clear();
   deny_.clear();
+  if (std::string err = op_patterns_error(ops, true); !err.empty()) return option + ": " + err;
+  if (std::string err = op_patterns_error(deny, false); !err.empty()) return "LINGPROBE_OPS_DENY: " + err;
   for (const std::string& segment : split(ops, ';')) {
     const size_t colon = segment.find(':');
     const bool has_stage = colon != std::string::npos && (colon + 1 >= segment.size() || segment[colon + 1] != ':');
     std::vector<std::string> globs = split(has_stage ? segment.substr(colon + 1) : segment, ',');
-    for (const auto& g : globs) {
-      std::string err = check_glob(g);
-      if (!err.empty()) return option + ": " + err;
-    }
-    if (has_stage) {
-      std::string stage = trim(segment.substr(0, colon));
-      if (stage.empty()) return option + ": empty stage name before ':' in '" + segment + "'";
-      if (globs.empty()) return option + ": stage '" + stage + "' has no op patterns";
-      per_stage_.push_back({stage, globs});
-    } else {
+    if (has_stage)
+      per_stage_.push_back({trim(segment.substr(0, colon)), globs});
+    else
       global_.insert(global_.end(), globs.begin(), globs.end());
-    }
   }
-  for (const auto& g : split(deny, ',')) {
-    std::string err = check_glob(g);
-    if (!err.empty()) return "LINGPROBE_OPS_DENY: " + err;
-    deny_.push_back(g);
-  }
+  deny_ = split(deny, ',');
   return "";
+}
+
+std::vector<std::string> OpSelection::patterns() const {
+  std::vector<std::string> out = global_;
+  for (const auto& rule : per_stage_)
+    for (const auto& g : rule.globs) out.push_back(rule.stage + ":" + g);
+  return out;
+}
+
+std::vector<std::string> OpSelection::unmatched(const std::vector<std::pair<std::string, std::string>>& ops_met) const {
+  auto met = [&](const std::string& glob) {
+    for (const auto& [name, with_overload] : ops_met)
+      if (any_match({glob}, name, with_overload)) return true;
+    return false;
+  };
+  std::vector<std::string> out;
+  for (const auto& g : global_)
+    if (!met(g)) out.push_back(g);
+  for (const auto& rule : per_stage_)
+    for (const auto& g : rule.globs)
+      if (!met(g)) out.push_back(rule.stage + ":" + g);
+  return out;
+}
+
+namespace {
+
+std::string lowered_without_wildcards(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    if (c != '*' && c != '?') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> closest_op_names(const std::string& pattern, const std::vector<std::string>& names, size_t n) {
+  const size_t colon = pattern.find(':');
+  const bool staged = colon != std::string::npos && pattern.compare(colon, 2, "::") != 0;
+  const std::string want = lowered_without_wildcards(staged ? pattern.substr(colon + 1) : pattern);
+  auto split_name = [](const std::string& s) {  // (namespace, name)
+    const size_t sep = s.rfind("::");
+    return sep == std::string::npos ? std::make_pair(std::string(), s)
+                                    : std::make_pair(s.substr(0, sep), s.substr(sep + 2));
+  };
+  const auto [want_ns, want_name] = split_name(want);
+  std::vector<std::pair<size_t, std::string>> scored;
+  for (const auto& name : names) {
+    const std::string have = lowered_without_wildcards(name);
+    const auto [have_ns, have_name] = split_name(have);
+    // A glob's literal part inside a name counts as close ("*Conv*" and aten::conv2d).
+    const size_t d = have.find(want) != std::string::npos || have_name.find(want_name) != std::string::npos
+                         ? (have_ns == want_ns ? 0 : 1)
+                         : edit_distance(want_name, have_name) + (have_ns == want_ns ? 0 : 1);
+    if (d <= std::max<size_t>(1, want_name.size() / 3)) scored.emplace_back(d, name);
+  }
+  std::sort(scored.begin(), scored.end());
+  std::vector<std::string> out;
+  for (const auto& [d, name] : scored) {
+    if (out.size() == n) break;
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
 }
 
 bool OpSelection::any_match(const std::vector<std::string>& globs, const std::string& a, const std::string& b) {
@@ -92,4 +170,4 @@ bool OpSelection::selected(const std::string& name, const std::string& with_over
   return false;
 }
 
-}  // namespace lingprobe::capture
+}  // namespace lingprobe::format

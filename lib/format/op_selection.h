@@ -5,9 +5,18 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
-namespace lingprobe::capture {
+namespace lingprobe::format {
+
+// "" or what is wrong with a value of OPS syntax (`stages`: "stage:glob,...;glob"; else comma-separated globs, as
+// OPS_DENY), without the option's name: a pattern without a namespace, a character no op name has, an empty stage.
+std::string op_patterns_error(const std::string& patterns, bool stages);
+
+// Up to `n` names of `names` closest to `pattern` (case and wildcards aside, by edit distance), best first; those
+// farther than half the pattern's length are left out.
+std::vector<std::string> closest_op_names(const std::string& pattern, const std::vector<std::string>& names, size_t n);
 
 class OpSelection {
  public:
@@ -17,6 +26,10 @@ class OpSelection {
 
   bool selected(const std::string& name, const std::string& name_with_overload, const std::string& stage) const;
   bool records_everything() const { return global_.empty() && per_stage_.empty() && deny_.empty(); }
+  // The allow patterns, global and per stage ("stage:glob"), in the order given; deny patterns are not included.
+  std::vector<std::string> patterns() const;
+  // Of patterns(), those no operator in `ops_met` (name, name with overload) matches.
+  std::vector<std::string> unmatched(const std::vector<std::pair<std::string, std::string>>& ops_met) const;
 
  private:
   struct StageRule {
@@ -30,4 +43,4 @@ class OpSelection {
   std::vector<std::string> deny_;
 };
 
-}  // namespace lingprobe::capture
+}  // namespace lingprobe::format

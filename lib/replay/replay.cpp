@@ -198,12 +198,12 @@ struct Replay {
   std::string full_name() const { return name + (overload.empty() ? "" : "." + overload); }
 };
 
-// The snapshot read and its operator found: kBadInput (not a snapshot),
-// kUnsupported (an extension's op whose library this process did not load).
+// The snapshot read and its operator found: SnapshotReader::open's codes (kBadInput: not a snapshot),
+// kBadInput (an unknown aten op), kUnsupported (an extension's op whose library this process did not load).
 Status open_snapshot(Replay& p) {
   p.ctx.reader = &p.reader;
   p.ctx.device = p.options.device;
-  if (std::string e = p.reader.open(p.path); !e.empty()) return Status(StatusCode::kBadInput, p.path + ": " + e);
+  if (Status st = p.reader.open(p.path); !st.ok()) return Status(st.code(), p.path + ": " + st.message());
   const PickleValue& doc = p.reader.document();
   p.doc = &doc;
   p.ctx.keep_cpu = has_cuda_tensor(doc);
@@ -221,9 +221,9 @@ Status open_snapshot(Replay& p) {
                   p.path + ": unknown op " + p.full_name() + " (not registered in torch " + TORCH_VERSION + ")");
   // an extension's op (torchvision::, a custom op): its library registers it
   return Status(StatusCode::kUnsupported, "op " + p.full_name() +
-                                              " is registered by a library this process did not load; replay it "
-                                              "with `lingprobe replay --library PATH/TO/THE/" +
-                                              ns + "/LIBRARY.so`");
+                                              " not registered in this process (load its library with "
+                                              "--load-library PATH/TO/THE/" +
+                                              ns + "/LIBRARY.so)");
 }
 
 // The call's arguments rebuilt on the replay's device, in the schema's order.
@@ -296,9 +296,13 @@ void compare_result(Replay& p) {
   r.nondeterministic = nondeterminism(p.handle->schema().name(), device_type, policy_true(p.policy, "cudnn_benchmark"),
                                       policy_true(p.policy, "deterministic_algorithms"), p.has_generator);
   if (r.nondeterministic.empty()) r.exact = d.exact;
+  const PickleValue* folded = p.doc->find("fold_scalars");
+  const capture::ScalarFold fold = folded && folded->kind() == PickleValue::Kind::Bool && folded->as_bool()
+                                       ? capture::scalar_fold_of(p.handle->schema())
+                                       : capture::ScalarFold{};
   p.replayed_sha = capture::canonical_signature(
                        p.handle->schema(), c10::ArrayRef<const c10::IValue>(p.inputs.data(), p.inputs.size()),
-                       c10::ArrayRef<const c10::IValue>(p.stack.data(), p.stack.size()), r.stage)
+                       c10::ArrayRef<const c10::IValue>(p.stack.data(), p.stack.size()), r.stage, fold)
                        .sha256;
   p.recorded_sha = p.doc->find("signature_sha256") ? p.doc->find("signature_sha256")->as_string() : "";
   r.signature_matches = p.replayed_sha == p.recorded_sha;

@@ -380,6 +380,11 @@ void MetadataWriter::cycle(bool final) {
   if (final && fd_ >= 0) ::fsync(fd_);
 }
 
+void MetadataWriter::keep_even_if_empty() {
+  std::lock_guard<std::mutex> io(io_mu_);
+  has_data_ = true;
+}
+
 void MetadataWriter::finalize() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -389,7 +394,7 @@ void MetadataWriter::finalize() {
   cv_.notify_all();
   flushed_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (started_) cycle(true);
+  if (started_ || has_data_) cycle(true);
   if (fd_ >= 0) {
     ::close(fd_);
     fd_ = -1;

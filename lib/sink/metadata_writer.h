@@ -63,6 +63,9 @@ class MetadataWriter {
   // Final drain, final counts ("final":true), fsync, close. Idempotent;
   // later calls of the other methods do nothing.
   void finalize();
+  // The file is written at finalize even if nothing was recorded (its header
+  // and a counts record), so that an audit can say what the process matched.
+  void keep_even_if_empty();
   // Asks for a drain now, without waiting for it (a producer's buffer is
   // half full, or full under the block policy).
   void wake();
@@ -113,7 +116,7 @@ class MetadataWriter {
   int fd_ = -1;
   bool open_failed_ = false;
   std::atomic<bool> finalized_{false};
-  bool has_data_ = false;  // a file is created only once something was recorded
+  bool has_data_ = false;  // a file is created only once something was recorded (or keep_even_if_empty)
   std::atomic<uint64_t> records_written_{0};
   std::atomic<uint64_t> call_records_written_{0};
   std::atomic<uint64_t> write_errors_{0};

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -32,6 +33,11 @@ std::string check_writable_directory(const std::string& dir) {
     return "'" + existing + "' is a file, not a directory" + (existing == dir ? "" : " (on the way to '" + dir + "')");
   if (::access(existing.c_str(), W_OK | X_OK) != 0)
     return "'" + existing + "' is not writable by this process: " + std::strerror(errno);
+  // access() says yes to root everywhere: a directory made and removed at once says whether entries can be made
+  // there (not under /proc, not on a read-only file system).
+  std::string probe = (existing == "/" ? "" : existing) + "/.lingprobe-probe-XXXXXX";
+  if (!::mkdtemp(probe.data())) return "cannot create anything in '" + existing + "': " + std::strerror(errno);
+  ::rmdir(probe.c_str());
   return "";
 }
 

@@ -13,7 +13,8 @@ std::string run_directory(const std::string& out_root, const std::string& run_id
 
 // Whether `dir` is, or can become by creating its missing levels, a
 // directory this process may write into: "" or what is wrong (a file where a
-// directory should be, no write permission). Creates nothing.
+// directory should be, no write permission, a file system that takes no new
+// entries). Leaves nothing behind (a probe directory is made and removed).
 std::string check_writable_directory(const std::string& dir);
 
 // Whether `path` can be a file read later (a control file): not a directory,

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "api/config.h"
-#include "capture/op_selection.h"
+#include "format/op_selection.h"
 #include "format/glob.h"
 
 using namespace lingprobe;
@@ -59,7 +59,7 @@ TEST_CASE("environment: unknown LINGPROBE_* names are reported, not fatal", "[co
 }
 
 TEST_CASE("op selection: global globs, per-stage rules as the seed's run used, deny", "[selection]") {
-  capture::OpSelection s;
+  format::OpSelection s;
   REQUIRE(s.parse("dit:aten::linear;vae:aten::conv3d;output:aten::to", "").empty());
   CHECK(s.selected("aten::linear", "aten::linear", "dit"));
   CHECK_FALSE(s.selected("aten::linear", "aten::linear", "vae"));
@@ -77,6 +77,32 @@ TEST_CASE("op selection: global globs, per-stage rules as the seed's run used, d
   REQUIRE(s.parse("c10d::allreduce_;_c10d_functional::*;aten::to.dtype,aten::*conv?d", "").empty());
   CHECK(format::glob_match("aten::*conv*", "aten::cudnn_convolution"));
   CHECK_FALSE(format::glob_match("aten::to", "aten::to_copy"));
+}
+
+TEST_CASE("a single ':' before a pattern without a namespace is read as a stage, and the message says so",
+          "[selection]") {
+  const std::string why = format::op_patterns_error("aten:linear", true);
+  CHECK(why.find("reads as stage 'aten'") != std::string::npos);
+  CHECK(why.find("did you mean 'aten::linear'") != std::string::npos);
+  // The configuration refuses it before anything runs (lingprobe run validates with the same table).
+  api::Config c;
+  CHECK(api::apply_setting(c, "OPS", "aten:linear").code() == format::StatusCode::kBadInput);
+  CHECK(api::apply_setting(c, "SAMPLE_OPS", "dit:linear").code() == format::StatusCode::kBadInput);
+  CHECK(api::apply_setting(c, "OPS_DENY", "aten::a b").code() == format::StatusCode::kBadInput);
+  CHECK(api::apply_setting(c, "OPS", "dit:aten::linear;aten::*conv*").ok());
+}
+
+TEST_CASE("patterns that matched no operator met, and the closest names", "[selection]") {
+  format::OpSelection s;
+  REQUIRE(s.parse("aten::Linear,aten::relu;dit:aten::conv2d", "").empty());
+  const std::vector<std::pair<std::string, std::string>> met = {
+      {"aten::linear", "aten::linear"}, {"aten::relu", "aten::relu"}, {"aten::randn", "aten::randn"}};
+  CHECK(s.unmatched(met) == std::vector<std::string>{"aten::Linear", "dit:aten::conv2d"});
+  const std::vector<std::string> names = {"aten::linear", "aten::relu", "aten::randn", "aten::addmm"};
+  CHECK(format::closest_op_names("aten::Linear", names, 3) == std::vector<std::string>{"aten::linear"});
+  CHECK(format::closest_op_names("dit:aten::lienar", names, 3) == std::vector<std::string>{"aten::linear"});
+  CHECK(format::closest_op_names("aten::*Rel*", names, 3) == std::vector<std::string>{"aten::relu"});
+  CHECK(format::closest_op_names("aten::conv2d", names, 3).empty());
 }
 
 TEST_CASE("every option refuses the bad values of its type with a message naming it", "[config]") {

@@ -41,6 +41,11 @@ struct TestSink : RecorderSink {
     std::lock_guard<std::mutex> lock(mu);
     signatures.emplace_back(id, json);
   }
+  std::vector<std::string> many;  // ops said to have minted kManySignaturesPerOp
+  void on_many_signatures(const std::string& op, bool) override {
+    std::lock_guard<std::mutex> lock(mu);
+    many.push_back(op);
+  }
   bool on_buffer_full() override { return false; }
   void on_buffer_half_full() override {}
   std::vector<format::CallRecord> drain() {

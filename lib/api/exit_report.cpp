@@ -1,0 +1,48 @@
+#include "api/exit_report.h"
+
+#include <unistd.h>
+
+#include "api/log.h"
+#include "format/op_selection.h"
+
+namespace lingprobe::api {
+
+ExitReport exit_report(const Config& config, const Identity& identity, bool config_ok) {
+  ExitReport r;
+  const Role role = identity.role;
+  if (!config_ok || (role != Role::Rank && role != Role::Single)) return r;
+  r.speaks = role == Role::Single || identity.rank == 0;
+  r.stats = capture::recorder_stats();
+  r.keep_empty = r.stats.calls_recorded == 0 && (r.stats.calls_seen > 0 || !config.ops.empty());
+  if (config.ops.empty()) return r;
+  format::OpSelection selection;
+  if (!selection.parse(config.ops, config.ops_deny).empty()) return r;
+  const auto met = capture::recorder_ops_met();
+  std::vector<std::string> names;
+  for (const auto& [name, with_overload] : met) names.push_back(name);
+  for (const auto& pattern : selection.unmatched(met)) {
+    std::string line = "'" + pattern + "'";
+    const auto closest = format::closest_op_names(pattern, names, 3);
+    for (size_t i = 0; i < closest.size(); ++i) line += (i ? ", " : " (closest ran: ") + closest[i];
+    r.unmatched.push_back(line + (closest.empty() ? "" : ")"));
+  }
+  return r;
+}
+
+void say_exit_report(const ExitReport& r, const Config& config, const std::string& metadata_path,
+                     const std::string& run_dir, std::optional<uint64_t> snapshots) {
+  if (!r.speaks) return;
+  if (!r.unmatched.empty() || (r.stats.calls_recorded == 0 && !config.ops.empty())) {
+    std::string line = "LINGPROBE_OPS='" + config.ops + "': " + std::to_string(r.stats.calls_recorded) + " of " +
+                       std::to_string(r.stats.calls_seen) + " calls matched";
+    for (size_t i = 0; i < r.unmatched.size(); ++i)
+      line += (i ? "; " : "; no operator this process ran matched ") + r.unmatched[i];
+    log_warn(line);
+  }
+  if (::access(metadata_path.c_str(), F_OK) != 0) return;  // never name what was not written
+  log_info("recorded " + std::to_string(r.stats.calls_recorded) + " calls, " + std::to_string(r.stats.signatures) +
+           " signatures" + (snapshots ? ", " + std::to_string(*snapshots) + " snapshots" : "") + " into " + run_dir +
+           "; next: lingprobe audit " + run_dir);
+}
+
+}  // namespace lingprobe::api

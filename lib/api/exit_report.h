@@ -1,0 +1,35 @@
+// What a process says at exit (rank 0, or a single process): where its
+// records went and the next command to run, and, with an op selection, how
+// many calls matched and the patterns that matched no operator the process
+// ran, with the closest names it did run (docs/USAGE.md, "At exit").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/config.h"
+#include "api/identity.h"
+#include "capture/recorder.h"
+
+namespace lingprobe::api {
+
+struct ExitReport {
+  bool speaks = false;  // rank 0, or a single process
+  bool keep_empty =
+      false;  // the metadata file is written even with nothing recorded (a selection that matched nothing)
+  capture::RecorderStats stats;
+  std::vector<std::string> unmatched;  // "'pattern' (closest ran: a, b)"
+};
+
+// After the recorder is uninstalled, before the writer's finalize.
+ExitReport exit_report(const Config& config, const Identity& identity, bool config_ok);
+
+// After the writer's finalize: a warning for the selection, then one info line
+// naming the run directory, only if the metadata file exists. `snapshots`:
+// written by the process, nullopt when sampling is off.
+void say_exit_report(const ExitReport& report, const Config& config, const std::string& metadata_path,
+                     const std::string& run_dir, std::optional<uint64_t> snapshots);
+
+}  // namespace lingprobe::api

@@ -1,0 +1,219 @@
+"""A new user's first hour (issue 28): each surprise they met, as a test that failed before its fix.
+
+`lingprobe run` validates everything before it starts the job and never names a directory that was not written; an
+op selection that matches nothing says so at exit, with the closest names, and still leaves a file the audit reads;
+a run says where its records went and what to run next."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import metadata
+
+PROGRAM = textwrap.dedent("""
+    import torch
+    m = torch.nn.Linear(8, 8)
+    for _ in range(3):
+        y = m(torch.randn(2, 8)).relu()
+    print("ran")
+""")
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
+    env.update(OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def program(tmp_path):
+    path = tmp_path / "prog.py"
+    path.write_text(PROGRAM)
+    return path
+
+
+def preloaded(build_dir, tmp_path, out, **extra):
+    env = clean_env(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(out), **extra)
+    return subprocess.run([sys.executable, str(program(tmp_path))], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def lingprobe_run(cli, args, timeout=300):
+    return subprocess.run([cli, "run", *args], env=clean_env(), capture_output=True, text=True, timeout=timeout)
+
+
+# Item 2: `lingprobe run` validates all of its options, and its exit status says what happened.
+
+def test_run_refuses_an_op_pattern_that_can_match_nothing_before_starting_the_job(cli, tmp_path):
+    marker = tmp_path / "ran"
+    p = lingprobe_run(cli, ["-o", str(tmp_path / "o"), "--ops", "aten:linear", "--", "touch", str(marker)])
+    assert p.returncode == 2, p.stderr
+    assert "reads as stage 'aten'" in p.stderr and "did you mean 'aten::linear'" in p.stderr, p.stderr
+    assert not marker.exists() and not (tmp_path / "o").exists()
+
+
+def test_run_refuses_an_output_directory_it_cannot_write(cli, tmp_path):
+    marker = tmp_path / "ran"
+    (tmp_path / "file").write_text("")
+    for out in ("/proc/lingprobe-out", str(tmp_path / "file" / "o")):
+        p = lingprobe_run(cli, ["-o", out, "--", "touch", str(marker)])
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.startswith(f"lingprobe run: -o {out}: ") and "give a directory you can write" in p.stderr
+    assert not marker.exists()
+
+
+def test_run_keeps_a_failed_jobs_status_and_names_no_directory_it_did_not_write(cli, tmp_path):
+    p = lingprobe_run(cli, ["-o", str(tmp_path / "o"), "--", sys.executable, "-c", "raise SystemExit(7)"])
+    assert p.returncode == 7
+    assert "exited with status 7" in p.stderr and "was not written" in p.stderr, p.stderr
+    assert "audit it" not in p.stderr and not list((tmp_path / "o").glob("*/metadata"))
+
+
+def test_run_of_a_job_that_recorded_nothing_is_not_a_success(cli, tmp_path):
+    p = lingprobe_run(cli, ["-o", str(tmp_path / "o"), "--", "true"])
+    assert p.returncode == 3, p.stderr
+    assert "no process of it recorded anything" in p.stderr and "PyTorch program" in p.stderr
+    assert "audit it" not in p.stderr
+
+
+def test_run_that_recorded_says_where_and_what_next(cli, tmp_path):
+    out = tmp_path / "o"
+    p = lingprobe_run(cli, ["-o", str(out), "--", sys.executable, str(program(tmp_path))])
+    assert p.returncode == 0, p.stderr
+    (run_dir,) = metadata.run_dirs(out)
+    assert f"audit it: lingprobe audit {run_dir}" in p.stderr
+
+
+# Item 3: a selection that matches nothing leaves a trace.
+
+def test_a_pattern_that_matched_nothing_is_named_at_exit_with_the_closest_ops(build_dir, tmp_path):
+    out = tmp_path / "o"
+    p = preloaded(build_dir, tmp_path, out, LINGPROBE_OPS="aten::Linear,aten::relu")
+    assert p.returncode == 0 and p.stdout.strip() == "ran", p.stderr
+    (warning,) = [l for l in p.stderr.splitlines() if "warning" in l]
+    assert "LINGPROBE_OPS='aten::Linear,aten::relu': 3 of " in warning, warning
+    assert "matched 'aten::Linear' (closest ran: aten::linear)" in warning, warning
+
+
+def test_a_selection_that_matched_nothing_still_writes_a_file_the_audit_explains(build_dir, cli, tmp_path):
+    out = tmp_path / "o"
+    p = preloaded(build_dir, tmp_path, out, LINGPROBE_OPS="aten::Linear")
+    assert p.returncode == 0, p.stderr
+    assert "0 of " in p.stderr and "closest ran: aten::linear" in p.stderr, p.stderr
+    (f,) = metadata.files(out)
+    header, sigs, counts, _, last = metadata.summarize(f)
+    assert header["role"] == "single" and not counts and last["final"]
+    assert header["config"]["ops"] == "aten::Linear"
+    (run_dir,) = metadata.run_dirs(out)
+    a = subprocess.run([cli, "audit", str(run_dir)], capture_output=True, text=True, timeout=120)
+    assert a.returncode == 0, a.stderr
+    assert "0 calls matched LINGPROBE_OPS='aten::Linear'" in a.stdout, a.stdout
+
+
+# Item 4: where did it go?
+
+def test_a_plain_preload_run_says_where_its_records_went_and_the_next_command(build_dir, tmp_path):
+    out = tmp_path / "o"
+    p = preloaded(build_dir, tmp_path, out)
+    assert p.returncode == 0, p.stderr
+    (run_dir,) = metadata.run_dirs(out)
+    (line,) = p.stderr.splitlines()
+    assert line.startswith("[lingprobe] info: recorded ") and f"into {run_dir}; next: lingprobe audit {run_dir}" in line
+    quiet = preloaded(build_dir, tmp_path, tmp_path / "q", LINGPROBE_LOG_LEVEL="warn")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
+# Item 6: scalar values need not turn one op into thousands of signatures.
+
+ITEMS = textwrap.dedent("""
+    import torch
+    x = torch.arange(3000.)
+    s = 0.0
+    for i in range(1200):
+        s += x[i].item()
+    y = torch.add(torch.ones(2, 4), torch.ones(2, 4), alpha=2)
+    print(s)
+""")
+
+
+def run_items(build_dir, tmp_path, out, **extra):
+    path = tmp_path / "items.py"
+    path.write_text(ITEMS)
+    env = clean_env(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(out), **extra)
+    return subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=300)
+
+
+def signature_texts(out):
+    (f,) = metadata.files(out)
+    header, sigs, counts, _, _ = metadata.summarize(f)
+    return header, sigs, counts
+
+
+def test_scalar_values_mint_a_signature_per_call_and_the_warning_names_the_option(build_dir, tmp_path):
+    p = run_items(build_dir, tmp_path, tmp_path / "o")
+    assert p.returncode == 0, p.stderr
+    header, sigs, counts = signature_texts(tmp_path / "o")
+    assert len(sigs) > 2400 and "fold_scalars" not in header["config"]  # the seed's default: values
+    warnings = [l for l in p.stderr.splitlines() if "has minted 1000 signatures" in l]
+    assert {w.split("] warning: ")[1].split()[0] for w in warnings} == {"aten::select", "aten::item"}, p.stderr
+    assert all("LINGPROBE_FOLD_SCALARS=1" in w for w in warnings)
+
+
+def test_folded_scalars_keep_one_signature_per_structure(build_dir, tmp_path):
+    p = run_items(build_dir, tmp_path, tmp_path / "o", LINGPROBE_FOLD_SCALARS="1")
+    assert p.returncode == 0, p.stderr
+    assert "has minted" not in p.stderr
+    header, sigs, counts = signature_texts(tmp_path / "o")
+    assert header["config"]["fold_scalars"] is True
+    by_op = {s["op"]: s for s in sigs.values()}
+    assert by_op["aten.item.default"]["output"] == "<float>"
+    assert by_op["aten.select.int"]["args"][1:] == ["<int>", "<int>"]
+    # tensors keep their structure, and int[] shapes their values
+    assert by_op["aten.select.int"]["args"][0]["shape"] == [3000]
+    assert by_op["aten.add.Tensor"]["kwargs"] == {"alpha": "<int>"}
+    assert by_op["aten.ones.default"]["args"] == [[2, 4]]
+    assert sum(counts.values()) > 2400 and len(sigs) <= 6, sorted(by_op)
+
+
+def test_a_folded_snapshot_replays_with_its_signature(build_dir, cli, tmp_path):
+    out = tmp_path / "o"
+    p = run_items(build_dir, tmp_path, out, LINGPROBE_FOLD_SCALARS="1", LINGPROBE_SNAPSHOTS="1")
+    assert p.returncode == 0, p.stderr
+    (run_dir,) = metadata.run_dirs(out)
+    r = subprocess.run([cli, "replay", str(run_dir)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "signature differs" not in r.stdout and "FAILED" not in r.stdout, r.stdout
+    assert "exact" in r.stdout
+
+
+# Item 8: torchrun on the documented platform.
+
+def test_run_gives_the_torchrun_hint_on_torch_1_13_and_leaves_the_command_alone(cli, tmp_path):
+    import torch
+    fake = tmp_path / "torchrun"  # records its arguments: the command must reach it unchanged
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\n")
+    fake.chmod(0o755)
+    hinted = "--redirects=2 --tee=2"
+    p = lingprobe_run(cli, ["-o", str(tmp_path / "o"), "--", str(fake), "--nproc_per_node=2", "job.py"])
+    assert (tmp_path / "args").read_text() == "--nproc_per_node=2 job.py\n"
+    assert (hinted in p.stderr) == torch.__version__.startswith("1.13"), p.stderr
+    p = lingprobe_run(cli, ["-o", str(tmp_path / "o"), "--", str(fake), "--redirects=2", "--tee=2", "job.py"])
+    assert hinted not in p.stderr
+
+
+def test_audit_and_diff_refuse_to_mix_folded_and_unfolded_runs(build_dir, cli, tmp_path):
+    for name, fold in (("plain", "0"), ("folded", "1")):
+        p = run_items(build_dir, tmp_path, tmp_path / name, LINGPROBE_FOLD_SCALARS=fold)
+        assert p.returncode == 0, p.stderr
+    (plain,) = metadata.run_dirs(tmp_path / "plain")
+    (folded,) = metadata.run_dirs(tmp_path / "folded")
+    d = subprocess.run([cli, "diff", str(plain), str(folded)], capture_output=True, text=True, timeout=120)
+    assert d.returncode != 0 and "has its scalar values folded" in d.stderr, d.stderr
+    files = [str(f) for f in metadata.files(tmp_path / "plain") + metadata.files(tmp_path / "folded")]
+    a = subprocess.run([cli, "audit", "--allow-mixed-runs", "-o", str(tmp_path / "r.json"), *files],
+                       capture_output=True, text=True, timeout=120)
+    assert a.returncode != 0 and "mix signatures with scalar values folded (1 of 2" in a.stderr, a.stderr
+    same = subprocess.run([cli, "diff", str(folded), str(folded)], capture_output=True, text=True, timeout=120)
+    assert same.returncode == 0, same.stderr

@@ -78,4 +78,15 @@ void append_other_key(const c10::IValue& v, KeyBuffer& key) {
   }
 }
 
+void append_folded_keys(const c10::IValue* values, size_t count, uint64_t fold, KeyBuffer& key) {
+  for (size_t i = 0; i < count; ++i) {
+    const c10::IValue& value = values[i];
+    if (i < 64 && (fold >> i & 1) && (value.isInt() || value.isDouble())) {
+      key.push(value.isInt() ? kKeyInt : kKeyDouble);
+      continue;
+    }
+    append_keys(&value, 1, key);
+  }
+}
+
 }  // namespace lingprobe::capture

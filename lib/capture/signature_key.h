@@ -97,16 +97,8 @@ inline void append_keys(const c10::IValue* values, size_t count, KeyBuffer& key)
 }
 
 // As append_keys, with the int and float values of the positions `fold` marks
-// (ScalarFold) keyed by their tag alone: one key for every value (LINGPROBE_FOLD_SCALARS).
-inline void append_folded_keys(const c10::IValue* values, size_t count, uint64_t fold, KeyBuffer& key) {
-  for (size_t i = 0; i < count; ++i) {
-    const c10::IValue& value = values[i];
-    if (i < 64 && (fold >> i & 1) && (value.isInt() || value.isDouble())) {
-      key.push(value.isInt() ? kKeyInt : kKeyDouble);
-      continue;
-    }
-    append_keys(&value, 1, key);
-  }
-}
+// (ScalarFold) keyed by their tag alone: one key for every value
+// (LINGPROBE_FOLD_SCALARS). Out of line: the unfolded path stays as it was.
+void append_folded_keys(const c10::IValue* values, size_t count, uint64_t fold, KeyBuffer& key);
 
 }  // namespace lingprobe::capture

@@ -33,6 +33,11 @@ struct Signature {
   std::vector<Evidence> snapshots;
   std::vector<Evidence> profiles;        // with counters
   std::optional<double> kernel_time_us;  // measured, per call (first profile)
+  uint64_t timed_calls = 0;              // calls with a call record (top-level: their host time below)
+  // The calls whose FLOPs count: every call, or with LINGPROBE_NESTED=1 and call records the top-level ones only (a
+  // conv2d's convolution and _convolution run inside it: its FLOPs once, not three times).
+  uint64_t flop_calls = 0;
+  int64_t host_ns = 0;  // wall time on the calling thread inside those calls
 };
 
 // Each rank's stall caused by counter windows (its profile records and counts).

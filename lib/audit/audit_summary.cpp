@@ -23,6 +23,37 @@ std::string pct(const JsonValue& fraction) {
 
 std::string short_signature(const Signature& s) { return audit::short_signature(s.value); }
 
+std::string micros(double us) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, us >= 100 ? "%.0f" : us >= 1 ? "%.1f" : "%.3f", us);
+  return buf;
+}
+
+// A stage's signatures by their host time (the calling thread's wall time inside their top-level calls, from the
+// call records) beside the kernel time the counters measured, where they did.
+std::string top_by_time_markdown(const std::vector<const Signature*>& group) {
+  std::vector<const Signature*> timed;
+  int64_t stage_ns = 0;
+  for (auto* s : group)
+    if (s->timed_calls) timed.push_back(s), stage_ns += s->host_ns;
+  if (timed.empty() || stage_ns <= 0) return "";
+  std::sort(timed.begin(), timed.end(), [](auto* a, auto* b) { return a->host_ns > b->host_ns; });
+  std::ostringstream md;
+  md << "\nTop by time (host: the calling thread's wall time inside the calls, from the call records; on a GPU that "
+        "is the launch, not the kernel, unless the op waits for it; kernel: measured by the counters):\n\n"
+        "| host ms | share | calls | host us/call | kernel us/call | signature |\n|---|---|---|---|---|---|\n";
+  for (size_t k = 0; k < timed.size() && k < 5; ++k) {
+    auto* s = timed[k];
+    char share[16];
+    std::snprintf(share, sizeof share, "%.1f%%", 100.0 * static_cast<double>(s->host_ns) / stage_ns);
+    md << "| " << micros(static_cast<double>(s->host_ns) / 1e6) << " | " << share << " | " << s->timed_calls << " | "
+       << micros(static_cast<double>(s->host_ns) / 1e3 / static_cast<double>(s->timed_calls)) << " | "
+       << (s->kernel_time_us ? micros(*s->kernel_time_us) : std::string("-")) << " | `" << short_signature(*s) << "` "
+       << s->sha.substr(0, 12) << " |\n";
+  }
+  return md.str();
+}
+
 std::string make_summary(const std::map<std::string, std::vector<const Signature*>>& by_stage,
                          const std::vector<const Signature*>& all, const JsonValue& overall, const JsonValue& stages,
                          size_t files, const std::set<int64_t>& ranks, uint64_t dropped) {
@@ -49,7 +80,7 @@ std::string make_summary(const std::map<std::string, std::vector<const Signature
     for (auto* s : group)
       if (s->flops && *s->flops > 0) by_flops.push_back(s);
     std::sort(by_flops.begin(), by_flops.end(), [](auto* a, auto* b) {
-      return static_cast<long double>(*a->flops) * a->calls > static_cast<long double>(*b->flops) * b->calls;
+      return static_cast<long double>(*a->flops) * a->flop_calls > static_cast<long double>(*b->flops) * b->flop_calls;
     });
     md << "Top by calls:\n\n| calls | FLOPs/call | snapshot | counters | signature |\n|---|---|---|---|---|\n";
     for (size_t k = 0; k < by_calls.size() && k < 5; ++k) {
@@ -62,10 +93,11 @@ std::string make_summary(const std::map<std::string, std::vector<const Signature
       md << "\nTop by FLOPs (calls x FLOPs/call):\n\n| total FLOPs | calls | signature |\n|---|---|---|\n";
       for (size_t k = 0; k < by_flops.size() && k < 5; ++k) {
         auto* s = by_flops[k];
-        md << "| " << human_count(static_cast<long double>(*s->flops) * s->calls) << " | " << s->calls << " | `"
+        md << "| " << human_count(static_cast<long double>(*s->flops) * s->flop_calls) << " | " << s->calls << " | `"
            << short_signature(*s) << "` " << s->sha.substr(0, 12) << " |\n";
       }
     }
+    md << top_by_time_markdown(group);
     size_t uncovered = 0;
     for (auto* s : group) uncovered += s->profiles.empty();
     md << "\nNot covered by counters: " << uncovered << " of " << group.size() << " signatures";
@@ -164,6 +196,20 @@ void write_files(AuditRun& a) {
   outcome.report = std::move(a.report);
 }
 
+// With LINGPROBE_NESTED=1 the nested calls are rows too: which calls the FLOPs count.
+std::string nested_flops_markdown(const std::vector<FileSummary>& summaries) {
+  bool nested = false, without_records = false;
+  for (const auto& f : summaries)
+    if (f.nested_calls) nested = true, without_records = without_records || f.call_records.empty();
+  if (!nested) return "";
+  return without_records
+             ? "\nLINGPROBE_NESTED=1 without call records: nested rows cannot be told from top-level ones, so FLOPs "
+               "and their coverage count every call (a conv2d's convolution and _convolution count again).\n"
+             : "\nLINGPROBE_NESTED=1: calls nested below others are rows too (calls counts them all), while FLOPs and "
+               "their coverage count top-level calls only (a conv2d runs convolution and _convolution inside it: its "
+               "FLOPs count once, not three times).\n";
+}
+
 // A run whose op selection matched nothing: said where the coverage would be, not left to a table of zeros.
 std::string nothing_matched_markdown(const AuditRun& a) {
   if (!a.all.empty()) return "";
@@ -189,6 +235,7 @@ void write_outputs(AuditRun& a) {
   outcome.summary.insert(first_paragraph == std::string::npos ? outcome.summary.size() : first_paragraph + 2,
                          nothing_matched_markdown(a));
   outcome.summary += uncounted_calls_markdown(a.nested, a.compile_time);
+  outcome.summary += nested_flops_markdown(a.summaries);
   if (!a.sampling.empty()) outcome.summary += snapshots_markdown(a);
   outcome.summary += a.ranks_view.markdown;
   outcome.summary += stalls_and_others_markdown(a);

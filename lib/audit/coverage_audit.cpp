@@ -7,6 +7,7 @@
 #include <regex>
 #include <set>
 
+#include "audit/audit_rows.h"
 #include "audit/audit_run.h"
 #include "audit/key_evidence.h"
 #include "audit/metadata_reader.h"
@@ -25,67 +26,6 @@ namespace lingprobe::audit {
 namespace {
 
 using format::JsonValue;
-
-struct Fraction {
-  long double covered = 0, total = 0;
-  bool total_known = true;
-};
-
-JsonValue number(long double x) {
-  if (x == std::floor(x) && std::fabs(x) < 9.2e18L) return JsonValue::integer(static_cast<int64_t>(x));
-  return JsonValue::floating(static_cast<double>(x));
-}
-
-JsonValue fraction_json(const Fraction& f) {
-  JsonValue o = JsonValue::object();
-  o.set("covered", number(f.covered));
-  o.set("total", f.total_known ? number(f.total) : JsonValue::null());
-  o.set("fraction", f.total_known && f.total > 0 ? JsonValue::floating(static_cast<double>(f.covered / f.total))
-                                                 : JsonValue::null());
-  return o;
-}
-
-// Coverage of one group of signatures (a stage, or the whole run).
-JsonValue coverage_json(const std::vector<const Signature*>& group) {
-  Fraction snap_sigs, snap_calls, snap_flops, ctr_sigs, ctr_calls, ctr_flops, ctr_time;
-  uint64_t unknown_flops = 0;
-  for (const Signature* s : group) {
-    const bool snap = !s->snapshots.empty(), ctr = !s->profiles.empty();
-    snap_sigs.total += 1;
-    ctr_sigs.total += 1;
-    snap_calls.total += s->calls;
-    ctr_calls.total += s->calls;
-    if (snap) snap_sigs.covered += 1, snap_calls.covered += s->calls;
-    if (ctr) ctr_sigs.covered += 1, ctr_calls.covered += s->calls;
-    if (!s->flops) {
-      ++unknown_flops;
-    } else {
-      const long double f = static_cast<long double>(*s->flops) * s->calls;
-      snap_flops.total += f;
-      ctr_flops.total += f;
-      if (snap) snap_flops.covered += f;
-      if (ctr) ctr_flops.covered += f;
-    }
-    if (s->kernel_time_us) {
-      const long double t = *s->kernel_time_us * s->calls;
-      ctr_time.covered += t;
-      ctr_time.total += t;
-    } else if (!s->flops || *s->flops > 0) {
-      ctr_time.total_known = false;  // an unmeasured FLOP-bearing (or unknown) signature
-    }
-  }
-  JsonValue snapshots = JsonValue::object({{"by_signatures", fraction_json(snap_sigs)},
-                                           {"by_calls", fraction_json(snap_calls)},
-                                           {"by_flops", fraction_json(snap_flops)}});
-  JsonValue counters = JsonValue::object({{"by_signatures", fraction_json(ctr_sigs)},
-                                          {"by_calls", fraction_json(ctr_calls)},
-                                          {"by_flops", fraction_json(ctr_flops)},
-                                          {"by_measured_time_us", fraction_json(ctr_time)}});
-  return JsonValue::object(
-      {{"snapshots", snapshots},
-       {"counters", counters},
-       {"signatures_without_flop_formula", JsonValue::integer(static_cast<int64_t>(unknown_flops))}});
-}
 
 // Kernel time per call (µs) from a profile's kernels.json, if it has one.
 std::optional<double> profile_time_us(const std::string& dir) {
@@ -150,6 +90,11 @@ bool add_signature_calls(AuditRun& a, FileSummary& f, const std::map<uint32_t, u
     s.calls_by_rank[f.rank] += n;
     s.calls += n;
     a.ranks.insert(f.rank);
+    const auto t = f.call_times.find(id);
+    if (t != f.call_times.end()) s.timed_calls += t->second.top_level_calls, s.host_ns += t->second.top_level_ns;
+    s.flop_calls += !f.nested_calls || f.call_records.empty() ? n
+                    : t != f.call_times.end()                 ? t->second.top_level_calls
+                                                              : 0;
   }
   return true;
 }
@@ -281,60 +226,10 @@ void sort_rows(AuditRun& a) {
   for (auto* s : a.all) a.by_stage[s->stage].push_back(s);
 }
 
-JsonValue evidence_json(const Evidence* e) {
-  if (!e) return JsonValue::null();
-  return JsonValue::object({{"path", JsonValue::string(e->path)}, {"sha256", JsonValue::string(e->sha256)}});
-}
-
 JsonValue counts_json(const std::map<std::string, uint64_t>& counts) {
   JsonValue o = JsonValue::object();
   for (const auto& [k, n] : counts) o.set(k, JsonValue::integer(static_cast<int64_t>(n)));
   return o;
-}
-
-// Each profile's input: the snapshot of the same call where there is one (else the first snapshot, else the profile).
-JsonValue ncu_inputs_json(const Signature& s) {
-  JsonValue inputs = JsonValue::array();
-  for (const auto& p : s.profiles) {
-    const Evidence* snap = s.snapshots.empty() ? nullptr : &s.snapshots.front();
-    for (const auto& sn : s.snapshots)
-      if (sn.seq == p.seq) snap = &sn;
-    inputs.push_back(JsonValue::object({{"input", JsonValue::string(snap ? snap->path : p.path)},
-                                        {"input_sha256", JsonValue::string(snap ? snap->sha256 : p.sha256)}}));
-  }
-  return inputs;
-}
-
-JsonValue row_json(const Signature& s) {
-  JsonValue by_rank = JsonValue::object();
-  for (const auto& [rank, n] : s.calls_by_rank)
-    if (n) by_rank.set(std::to_string(rank), JsonValue::integer(static_cast<int64_t>(n)));
-  JsonValue row = JsonValue::object();
-  row.set("signature", s.value);
-  row.set("signature_sha256", JsonValue::string(s.sha));
-  row.set("calls", JsonValue::integer(static_cast<int64_t>(s.calls)));
-  row.set("calls_by_rank", std::move(by_rank));
-  row.set("same_structural_signature_ncu_inputs", ncu_inputs_json(s));
-  row.set("flops_per_call", s.flops ? JsonValue::integer(*s.flops) : JsonValue::null());
-  row.set("snapshot", evidence_json(s.snapshots.empty() ? nullptr : &s.snapshots.front()));
-  row.set("profile", evidence_json(s.profiles.empty() ? nullptr : &s.profiles.front()));
-  row.set("kernel_time_us_per_call", s.kernel_time_us ? JsonValue::floating(*s.kernel_time_us) : JsonValue::null());
-  return row;
-}
-
-JsonValue stage_json(const std::string& stage, const std::vector<const Signature*>& group) {
-  uint64_t calls = 0, with_prior = 0, calls_with_prior = 0;
-  for (auto* s : group) {
-    calls += s->calls;
-    if (!s->profiles.empty()) ++with_prior, calls_with_prior += s->calls;
-  }
-  return JsonValue::object(
-      {{"stage", JsonValue::string(stage)},
-       {"distinct_signatures", JsonValue::integer(static_cast<int64_t>(group.size()))},
-       {"recorded_calls", JsonValue::integer(static_cast<int64_t>(calls))},
-       {"signatures_with_prior_ncu_input", JsonValue::integer(static_cast<int64_t>(with_prior))},
-       {"calls_with_structurally_matching_prior_input", JsonValue::integer(static_cast<int64_t>(calls_with_prior))},
-       {"coverage", coverage_json(group)}});
 }
 
 std::string scope_text(const AuditRun& a) {

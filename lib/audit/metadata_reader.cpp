@@ -178,8 +178,9 @@ void read_header(simdjson::dom::object obj, FileSummary& f) {
   simdjson::dom::object config;
   if (!obj["config"].get_object().get(config)) {
     f.ops = str(config["ops"]);
-    bool folded = false;
-    f.fold_scalars = !config["fold_scalars"].get_bool().get(folded) && folded;
+    bool flag = false;
+    f.fold_scalars = !config["fold_scalars"].get_bool().get(flag) && flag;
+    f.nested_calls = !config["nested"].get_bool().get(flag) && flag;
   }
 }
 

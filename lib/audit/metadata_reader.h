@@ -84,6 +84,7 @@ struct FileSummary {
   int64_t start_unix_ns = -1, start_mono_ns = -1;               // the header's clocks (-1: absent)
   std::string ops;                                              // the header's config: LINGPROBE_OPS ("" all)
   bool fold_scalars = false;                                    // ... LINGPROBE_FOLD_SCALARS
+  bool nested_calls = false;                                    // ... LINGPROBE_NESTED
   std::unordered_map<uint32_t, std::string> signature_sha;      // file-local id -> sha256
   std::unordered_map<std::string, std::string> signature_json;  // sha256 -> canonical text
   bool has_counts = false;

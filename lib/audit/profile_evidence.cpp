@@ -1,5 +1,9 @@
 #include "audit/profile_evidence.h"
 
+#include <optional>
+
+#include <algorithm>
+
 #include <map>
 
 namespace lingprobe::audit {
@@ -59,6 +63,48 @@ double copy_kernels_time_us(const JsonValue& doc) {
     total += metric_in(k, "gpu__time_duration.sum", "us", 1e-6).value_or(0.0);
   }
   return total;
+}
+
+format::JsonValue kernel_metric_changes(const format::JsonValue& ka, const format::JsonValue& kb) {
+  using format::JsonValue;
+  using Kind = JsonValue::Kind;
+  auto relative = [](double a, double b) { return a != 0 ? JsonValue::floating((b - a) / a) : JsonValue::null(); };
+  auto list = [](const JsonValue& doc) -> const JsonValue* {
+    return doc.kind() == Kind::Array ? &doc : doc.find("kernels");
+  };
+  const JsonValue *la = list(ka), *lb = list(kb);
+  if (!la || !lb || la->kind() != Kind::Array || lb->kind() != Kind::Array) return JsonValue::null();
+  JsonValue kernels = JsonValue::array();
+  for (size_t i = 0; i < std::min(la->items().size(), lb->items().size()); ++i) {
+    const JsonValue &x = la->items()[i], &y = lb->items()[i];
+    JsonValue metrics = JsonValue::object();
+    const JsonValue *mx = x.find("metrics"), *my = y.find("metrics");
+    if (mx && my)
+      for (const auto& [name, m] : mx->members()) {
+        const JsonValue* n = my->find(name);
+        const JsonValue *va = m.find("value"), *vb = n ? n->find("value") : nullptr;
+        auto num = [](const JsonValue* v) -> std::optional<double> {
+          if (v && v->kind() == Kind::Float) return v->as_float();
+          if (v && v->kind() == Kind::Int) return static_cast<double>(v->as_int());
+          return std::nullopt;
+        };
+        const auto da = num(va), db = num(vb);
+        if (!da || !db) continue;
+        const JsonValue* unit = m.find("unit");
+        metrics.set(name, JsonValue::object({{"a", JsonValue::floating(*da)},
+                                             {"b", JsonValue::floating(*db)},
+                                             {"change_relative", relative(*da, *db)},
+                                             {"unit", unit ? *unit : JsonValue::null()}}));
+      }
+    const JsonValue *na = x.find("name"), *nb = y.find("name");
+    kernels.push_back(JsonValue::object({{"index", JsonValue::integer(static_cast<int64_t>(i))},
+                                         {"name_a", na ? *na : JsonValue::null()},
+                                         {"name_b", nb ? *nb : JsonValue::null()},
+                                         {"metrics", std::move(metrics)}}));
+  }
+  return JsonValue::object({{"kernels_a", JsonValue::integer(static_cast<int64_t>(la->items().size()))},
+                            {"kernels_b", JsonValue::integer(static_cast<int64_t>(lb->items().size()))},
+                            {"kernels", std::move(kernels)}});
 }
 
 }  // namespace lingprobe::audit

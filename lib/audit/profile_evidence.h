@@ -30,4 +30,9 @@ std::optional<double> kernels_time_us(const format::JsonValue& kernels);
 // which its window measures with the op's own kernels.
 double copy_kernels_time_us(const format::JsonValue& kernels);
 
+// Two profiles' kernels.json side by side, kernel by kernel in launch order:
+// {"kernels_a": n, "kernels_b": n, "kernels": [{index, name_a, name_b, metrics:
+// {name: {a, b, change_relative, unit}}}]}; null when either has no kernel list.
+format::JsonValue kernel_metric_changes(const format::JsonValue& kernels_a, const format::JsonValue& kernels_b);
+
 }  // namespace lingprobe::audit

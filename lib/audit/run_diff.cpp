@@ -1,5 +1,7 @@
 #include "audit/run_diff.h"
 
+#include "audit/profile_evidence.h"
+
 #include "audit/signature_compare.h"
 
 #include <algorithm>
@@ -30,6 +32,7 @@ struct Row {
   std::optional<int64_t> flops;  // per call
   std::string profile;           // path of its counter evidence ("": none)
   std::optional<double> kernel_us;
+  std::optional<double> host_us;  // the calls' host time (call records), in all
   long double flops_total() const { return flops ? static_cast<long double>(*flops) * calls : 0; }
 };
 
@@ -60,47 +63,13 @@ JsonValue kernel_changes(const Run& a, const Row& ra, const Run& b, const Row& r
   if (!format::parse_json_file(a.dir + "/" + ra.profile + "/kernels.json", ka) ||
       !format::parse_json_file(b.dir + "/" + rb.profile + "/kernels.json", kb))
     return JsonValue::null();
-  auto list = [](const JsonValue& doc) -> const JsonValue* {
-    return doc.kind() == Kind::Array ? &doc : doc.find("kernels");
-  };
-  const JsonValue *la = list(ka), *lb = list(kb);
-  if (!la || !lb || la->kind() != Kind::Array || lb->kind() != Kind::Array) return JsonValue::null();
-  JsonValue kernels = JsonValue::array();
-  for (size_t i = 0; i < std::min(la->items().size(), lb->items().size()); ++i) {
-    const JsonValue &x = la->items()[i], &y = lb->items()[i];
-    JsonValue metrics = JsonValue::object();
-    const JsonValue *mx = x.find("metrics"), *my = y.find("metrics");
-    if (mx && my)
-      for (const auto& [name, m] : mx->members()) {
-        const JsonValue* n = my->find(name);
-        const JsonValue *va = m.find("value"), *vb = n ? n->find("value") : nullptr;
-        auto num = [](const JsonValue* v) -> std::optional<double> {
-          if (v && v->kind() == Kind::Float) return v->as_float();
-          if (v && v->kind() == Kind::Int) return static_cast<double>(v->as_int());
-          return std::nullopt;
-        };
-        const auto da = num(va), db = num(vb);
-        if (!da || !db) continue;
-        const JsonValue* unit = m.find("unit");
-        metrics.set(name, JsonValue::object({{"a", JsonValue::floating(*da)},
-                                             {"b", JsonValue::floating(*db)},
-                                             {"change_relative", relative(*da, *db)},
-                                             {"unit", unit ? *unit : JsonValue::null()}}));
-      }
-    const JsonValue *na = x.find("name"), *nb = y.find("name");
-    kernels.push_back(JsonValue::object({{"index", JsonValue::integer(static_cast<int64_t>(i))},
-                                         {"name_a", na ? *na : JsonValue::null()},
-                                         {"name_b", nb ? *nb : JsonValue::null()},
-                                         {"metrics", std::move(metrics)}}));
-  }
-  return JsonValue::object(
-      {{"a_profile", JsonValue::string(ra.profile)},
-       {"b_profile", JsonValue::string(rb.profile)},
-       {"kernel_time_us_per_call_a", ra.kernel_us ? JsonValue::floating(*ra.kernel_us) : JsonValue::null()},
-       {"kernel_time_us_per_call_b", rb.kernel_us ? JsonValue::floating(*rb.kernel_us) : JsonValue::null()},
-       {"kernels_a", JsonValue::integer(static_cast<int64_t>(la->items().size()))},
-       {"kernels_b", JsonValue::integer(static_cast<int64_t>(lb->items().size()))},
-       {"kernels", std::move(kernels)}});
+  JsonValue changes = kernel_metric_changes(ka, kb);
+  if (changes.kind() != Kind::Object) return changes;
+  changes.set("a_profile", JsonValue::string(ra.profile));
+  changes.set("b_profile", JsonValue::string(rb.profile));
+  changes.set("kernel_time_us_per_call_a", ra.kernel_us ? JsonValue::floating(*ra.kernel_us) : JsonValue::null());
+  changes.set("kernel_time_us_per_call_b", rb.kernel_us ? JsonValue::floating(*rb.kernel_us) : JsonValue::null());
+  return changes;
 }
 
 struct Entry {
@@ -109,6 +78,7 @@ struct Entry {
   std::string pairing = "";  // "size_order": paired within a group of as many on each side, by shape order
   uint64_t calls_a = 0, calls_b = 0;
   long double flops_a = 0, flops_b = 0;
+  std::optional<double> host_us_a = std::nullopt, host_us_b = std::nullopt;  // over the rows with call records
   long double moved() const { return std::fabs(flops_b - flops_a); }
 };
 
@@ -176,6 +146,7 @@ format::Status load(const std::string& dir, Run& run, std::vector<std::string>& 
       r.profile = p->find("path")->as_string();
     if (const JsonValue* k = row.find("kernel_time_us_per_call"); k && k->kind() == Kind::Float)
       r.kernel_us = k->as_float();
+    if (const JsonValue* h = row.find("host_time_us"); h && h->kind() == Kind::Float) r.host_us = h->as_float();
     run.rows.push_back(std::move(r));
   }
   return format::Status::Ok();
@@ -269,6 +240,10 @@ void sort_by_flops_moved(std::vector<Entry>& entries) {
   for (Entry& e : entries) {
     for (const Row* r : e.a) e.calls_a += r->calls, e.flops_a += r->flops_total();
     for (const Row* r : e.b) e.calls_b += r->calls, e.flops_b += r->flops_total();
+    for (const Row* r : e.a)
+      if (r->host_us) e.host_us_a = e.host_us_a.value_or(0) + *r->host_us;
+    for (const Row* r : e.b)
+      if (r->host_us) e.host_us_b = e.host_us_b.value_or(0) + *r->host_us;
   }
   std::sort(entries.begin(), entries.end(), [](const Entry& x, const Entry& y) {
     if (x.moved() != y.moved()) return x.moved() > y.moved();
@@ -306,6 +281,8 @@ JsonValue entry_json(const Run& a, const Run& b, const Entry* e) {
   j.set("flops_a", number(e->flops_a));
   j.set("flops_b", number(e->flops_b));
   j.set("flops_moved", number(e->flops_b - e->flops_a));
+  j.set("host_time_us_a", e->host_us_a ? JsonValue::floating(*e->host_us_a) : JsonValue::null());
+  j.set("host_time_us_b", e->host_us_b ? JsonValue::floating(*e->host_us_b) : JsonValue::null());
   if (!e->pairing.empty()) j.set("pairing", JsonValue::string(e->pairing));
   j.set("calls_per_rank_a", number(per_rank(e->a)));
   j.set("calls_per_rank_b", number(per_rank(e->b)));
@@ -366,7 +343,8 @@ std::string entry_markdown(const Entry& e) {
     std::snprintf(buf, sizeof buf, x == std::floor(x) ? "%.0Lf" : "%.1Lf", x);
     return std::string(buf);
   };
-  const std::string per = "; per rank " + count(per_rank(e.a)) + " → " + count(per_rank(e.b));
+  std::string per = "; per rank " + count(per_rank(e.a)) + " → " + count(per_rank(e.b));
+  if (e.host_us_a && e.host_us_b) per += "; host ms " + count(*e.host_us_a / 1e3) + " → " + count(*e.host_us_b / 1e3);
   std::ostringstream detail;
   detail << "| " << e.kind << (e.pairing.empty() ? "" : " (by size order)") << " | "
          << human_count(e.flops_b - e.flops_a) << " | " << calls_change_text(e.calls_a, e.calls_b)

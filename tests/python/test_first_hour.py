@@ -217,3 +217,49 @@ def test_audit_and_diff_refuse_to_mix_folded_and_unfolded_runs(build_dir, cli, t
     assert a.returncode != 0 and "mix signatures with scalar values folded (1 of 2" in a.stderr, a.stderr
     same = subprocess.run([cli, "diff", str(folded), str(folded)], capture_output=True, text=True, timeout=120)
     assert same.returncode == 0, same.stderr
+
+
+# Items 1 and 5: time per operator, and FLOPs counted once with nested calls.
+
+CONV = textwrap.dedent("""
+    import torch
+    m = torch.nn.Conv2d(3, 8, 3)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        for _ in range(3):
+            y = m(x).relu()
+""")
+
+
+def audit_of(build_dir, cli, tmp_path, name, **extra):
+    path = tmp_path / "conv.py"
+    path.write_text(CONV)
+    out = tmp_path / name
+    env = clean_env(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(out), **extra)
+    p = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    (run_dir,) = metadata.run_dirs(out)
+    a = subprocess.run([cli, "audit", str(run_dir)], capture_output=True, text=True, timeout=120)
+    assert a.returncode == 0, a.stderr
+    return json.loads((run_dir / "reports" / "coverage_audit.json").read_text()), a.stdout
+
+
+def test_every_row_has_its_host_time_and_each_stage_a_top_by_time_table(build_dir, cli, tmp_path):
+    report, summary = audit_of(build_dir, cli, tmp_path, "o")
+    rows = {r["signature"]["op"]: r for r in report["rows"]}
+    conv = rows["aten.conv2d.default"]
+    assert conv["calls"] == 3 and conv["host_time_us"] > 0
+    assert abs(conv["host_time_us_per_call"] * 3 - conv["host_time_us"]) < 1e-6 * conv["host_time_us"] + 1e-9
+    assert "Top by time (host:" in summary and "| host ms | share | calls | host us/call | kernel us/call |" in summary
+    top = summary.split("Top by time")[1].split("\n\n")[1].splitlines()[2]  # the first row: the most time
+    assert "`aten.conv2d" in top or "`aten.randn" in top or "`aten.relu" in top, top
+
+
+def test_nested_calls_do_not_count_a_convolutions_flops_three_times(build_dir, cli, tmp_path):
+    flat, _ = audit_of(build_dir, cli, tmp_path, "flat")
+    nested, summary = audit_of(build_dir, cli, tmp_path, "nested", LINGPROBE_NESTED="1")
+    total = lambda r: r["coverage"]["snapshots"]["by_flops"]["total"]  # noqa: E731
+    ops = {r["signature"]["op"] for r in nested["rows"]}
+    assert {"aten.conv2d.default", "aten.convolution.default", "aten._convolution.default"} <= ops
+    assert total(nested) == total(flat) > 0
+    assert "FLOPs and their coverage count top-level calls only" in summary

@@ -3,7 +3,7 @@
 # scripts/fetch-gpu-deps.sh): builds lingprobe against that machine's torch,
 # runs the test suite (GPU and CPU tiers) and the GPU workloads, and writes
 # results under $OUT.
-#   scripts/gpu-check.sh build|test|pytest FILE.py...|reference N|bench N|cpubench N|validate RUN N|replayprofile RUN
+#   scripts/gpu-check.sh build|pythonbuild|test|pytest FILE.py...|reference N|bench N|cpubench N|validate RUN N|replayprofile RUN
 #                        |decodebench N|suppresscheck N|diff RUN_A RUN_B ...
 #   (steps in order; default: build test)
 set -uo pipefail
@@ -39,6 +39,20 @@ step_build() {
   for t in ${GPU_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
   cmake --build "$build" -j "$(nproc)" "${targets[@]}" >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -30; return 1; }
   echo "build: ok ($((SECONDS - t0)) s)"
+}
+
+# The README's build against the Python environment's torch (scripts/build-python-torch.sh), as a user runs it, with
+# only the Debian packages this machine lacks (carried in .deps) added to its CMake search path; into $build, so that
+# later steps test what it built.
+step_pythonbuild() {
+  local t0=$SECONDS
+  LINGPROBE_BUILD_DIR=$build PYTHON=$py "$root/scripts/build-python-torch.sh" \
+    -DCMAKE_PREFIX_PATH="$($py -c 'import torch;print(torch.utils.cmake_prefix_path)');$deps/usr/lib/x86_64-linux-gnu/cmake;$deps/usr" \
+    -DOPENSSL_ROOT_DIR="$deps/usr" -DOPENSSL_INCLUDE_DIR="$deps/usr/include" \
+    -DLINGPROBE_SEEDS_DIR="$root/.deps/seeds" 2>&1 | tee "$OUT/build-python-torch.txt"
+  local rc=${PIPESTATUS[0]}
+  echo "pythonbuild: rc $rc ($((SECONDS - t0)) s)"
+  return "$rc"
 }
 
 step_test() {
@@ -198,6 +212,7 @@ while [ ${#steps[@]} -gt 0 ]; do
   s=${steps[0]}; steps=("${steps[@]:1}")
   case "$s" in
     build) step_build || rc=1 ;;
+    pythonbuild) step_pythonbuild || rc=1 ;;
     test) step_test || rc=1 ;;
     bench) number_arg 3; step_bench "$arg" || rc=1 ;;
     cpubench) number_arg 3; step_cpubench "$arg" || rc=1 ;;

@@ -133,7 +133,10 @@ LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options) 
     if (options && options->struct_size < sizeof(size_t) + sizeof(int))
       return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "lingprobe_options.struct_size must be sizeof(lingprobe_options)");
     switch (lingprobe::api::session_state()) {
-      case LINGPROBE_STATE_FINALIZED: return fail(LINGPROBE_ERROR_FINALIZED, "lingprobe was finalized");
+      case LINGPROBE_STATE_FINALIZED:
+        return fail(LINGPROBE_ERROR_FINALIZED,
+                    "lingprobe was finalized: finalize() ends the process's only run; record again in a new process "
+                    "(stop() and start() pause and resume within the run)");
       case LINGPROBE_STATE_RUNNING: return LINGPROBE_OK;  // idempotent: the first configuration stays
       case LINGPROBE_STATE_FRESH: break;
     }

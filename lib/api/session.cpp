@@ -268,7 +268,9 @@ lingprobe_status check_running(Session& s, std::string& error) {
     return LINGPROBE_ERROR_NOT_INITIALIZED;
   }
   if (st == LINGPROBE_STATE_FINALIZED) {
-    error = "lingprobe was finalized";
+    error =
+        "lingprobe was finalized: finalize() ends the process's only run; record again in a new process (stop() and "
+        "start() pause and resume within the run)";
     return LINGPROBE_ERROR_FINALIZED;
   }
   if (loaded_by_ld_preload(&error)) return LINGPROBE_ERROR_UNAVAILABLE;
@@ -289,7 +291,9 @@ lingprobe_status session_init(const Config& config, std::string& error) {
   Session& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.state.load() == LINGPROBE_STATE_FINALIZED) {
-    error = "lingprobe was finalized";
+    error =
+        "lingprobe was finalized: finalize() ends the process's only run; record again in a new process (stop() and "
+        "start() pause and resume within the run)";
     return LINGPROBE_ERROR_FINALIZED;
   }
   if (s.state.load() == LINGPROBE_STATE_RUNNING) return LINGPROBE_OK;

@@ -54,6 +54,57 @@ std::string top_by_time_markdown(const std::vector<const Signature*>& group) {
   return md.str();
 }
 
+// The run's coverage by snapshots and counters: a table, or one line where the run took neither.
+std::string coverage_markdown(const JsonValue& overall) {
+  auto covered = [&](const char* kind) {
+    const JsonValue* n = overall.find(kind)->find("by_signatures")->find("covered");
+    return n && n->kind() == JsonValue::Kind::Int && n->as_int() > 0;
+  };
+  if (!covered("snapshots") && !covered("counters"))
+    return "\n## Coverage\n\nNo snapshot or counter evidence in this run (LINGPROBE_SNAPSHOTS=1 and "
+           "LINGPROBE_PROFILE=1 "
+           "take them): nothing is covered yet.\n";
+  std::ostringstream md;
+  md << "\n## Coverage\n\n| coverage | by signatures | by calls | by FLOPs | by measured time "
+        "|\n|---|---|---|---|---|\n";
+  for (const char* kind : {"snapshots", "counters"}) {
+    const JsonValue& c = *overall.find(kind);
+    md << "| " << kind << " | " << pct(*c.find("by_signatures")) << " | " << pct(*c.find("by_calls")) << " | "
+       << pct(*c.find("by_flops")) << " | "
+       << (c.find("by_measured_time_us") ? pct(*c.find("by_measured_time_us")) : std::string("-")) << " |\n";
+  }
+  return md.str();
+}
+
+// A stage's signatures by FLOPs (calls x FLOPs/call), then by calls.
+std::string top_by_flops_and_calls_markdown(const std::vector<const Signature*>& group) {
+  std::ostringstream md;
+  std::vector<const Signature*> by_flops;
+  for (auto* s : group)
+    if (s->flops && *s->flops > 0) by_flops.push_back(s);
+  std::sort(by_flops.begin(), by_flops.end(), [](auto* a, auto* b) {
+    return static_cast<long double>(*a->flops) * a->flop_calls > static_cast<long double>(*b->flops) * b->flop_calls;
+  });
+  if (!by_flops.empty()) {
+    md << "\nTop by FLOPs (calls x FLOPs/call):\n\n| total FLOPs | calls | signature |\n|---|---|---|\n";
+    for (size_t k = 0; k < by_flops.size() && k < 5; ++k) {
+      auto* s = by_flops[k];
+      md << "| " << human_count(static_cast<long double>(*s->flops) * s->flop_calls) << " | " << s->calls << " | `"
+         << short_signature(*s) << "` " << s->sha.substr(0, 12) << " |\n";
+    }
+  }
+  md << "\nTop by calls:\n\n| calls | FLOPs/call | snapshot | counters | signature |\n|---|---|---|---|---|\n";
+  for (size_t k = 0; k < group.size() && k < 5; ++k) {
+    auto* s = group[k];
+    md << "| " << s->calls << " | " << (s->flops ? human_count(*s->flops) : "unknown") << " | "
+       << (s->snapshots.empty() ? "no" : "yes") << " | " << (s->profiles.empty() ? "no" : "yes") << " | `"
+       << short_signature(*s) << "` " << s->sha.substr(0, 12) << " |\n";
+  }
+  return md.str();
+}
+
+// What the run has first: per stage its time, FLOPs and calls (the capability section, where counters ran, comes
+// before all of this in summary.md); the coverage by evidence after them.
 std::string make_summary(const std::map<std::string, std::vector<const Signature*>>& by_stage,
                          const std::vector<const Signature*>& all, const JsonValue& overall, const JsonValue& stages,
                          size_t files, const std::set<int64_t>& ranks, uint64_t dropped) {
@@ -63,47 +114,20 @@ std::string make_summary(const std::map<std::string, std::vector<const Signature
   md << "# lingprobe coverage audit\n\n"
      << all.size() << " distinct signatures, " << calls << " calls, from " << files << " metadata file(s) of "
      << ranks.size() << " rank(s); " << dropped
-     << " dropped (call records, snapshots or profiles: `dropped` in coverage_audit.json says which).\n\n"
-     << "| coverage | by signatures | by calls | by FLOPs | by measured time |\n|---|---|---|---|---|\n";
-  for (const char* kind : {"snapshots", "counters"}) {
-    const JsonValue& c = *overall.find(kind);
-    md << "| " << kind << " | " << pct(*c.find("by_signatures")) << " | " << pct(*c.find("by_calls")) << " | "
-       << pct(*c.find("by_flops")) << " | "
-       << (c.find("by_measured_time_us") ? pct(*c.find("by_measured_time_us")) : std::string("-")) << " |\n";
-  }
+     << " dropped (call records, snapshots or profiles: `dropped` in coverage_audit.json says which).\n";
   size_t i = 0;
   for (const auto& [stage, group] : by_stage) {
     const JsonValue& st = stages.items()[i++];
     md << "\n## Stage `" << stage << "`: " << group.size() << " signatures, " << st.find("recorded_calls")->as_int()
-       << " calls\n\n";
-    std::vector<const Signature*> by_calls = group, by_flops;
-    for (auto* s : group)
-      if (s->flops && *s->flops > 0) by_flops.push_back(s);
-    std::sort(by_flops.begin(), by_flops.end(), [](auto* a, auto* b) {
-      return static_cast<long double>(*a->flops) * a->flop_calls > static_cast<long double>(*b->flops) * b->flop_calls;
-    });
-    md << "Top by calls:\n\n| calls | FLOPs/call | snapshot | counters | signature |\n|---|---|---|---|---|\n";
-    for (size_t k = 0; k < by_calls.size() && k < 5; ++k) {
-      auto* s = by_calls[k];
-      md << "| " << s->calls << " | " << (s->flops ? human_count(*s->flops) : "unknown") << " | "
-         << (s->snapshots.empty() ? "no" : "yes") << " | " << (s->profiles.empty() ? "no" : "yes") << " | `"
-         << short_signature(*s) << "` " << s->sha.substr(0, 12) << " |\n";
-    }
-    if (!by_flops.empty()) {
-      md << "\nTop by FLOPs (calls x FLOPs/call):\n\n| total FLOPs | calls | signature |\n|---|---|---|\n";
-      for (size_t k = 0; k < by_flops.size() && k < 5; ++k) {
-        auto* s = by_flops[k];
-        md << "| " << human_count(static_cast<long double>(*s->flops) * s->flop_calls) << " | " << s->calls << " | `"
-           << short_signature(*s) << "` " << s->sha.substr(0, 12) << " |\n";
-      }
-    }
-    md << top_by_time_markdown(group);
+       << " calls\n"
+       << top_by_time_markdown(group) << top_by_flops_and_calls_markdown(group);
     size_t uncovered = 0;
     for (auto* s : group) uncovered += s->profiles.empty();
     md << "\nNot covered by counters: " << uncovered << " of " << group.size() << " signatures";
     const JsonValue& cov = *st.find("coverage")->find("counters");
     md << " (" << pct(*cov.find("by_calls")) << " of calls, " << pct(*cov.find("by_flops")) << " of FLOPs covered).\n";
   }
+  md << coverage_markdown(overall);
   return md.str();
 }
 
@@ -231,9 +255,9 @@ void write_outputs(AuditRun& a) {
   outcome.report_path = a.options.output.empty() ? a.run_dir + "/reports/coverage_audit.json" : a.options.output;
   outcome.summary_path = parent(outcome.report_path) + "/summary.md";
   outcome.summary = make_summary(a.by_stage, a.all, a.overall, a.stages, a.used_files, a.ranks, a.dropped_total);
-  const size_t first_paragraph = outcome.summary.find("\n\n", outcome.summary.find("\n\n") + 2);
-  outcome.summary.insert(first_paragraph == std::string::npos ? outcome.summary.size() : first_paragraph + 2,
-                         nothing_matched_markdown(a));
+  const size_t count_line_end = outcome.summary.find('\n', outcome.summary.find("\n\n") + 2);
+  if (std::string nothing = nothing_matched_markdown(a); !nothing.empty())
+    outcome.summary.insert(count_line_end + 1, "\n" + nothing);
   outcome.summary += uncounted_calls_markdown(a.nested, a.compile_time);
   outcome.summary += nested_flops_markdown(a.summaries);
   if (!a.sampling.empty()) outcome.summary += snapshots_markdown(a);

@@ -177,7 +177,8 @@ void read_header(simdjson::dom::object obj, FileSummary& f) {
   if (!obj["parent_pid"].get_int64().get(parent)) f.parent_pid = parent;
   simdjson::dom::object config;
   if (!obj["config"].get_object().get(config)) {
-    f.ops = str(config["ops"]);
+    std::string_view ops;
+    if (!config["ops"].get_string().get(ops)) f.ops = std::string(ops);
     bool flag = false;
     f.fold_scalars = !config["fold_scalars"].get_bool().get(flag) && flag;
     f.nested_calls = !config["nested"].get_bool().get(flag) && flag;

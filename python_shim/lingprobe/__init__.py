@@ -49,7 +49,9 @@ def _setting(name, value):
 def start(out_dir=None, ops=None, use_environment=True, **options):
     """Initialises lingprobe on first use (with these options on top of the
     LINGPROBE_* environment) and starts recording. Later calls restart
-    recording; options then must be empty."""
+    recording; options then must be empty. Raises LingprobeError with the
+    reason when the configuration is invalid (an output directory this process
+    cannot write, a bad option) or after finalize()."""
     import ctypes
     from ._native import Options
     lib = _library()
@@ -84,6 +86,9 @@ def flush():
 
 
 def finalize():
+    """Ends the process's run: stops recording, writes the last records and closes the files (it also runs at
+    exit). A process has one run: after finalize(), start() raises LingprobeError; record again in a new process,
+    or use stop() and start() to pause and resume within the run."""
     lib = _library()
     check(lib, lib.lingprobe_finalize())
 

@@ -263,3 +263,56 @@ def test_nested_calls_do_not_count_a_convolutions_flops_three_times(build_dir, c
     assert {"aten.conv2d.default", "aten.convolution.default", "aten._convolution.default"} <= ops
     assert total(nested) == total(flat) > 0
     assert "FLOPs and their coverage count top-level calls only" in summary
+
+
+# Item 10: the small things.
+
+def test_summary_leads_with_time_then_flops_then_calls_and_says_plainly_when_nothing_is_covered(build_dir, cli,
+                                                                                                 tmp_path):
+    _, summary = audit_of(build_dir, cli, tmp_path, "o")
+    stage = summary.split("## Stage")[1]
+    assert stage.index("Top by time") < stage.index("Top by FLOPs") < stage.index("Top by calls")
+    assert "| coverage |" not in summary and "No snapshot or counter evidence in this run" in summary
+    assert summary.index("## Stage") < summary.index("## Coverage")
+    assert "files from rank(s) 0" in summary
+
+
+def test_help_for_a_command_is_that_commands_help(cli):
+    p = subprocess.run([cli, "help", "audit"], capture_output=True, text=True)
+    assert "usage: lingprobe audit" in p.stdout + p.stderr
+    top = subprocess.run([cli, "--help"], capture_output=True, text=True).stdout
+    assert "[--quiet]" in top and "lingprobe help <command>" in top
+
+
+def test_a_misspelt_variable_gets_a_did_you_mean(build_dir, tmp_path):
+    p = preloaded(build_dir, tmp_path, tmp_path / "o", LINGPROBE_OPTS="aten::linear")
+    assert "LINGPROBE_OPTS is not a lingprobe option (did you mean LINGPROBE_OPS?)" in p.stderr, p.stderr
+
+
+SHIM = textwrap.dedent("""
+    import sys, lingprobe
+    try:
+        lingprobe.start(out_dir=sys.argv[1])
+    except lingprobe.LingprobeError as e:
+        print("raised:", e)
+        raise SystemExit(0)
+    import torch
+    torch.ones(2) + 1
+    lingprobe.finalize()
+    try:
+        lingprobe.start()
+    except lingprobe.LingprobeError as e:
+        print("again:", e)
+""")
+
+
+def test_the_shim_raises_on_an_unwritable_output_and_says_what_a_second_start_needs(tmp_path):
+    path = tmp_path / "shim.py"
+    path.write_text(SHIM)
+    env = clean_env(PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2] / "python_shim"))
+    p = subprocess.run([sys.executable, str(path), "/proc/lingprobe-out"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and p.stdout.startswith("raised:") and "LINGPROBE_OUT" in p.stdout, p.stdout + p.stderr
+    p = subprocess.run([sys.executable, str(path), str(tmp_path / "o")], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert "again:" in p.stdout and "record again in a new process" in p.stdout, p.stdout + p.stderr

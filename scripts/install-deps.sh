@@ -15,6 +15,7 @@ PACKAGES=(
   valgrind                            # callgrind instruction counts (bench/cpu_bench.py, its CI test)
   clang-14 libclang-rt-14-dev         # libFuzzer, ASan and UBSan (scripts/fuzz.sh)
   clang-format                        # the C/C++ layout (.clang-format, scripts/check-format.sh)
+  librsvg2-bin                        # rsvg-convert: the roofline rendered to PNG in a test
 )
 
 missing=()

@@ -1,11 +1,14 @@
 #include "audit/capability_job.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <optional>
 
 #include "audit/capability_report.h"
 #include "audit/profile_evidence.h"
 #include "audit/run_paths.h"
+#include "format/canonical_json.h"
 #include "format/flops.h"
 #include "format/json_parse.h"
 #include "format/sha256.h"
@@ -24,6 +27,16 @@ double json_number(const JsonValue* v) {
 }
 
 namespace {
+
+// The first tensor's shape among a signature's arguments (nested lists walked), as JSON; "" if none.
+std::string first_shape(const JsonValue* v) {
+  if (!v) return "";
+  if (v->kind() == JsonValue::Kind::Object && v->find("shape")) return format::canonical_json(*v->find("shape"));
+  if (v->kind() == JsonValue::Kind::Array)
+    for (const auto& item : v->items())
+      if (std::string s = first_shape(&item); !s.empty()) return s;
+  return "";
+}
 
 // The call ran in a CUDA autocast region (its math policy, as the profile or its replay recorded it; profiles are
 // of CUDA calls, so CPU autocast casts nothing in their windows).
@@ -108,6 +121,7 @@ Derived measure_job(const EvidenceRecord& p, const ReportInputs& in, const Profi
   const auto n = in.calls.find(p.sha);
   j.calls = n == in.calls.end() ? 0 : n->second;
   j.label = json_text(sig.find("op"));
+  j.shape = first_shape(sig.find("args"));
   // The profile's own math policy (the call's), else its replay's.
   const JsonValue* policy = pf.identity.find("math_policy");
   if (!policy && pf.replayed) policy = pf.comparison.find("math_policy");
@@ -257,6 +271,15 @@ bool profile_job(const std::string& run, const EvidenceRecord& p, const ReportIn
   add_figures_json(p, pf, m, j, job);
   j.json = std::move(job);
   return true;
+}
+
+std::string human(double x, const char* unit) {
+  const char* prefixes[] = {"", "K", "M", "G", "T", "P"};
+  int i = 0;
+  while (std::fabs(x) >= 1000 && i < 5) x /= 1000, ++i;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.3g %s%s", x, prefixes[i], unit);
+  return buf;
 }
 
 }  // namespace lingprobe::audit

@@ -24,7 +24,8 @@ struct Job {
   double cast_us = 0;          // of time_us, autocast's casts of the inputs (copy kernels in an arithmetic op's window)
   double recoverable_us = -1;  // est_us x (1 - the bounding roof's fraction); -1: no roof known
   uint64_t calls = 0;
-  std::string label;
+  std::string label;    // the op
+  std::string shape;    // its first tensor argument's shape ("[1,4680,5120]"), "" if none
   bool passed = false;  // only passed jobs' figures enter the totals and the roofline
 };
 
@@ -54,6 +55,8 @@ bool profile_job(const std::string& run, const EvidenceRecord& p, const ReportIn
 
 // A JSON value's text or number; "" or 0 when absent or of another kind.
 std::string json_text(const format::JsonValue* v);
+// 1.23 KFLOP/s: three significant digits and an SI prefix.
+std::string human(double x, const char* unit);
 double json_number(const format::JsonValue* v);
 
 }  // namespace lingprobe::audit

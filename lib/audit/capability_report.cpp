@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "audit/capability_job.h"
+#include "audit/roofline_svg.h"
 #include "audit/metadata_reader.h"
 #include "audit/profile_evidence.h"
 #include "audit/run_paths.h"
@@ -32,15 +33,6 @@ std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-std::string human(double x, const char* unit) {
-  const char* prefixes[] = {"", "K", "M", "G", "T", "P"};
-  int i = 0;
-  while (std::fabs(x) >= 1000 && i < 5) x /= 1000, ++i;
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.3g %s%s", x, prefixes[i], unit);
-  return buf;
 }
 
 // The first tensor's dtype in a signature value (nested lists walked); "" if none.
@@ -88,78 +80,6 @@ std::string math_mode(const JsonValue& sig, const JsonValue* policy) {
 }
 
 namespace {
-
-// Stage names are the user's: escaped for XML text.
-std::string xml_text(const std::string& in) {
-  std::string o;
-  for (char c : in) {
-    if (c == '<')
-      o += "&lt;";
-    else if (c == '>')
-      o += "&gt;";
-    else if (c == '&')
-      o += "&amp;";
-    else if (c == '"')
-      o += "&quot;";
-    else
-      o += c;
-  }
-  return o;
-}
-
-std::string svg_roofline(const std::vector<Job>& jobs) {
-  // log10 axes: x arithmetic intensity [1e-2, 1e4] FLOP/byte, y [1e9, 2e15] FLOP/s
-  const double W = 760, H = 480, L = 70, R = 20, T = 30, B = 50;
-  auto X = [&](double ai) { return L + (std::log10(std::max(ai, 1e-2)) + 2) / 6 * (W - L - R); };
-  auto Y = [&](double f) { return H - B - (std::log10(std::max(f, 1e9)) - 9) / (std::log10(2e15) - 9) * (H - T - B); };
-  std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
-    << "\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    << "<text x=\"" << L
-    << "\" y=\"18\" font-size=\"14\">Roofline: profiled signatures of this run (inline counters)</text>\n";
-  for (int e = -2; e <= 4; ++e)
-    s << "<line x1=\"" << X(std::pow(10, e)) << "\" y1=\"" << T << "\" x2=\"" << X(std::pow(10, e)) << "\" y2=\""
-      << H - B << "\" stroke=\"#eee\"/><text x=\"" << X(std::pow(10, e)) - 10 << "\" y=\"" << H - B + 16 << "\">1e" << e
-      << "</text>\n";
-  for (int e = 9; e <= 15; ++e)
-    s << "<line x1=\"" << L << "\" y1=\"" << Y(std::pow(10, e)) << "\" x2=\"" << W - R << "\" y2=\""
-      << Y(std::pow(10, e)) << "\" stroke=\"#eee\"/><text x=\"8\" y=\"" << Y(std::pow(10, e)) + 4 << "\">1e" << e
-      << "</text>\n";
-  s << "<text x=\"" << (W / 2 - 120) << "\" y=\"" << H - 12 << "\">arithmetic intensity (FLOP per DRAM byte)</text>\n"
-    << "<text x=\"14\" y=\"" << T - 8 << "\">FLOP/s</text>\n";
-  std::set<std::pair<double, double>> roofs;
-  std::map<std::pair<double, double>, std::string> roof_modes;
-  for (const auto& j : jobs)
-    if (j.passed && j.peak_flops > 0 && j.peak_dram > 0 && j.flops_per_s > 0) {  // roofs of the plotted points only
-      roofs.insert({j.peak_flops, j.peak_dram});
-      auto& m = roof_modes[{j.peak_flops, j.peak_dram}];
-      if (m.find(j.mode) == std::string::npos) m += (m.empty() ? "" : "/") + j.mode;
-    }
-  for (const auto& [pf, pd] : roofs) {
-    const double knee = pf / pd;
-    s << "<polyline fill=\"none\" stroke=\"#c33\" stroke-width=\"1.5\" points=\"" << X(1e-2) << "," << Y(pd * 1e-2)
-      << " " << X(knee) << "," << Y(pf) << " " << X(1e4) << "," << Y(pf) << "\"/>\n<text x=\"" << X(1e4) - 150
-      << "\" y=\"" << Y(pf) - 4 << "\" fill=\"#c33\">" << roof_modes[{pf, pd}] << " peak " << human(pf, "FLOP/s")
-      << "</text>\n";
-  }
-  static const char* const kColors[] = {"#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"};
-  std::map<std::string, int> stage_color;
-  for (const auto& j : jobs) {
-    if (!j.passed || j.flops_per_s <= 0 || j.intensity <= 0) continue;
-    const int c = stage_color.emplace(j.stage, static_cast<int>(stage_color.size()) % 6).first->second;
-    s << "<circle cx=\"" << X(j.intensity) << "\" cy=\"" << Y(j.flops_per_s) << "\" r=\"4\" fill=\"" << kColors[c]
-      << "\"><title>" << xml_text(j.label) << " " << xml_text(j.stage) << " " << j.h16 << ": "
-      << human(j.flops_per_s, "FLOP/s") << ", AI " << j.intensity << "</title></circle>\n";
-  }
-  int row = 0;
-  for (const auto& [stage, c] : stage_color) {
-    s << "<circle cx=\"" << L + 10 << "\" cy=\"" << T + 14 + 14 * row << "\" r=\"4\" fill=\"" << kColors[c]
-      << "\"/><text x=\"" << L + 20 << "\" y=\"" << T + 18 + 14 * row << "\">" << xml_text(stage) << "</text>\n";
-    ++row;
-  }
-  s << "</svg>\n";
-  return s.str();
-}
 
 std::string now_iso() {
   timespec ts;
@@ -439,7 +359,7 @@ ReportOutcome run_report(const ReportOptions& options) {
   const std::string summary = compose_summary({split_summary(read_file(summary_path)).audit, out.summary});
   for (const auto& [path, text] :
        {std::make_pair(out.report_path, format::pretty_json(report) + "\n"),
-        std::make_pair(out.svg_path, svg_roofline(jobs)), std::make_pair(summary_path, summary)})
+        std::make_pair(out.svg_path, roofline_svg(jobs)), std::make_pair(summary_path, summary)})
     if (std::string e = sink::replace_file(path, text); !e.empty()) {
       out.status = format::Status(format::StatusCode::kIoFailed, e);
       return out;

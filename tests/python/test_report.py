@@ -122,7 +122,7 @@ def test_roofline_and_summary(cli, run):
     assert summary.rstrip("\n").endswith(audit_body.strip("\n"))
     svg = ET.parse(run / "reports" / "roofline.svg").getroot()
     ns = "{http://www.w3.org/2000/svg}"
-    points = [c for c in svg.iter(ns + "circle") if c.find(ns + "title") is not None]
+    points = [c for tag in ("circle", "rect", "polygon") for c in svg.iter(ns + tag) if c.find(ns + "title") is not None]
     with_flops = [j for j in load(run)["jobs"] if j["flops_per_call"]]
     assert len(points) == len(with_flops) == 29  # aten.to.dtype does no arithmetic: not on a roofline
     assert len(svg.findall(ns + "polyline")) == 2  # bf16 and tf32 roofs
@@ -271,3 +271,27 @@ def test_measured_stage_time_is_the_denominator(cli, run):
         assert m["attributed_fraction"] == pytest.approx(0.5, rel=2e-2)
     assert sum(j["share_of_measured_gpu_time"] for j in doc["jobs"]) == pytest.approx(0.5, rel=1e-3)
     assert "Measured GPU time (CUDA events per stage, all ranks)" in (run / "reports" / "summary.md").read_text()
+
+
+def test_the_roofline_is_a_picture_people_can_read(cli, run, tmp_path):
+    """Issue 28, item 11: names on the largest points, markers by math mode with a legend, areas by share of GPU
+    time, roof names clear of the points, points off the axes said to be; rendered to PNG as a reader sees it."""
+    import re
+    import shutil
+    report(cli, run)
+    svg = (run / "reports" / "roofline.svg").read_text()
+    labels = re.findall(r'<text x="([\d.]+)" y="[\d.]+" font-size="10">([^<]+)</text>', svg)
+    assert all(" [" in text for _, text in labels), labels  # op and shape
+    named = sum(int(n) if n else 1 for _, text in labels for n in [re.search(r"\((\d+) signatures\)", text)]
+                for n in [n.group(1) if n else None])
+    assert named == 5, labels  # the five largest, one label per op and shape
+    assert "math mode</text>" in svg and "stage</text>" in svg
+    roof_names = re.findall(r'<text x="([\d.]+)" y="[\d.]+" fill="#c33">[^<]*peak', svg)
+    assert roof_names and all(float(x) > 760 for x in roof_names)  # in the margin, right of the plot
+    sizes = {float(r) for r in re.findall(r'(?:r|width)="([\d.]+)" fill', svg)}
+    assert len(sizes) > 2  # sized by share, not one size for all
+    assert len({m for m in re.findall(r"<(circle|rect|polygon) [^>]*><title>", svg)}) >= 2  # a marker per math mode
+    if shutil.which("rsvg-convert"):
+        png = tmp_path / "roofline.png"
+        subprocess.run(["rsvg-convert", "-o", str(png), str(run / "reports" / "roofline.svg")], check=True)
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -227,6 +227,10 @@ int run(int argc, char** argv) {
       return usage();
   }
   if (input.empty()) return usage();
+  if (::access(input.c_str(), F_OK) != 0) {
+    std::cerr << "lingprobe replay: " << input << " does not exist: give a snapshot (.pt) or a run directory\n";
+    return 2;
+  }
   while (input.size() > 1 && input.back() == '/') input.pop_back();
 
   std::string run_dir;

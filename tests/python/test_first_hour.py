@@ -316,3 +316,20 @@ def test_the_shim_raises_on_an_unwritable_output_and_says_what_a_second_start_ne
     p = subprocess.run([sys.executable, str(path), str(tmp_path / "o")], env=env, capture_output=True, text=True,
                        timeout=120)
     assert "again:" in p.stdout and "record again in a new process" in p.stdout, p.stdout + p.stderr
+
+
+def test_a_replay_of_a_missing_path_says_so_and_writes_nothing(cli, tmp_path):
+    p = subprocess.run([cli, "replay", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "does not exist: give a snapshot (.pt) or a run directory" in p.stderr, p.stderr
+    assert "results in" not in p.stdout + p.stderr and not (tmp_path / "missing").exists()
+
+
+def test_profile_on_a_machine_without_a_gpu_says_so_once_at_start(build_dir, tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        import pytest
+        pytest.skip("this machine has a GPU: the line is for machines without one")
+    p = preloaded(build_dir, tmp_path, tmp_path / "o", LINGPROBE_PROFILE="1")
+    assert p.returncode == 0, p.stderr
+    lines = [l for l in p.stderr.splitlines() if "no counters will be taken" in l]
+    assert len(lines) == 1 and "LINGPROBE_PROFILE=1" in lines[0], p.stderr

@@ -1,8 +1,9 @@
 #include "audit/metadata_reader.h"
 
+#include "format/sha256.h"
+
 #include <sys/stat.h>
 
-#include <openssl/evp.h>
 #include <simdjson.h>
 
 #include "audit/signature_text.h"
@@ -358,19 +359,6 @@ bool take_last_line(RecordVisitor& v, simdjson::dom::parser& parser, const char*
   return !err && dispatch(v, doc).empty();
 }
 
-std::string hex_digest(EVP_MD_CTX* sha) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned dlen = 0;
-  EVP_DigestFinal_ex(sha, digest, &dlen);
-  static const char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned i = 0; i < dlen; ++i) {
-    hex.push_back(kHex[digest[i] >> 4]);
-    hex.push_back(kHex[digest[i] & 0xF]);
-  }
-  return hex;
-}
-
 }  // namespace
 
 ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor, StreamStats& stats,
@@ -382,8 +370,7 @@ ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor,
     r.status = format::Status(format::StatusCode::kIoFailed, path + ": cannot open: " + std::strerror(errno));
     return r;
   }
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> sha(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
-  EVP_DigestInit_ex(sha.get(), EVP_sha256(), nullptr);
+  format::Sha256Stream sha;
   simdjson::dom::parser parser;
   // One buffer: a carried-over partial line, then the next chunk, then
   // padding. Sized to the file (a small file reads into a small buffer),
@@ -400,7 +387,7 @@ ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor,
       r.status = format::Status(format::StatusCode::kIoFailed, path + ": read error: " + std::strerror(errno));
       return r;
     }
-    EVP_DigestUpdate(sha.get(), buf.data() + carry, n);
+    sha.update(buf.data() + carry, n);
     stats.bytes += n;
     const bool eof = n == 0;
     size_t end = carry + n;
@@ -440,7 +427,7 @@ ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor,
     }
   }
   stats.lines = line_no;
-  stats.sha256 = hex_digest(sha.get());
+  stats.sha256 = sha.hex();
   return r;
 }
 

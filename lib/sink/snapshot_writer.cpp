@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -95,16 +94,6 @@ void SnapshotWriter::finalize() {
 
 namespace {
 
-std::string hex_of(EVP_MD_CTX* digest) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned md_len = 0;
-  EVP_DigestFinal_ex(digest, md, &md_len);
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < md_len; ++i) out += kHex[md[i] >> 4], out += kHex[md[i] & 15];
-  return out;
-}
-
 // A directory descriptor, closed when it goes.
 struct DirFd {
   int fd;
@@ -185,11 +174,10 @@ format::Status SnapshotWriter::write_snapshot(runtime::SnapshotJob& job, const s
   ::unlinkat(dir.fd, tmp.c_str(), 0);  // a leftover of a pid this one reuses
   const int fd = ::openat(dir.fd, tmp.c_str(), kNewFile, 0644);
   if (fd < 0) return io_failure(errno, tmp);
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> digest(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
-  EVP_DigestInit_ex(digest.get(), EVP_sha256(), nullptr);
+  format::Sha256Stream digest;
   int write_errno = 0;
   format::ZipWriter zip([&](const void* data, size_t n) {
-    EVP_DigestUpdate(digest.get(), data, n);
+    digest.update(data, n);
     const char* p = static_cast<const char*>(data);
     while (n > 0) {
       const ssize_t w = ::write(fd, p, n);
@@ -216,7 +204,7 @@ format::Status SnapshotWriter::write_snapshot(runtime::SnapshotJob& job, const s
     if (zip.status().code() == format::StatusCode::kTooLarge) return zip.status();
     return io_failure(write_errno ? write_errno : EIO, final_name + ": " + err);
   }
-  file_sha = hex_of(digest.get());
+  file_sha = digest.hex();
   bytes = zip.bytes_written();
   return format::Status();
 }

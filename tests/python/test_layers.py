@@ -10,8 +10,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHECK = ROOT / "scripts" / "check-includes.py"
 
 
-def run(root):
-    return subprocess.run([sys.executable, str(CHECK), str(root)], capture_output=True, text=True, timeout=120)
+def run(root, check=CHECK):
+    return subprocess.run([sys.executable, str(check), str(root)], capture_output=True, text=True, timeout=120)
 
 
 def test_the_tree_keeps_the_table():
@@ -53,12 +53,8 @@ def test_a_file_the_picture_does_not_name_fails(tmp_path):
 SIZES = ROOT / "scripts" / "check-sizes.py"
 
 
-def run_sizes(root):
-    return subprocess.run([sys.executable, str(SIZES), str(root)], capture_output=True, text=True, timeout=120)
-
-
 def test_the_tree_keeps_its_sizes():
-    p = run_sizes(ROOT)
+    p = run(ROOT, SIZES)
     assert p.returncode == 0, p.stdout
 
 
@@ -72,7 +68,7 @@ def test_a_long_function_and_a_long_file_fail_unless_named(tmp_path):
         "             int b) {\n  int x = '{';\n  const char* s = \"}}\";  // }\n" + body + "  return x;\n}\n\n"
         "int short_one() { return 1; }\n\n}  // namespace lingprobe::format\n")
     (tmp_path / "lib" / "format" / "long_file.h").write_text("// a long header\n" + "// line\n" * 500)
-    p = run_sizes(tmp_path)
+    p = run(tmp_path, SIZES)
     assert p.returncode == 1, p.stdout
     assert "lib/format/long_one.cpp:4: long_one is 86 lines (at most 80)" in p.stdout, p.stdout
     assert "short_one" not in p.stdout
@@ -82,5 +78,5 @@ def test_a_long_function_and_a_long_file_fail_unless_named(tmp_path):
         "| where | lines | why it stays whole |\n|---|---|---|\n",
         "| where | lines | why it stays whole |\n|---|---|---|\n| `lib/format/long_one.cpp:long_one` | 86 | a test |\n"
         "| `lib/format/long_file.h` | 501 | a test |\n"))
-    p = run_sizes(tmp_path)
+    p = run(tmp_path, SIZES)
     assert p.returncode == 0, p.stdout

@@ -179,7 +179,9 @@ def test_folded_scalars_keep_one_signature_per_structure(build_dir, tmp_path):
 
 def test_a_folded_snapshot_replays_with_its_signature(build_dir, cli, tmp_path):
     out = tmp_path / "o"
-    p = run_items(build_dir, tmp_path, out, LINGPROBE_FOLD_SCALARS="1", LINGPROBE_SNAPSHOTS="1")
+    # SAMPLE_DEVICES=any: these are CPU calls, which a machine with a GPU leaves unsampled by default
+    p = run_items(build_dir, tmp_path, out, LINGPROBE_FOLD_SCALARS="1", LINGPROBE_SNAPSHOTS="1",
+                  LINGPROBE_SAMPLE_DEVICES="any")
     assert p.returncode == 0, p.stderr
     (run_dir,) = metadata.run_dirs(out)
     r = subprocess.run([cli, "replay", str(run_dir)], capture_output=True, text=True, timeout=300)
@@ -306,10 +308,11 @@ SHIM = textwrap.dedent("""
 """)
 
 
-def test_the_shim_raises_on_an_unwritable_output_and_says_what_a_second_start_needs(tmp_path):
+def test_the_shim_raises_on_an_unwritable_output_and_says_what_a_second_start_needs(build_dir, tmp_path):
     path = tmp_path / "shim.py"
     path.write_text(SHIM)
-    env = clean_env(PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2] / "python_shim"))
+    env = clean_env(PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2] / "python_shim"),
+                    LINGPROBE_LIBRARY=str(build_dir / "liblingprobe.so"))
     p = subprocess.run([sys.executable, str(path), "/proc/lingprobe-out"], env=env, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0 and p.stdout.startswith("raised:") and "LINGPROBE_OUT" in p.stdout, p.stdout + p.stderr

@@ -7,8 +7,8 @@
 #
 # It takes torch's CMake files from torch.utils.cmake_prefix_path, matches torch's C++ ABI
 # (torch._C._GLIBCXX_USE_CXX11_ABI) for every translation unit, and finds CUPTI and NVTX through the CUDA toolkit
-# (nvcc on PATH, or CUDAToolkit_ROOT / CUDA_HOME). Extra arguments go to cmake's configure step (for example
-# -DCMAKE_PREFIX_PATH entries of the Debian packages scripts/install-deps.sh installs elsewhere).
+# (nvcc on PATH, or CUDAToolkit_ROOT / CUDA_HOME). LINGPROBE_PREFIX_PATH (';'-separated) adds CMake search
+# prefixes after torch's (packages installed outside the system's paths); extra arguments go to cmake's configure step.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${LINGPROBE_BUILD_DIR:-$root/build-torch}
@@ -28,7 +28,7 @@ cuda_args=()
 [ -n "$cuda_root" ] && cuda_args=(-DCUDAToolkit_ROOT="$cuda_root")
 
 mkdir -p "$build"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix" \
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix${LINGPROBE_PREFIX_PATH:+;$LINGPROBE_PREFIX_PATH}" \
   -DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=$abi" "${cuda_args[@]}" "$@" >"$build/configure.log" 2>&1 \
   || { tail -30 "$build/configure.log"; fail "configure failed (whole log: $build/configure.log)"; }
 line=$(grep -E "^-- lingprobe [0-9]" "$build/configure.log" || true)

@@ -46,9 +46,8 @@ step_build() {
 # later steps test what it built.
 step_pythonbuild() {
   local t0=$SECONDS
-  LINGPROBE_BUILD_DIR=$build PYTHON=$py "$root/scripts/build-python-torch.sh" \
-    -DCMAKE_PREFIX_PATH="$($py -c 'import torch;print(torch.utils.cmake_prefix_path)');$deps/usr/lib/x86_64-linux-gnu/cmake;$deps/usr" \
-    -DOPENSSL_ROOT_DIR="$deps/usr" -DOPENSSL_INCLUDE_DIR="$deps/usr/include" \
+  LINGPROBE_BUILD_DIR=$build PYTHON=$py LINGPROBE_PREFIX_PATH="$deps/usr/lib/x86_64-linux-gnu/cmake;$deps/usr" \
+    "$root/scripts/build-python-torch.sh" -DOPENSSL_ROOT_DIR="$deps/usr" -DOPENSSL_INCLUDE_DIR="$deps/usr/include" \
     -DLINGPROBE_SEEDS_DIR="$root/.deps/seeds" 2>&1 | tee "$OUT/build-python-torch.txt"
   local rc=${PIPESTATUS[0]}
   echo "pythonbuild: rc $rc ($((SECONDS - t0)) s)"

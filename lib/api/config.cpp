@@ -22,7 +22,8 @@ const char* const kNonOptionVariables[] = {
     "PARENT_PID", "PARENT_RANK",                 // set by a recording process for the processes it starts
     "SHIM_PATH", "PYTHONPATH_BEFORE",            // the stub's PYTHONPATH entry, undone by the shim
     "PRELOAD_WARNED",                            // one warning per process tree
-    "CLI", "PYTHON", "NVTX_HELPER"};             // read by scripts/reference-run.sh and the reference workload
+    "CLI", "PYTHON", "NVTX_HELPER",              // read by scripts/reference-run.sh and the reference workload
+    "PREFIX_PATH"};                              // read by scripts/build-python-torch.sh
 // clang-format on
 
 std::string upper(std::string s) {

@@ -51,6 +51,26 @@ std::string check_glob(const std::string& g) {
 
 }  // namespace
 
+namespace {
+
+// One ';'-separated segment of OPS syntax: "stage:glob,glob" (a single ':' names a stage) or "glob,glob".
+struct Segment {
+  bool has_stage = false;
+  std::string stage;
+  std::vector<std::string> globs;
+};
+
+Segment read_segment(const std::string& segment) {
+  Segment s;
+  const size_t colon = segment.find(':');
+  s.has_stage = colon != std::string::npos && (colon + 1 >= segment.size() || segment[colon + 1] != ':');
+  if (s.has_stage) s.stage = trim(segment.substr(0, colon));
+  s.globs = split(s.has_stage ? segment.substr(colon + 1) : segment, ',');
+  return s;
+}
+
+}  // namespace
+
 std::string op_patterns_error(const std::string& patterns, bool stages) {
   if (!stages) {
     for (const auto& g : split(patterns, ','))
@@ -58,18 +78,16 @@ std::string op_patterns_error(const std::string& patterns, bool stages) {
     return "";
   }
   for (const std::string& segment : split(patterns, ';')) {
-    const size_t colon = segment.find(':');
-    const bool has_stage = colon != std::string::npos && (colon + 1 >= segment.size() || segment[colon + 1] != ':');
-    const std::string stage = has_stage ? trim(segment.substr(0, colon)) : "";
-    const std::vector<std::string> globs = split(has_stage ? segment.substr(colon + 1) : segment, ',');
-    for (const auto& g : globs) {
-      if (has_stage && g.find("::") == std::string::npos && g != "*")  // "aten:linear": one ':' is a stage's
-        return "'" + segment + "' reads as stage '" + stage + "' with op pattern '" + g +
-               "', which has no namespace; did you mean '" + stage + "::" + g + "'? (stage:ns::name selects per stage)";
+    const Segment s = read_segment(segment);
+    for (const auto& g : s.globs) {
+      if (s.has_stage && g.find("::") == std::string::npos && g != "*")  // "aten:linear": one ':' is a stage's
+        return "'" + segment + "' reads as stage '" + s.stage + "' with op pattern '" + g +
+               "', which has no namespace; did you mean '" + s.stage + "::" + g +
+               "'? (stage:ns::name selects per stage)";
       if (std::string err = check_glob(g); !err.empty()) return err;
     }
-    if (has_stage && stage.empty()) return "empty stage name before ':' in '" + segment + "'";
-    if (has_stage && globs.empty()) return "stage '" + stage + "' has no op patterns";
+    if (s.has_stage && s.stage.empty()) return "empty stage name before ':' in '" + segment + "'";
+    if (s.has_stage && s.globs.empty()) return "stage '" + s.stage + "' has no op patterns";
   }
   return "";
 }
@@ -81,23 +99,14 @@ std::string OpSelection::parse(const std::string& ops, const std::string& deny, 
   if (std::string err = op_patterns_error(ops, true); !err.empty()) return option + ": " + err;
   if (std::string err = op_patterns_error(deny, false); !err.empty()) return "LINGPROBE_OPS_DENY: " + err;
   for (const std::string& segment : split(ops, ';')) {
-    const size_t colon = segment.find(':');
-    const bool has_stage = colon != std::string::npos && (colon + 1 >= segment.size() || segment[colon + 1] != ':');
-    std::vector<std::string> globs = split(has_stage ? segment.substr(colon + 1) : segment, ',');
-    if (has_stage)
-      per_stage_.push_back({trim(segment.substr(0, colon)), globs});
+    Segment s = read_segment(segment);
+    if (s.has_stage)
+      per_stage_.push_back({std::move(s.stage), std::move(s.globs)});
     else
-      global_.insert(global_.end(), globs.begin(), globs.end());
+      global_.insert(global_.end(), s.globs.begin(), s.globs.end());
   }
   deny_ = split(deny, ',');
   return "";
-}
-
-std::vector<std::string> OpSelection::patterns() const {
-  std::vector<std::string> out = global_;
-  for (const auto& rule : per_stage_)
-    for (const auto& g : rule.globs) out.push_back(rule.stage + ":" + g);
-  return out;
 }
 
 std::vector<std::string> OpSelection::unmatched(const std::vector<std::pair<std::string, std::string>>& ops_met) const {

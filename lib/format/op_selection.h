@@ -26,8 +26,6 @@ class OpSelection {
 
   bool selected(const std::string& name, const std::string& name_with_overload, const std::string& stage) const;
   bool records_everything() const { return global_.empty() && per_stage_.empty() && deny_.empty(); }
-  // The allow patterns, global and per stage ("stage:glob"), in the order given; deny patterns are not included.
-  std::vector<std::string> patterns() const;
   // Of patterns(), those no operator in `ops_met` (name, name with overload) matches.
   std::vector<std::string> unmatched(const std::vector<std::pair<std::string, std::string>>& ops_met) const;
 

@@ -52,6 +52,7 @@ struct Config {
   bool profile = false;            // inline CUPTI counters of sampled calls
   std::string profile_metrics;     // "" : the capability seed's eight
   bool stage_gpu_time = true;      // with profile: GPU time per stage (CUDA events at stage changes)
+  bool profile_timing = true;      // each key's next call after its counters timed by CUPTI Activity alone
   bool profile_unguarded = false;  // windows without CUPTI's subscriber (no hold on other threads' launches)
   int64_t sample_first = 1;        // samples per input key per launch
   int64_t sample_skip = 0;         // calls of each key skipped first (warm-up)

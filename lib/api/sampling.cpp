@@ -83,6 +83,16 @@ class CudaAccess : public capture::DeviceAccess {
     }
     return std::make_unique<Window>(std::move(w));
   }
+  std::unique_ptr<capture::CounterWindow> open_timing(int device, std::string& reason) override {
+    gpu::WindowRefusal refusal = gpu::WindowRefusal::None;
+    std::string detail;
+    std::unique_ptr<gpu::OpenCounterWindow> w = windows_.open_timing(device, refusal, detail);
+    if (!w) {
+      reason = refusal_reason(refusal, detail);
+      return nullptr;
+    }
+    return std::make_unique<Window>(std::move(w));
+  }
   uint64_t window_epoch(int device) { return windows_.window_epoch(device); }
   uint64_t windows() const { return windows_.windows(); }
   uint64_t stall_us() const { return windows_.stall_us(); }
@@ -277,7 +287,8 @@ std::unique_ptr<SamplingSession> SamplingSession::create(const Config& c, int64_
   so.seed = static_cast<uint64_t>(c.sample_seed);
   (void)so.selection.parse(c.sample_ops, "");  // validated with the configuration
   so.coordination = coordination_of(c.sample_coordination);
-  so.evidence = static_cast<uint8_t>((c.snapshots ? capture::kSnapshot : 0) | (c.profile ? capture::kCounters : 0));
+  so.evidence = static_cast<uint8_t>((c.snapshots ? capture::kSnapshot : 0) | (c.profile ? capture::kCounters : 0) |
+                                     (c.profile && c.profile_timing ? capture::kTiming : 0));
   if (parts->plan) so.plan = parts->plan->keys;
   parts->sampler.configure(so, &parts->broker, rank, world_size);
   parts->sampler.set_refusal_sink(

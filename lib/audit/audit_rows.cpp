@@ -102,6 +102,9 @@ JsonValue row_json(const Signature& s) {
   row.set("snapshot", evidence_json(s.snapshots.empty() ? nullptr : &s.snapshots.front()));
   row.set("profile", evidence_json(s.profiles.empty() ? nullptr : &s.profiles.front()));
   row.set("kernel_time_us_per_call", s.kernel_time_us ? JsonValue::floating(*s.kernel_time_us) : JsonValue::null());
+  row.set("kernel_time_source", !s.kernel_time_us   ? JsonValue::null()
+                                : s.timed_kernel_us ? JsonValue::string("activity")
+                                                    : JsonValue::string("counters"));
   // Host time: the calling thread's wall time inside the top-level calls with a call record (on a GPU, the launch).
   const bool timed = s.timed_calls > 0;
   row.set("host_time_us", timed ? JsonValue::floating(static_cast<double>(s.host_ns) / 1e3) : JsonValue::null());

@@ -31,9 +31,10 @@ struct Signature {
   std::map<int64_t, uint64_t> calls_by_rank;
   uint64_t calls = 0;
   std::vector<Evidence> snapshots;
-  std::vector<Evidence> profiles;        // with counters
-  std::optional<double> kernel_time_us;  // measured, per call (first profile)
-  uint64_t timed_calls = 0;              // calls with a call record (top-level: their host time below)
+  std::vector<Evidence> profiles;         // with counters
+  std::optional<double> kernel_time_us;   // measured, per call: the timed call's, else the first profile's counters
+  std::optional<double> timed_kernel_us;  // the key's timed call (kernel_timing record, CUPTI Activity), per call
+  uint64_t timed_calls = 0;               // calls with a call record (top-level: their host time below)
   // The calls whose FLOPs count: every call, or with LINGPROBE_NESTED=1 and call records the top-level ones only (a
   // conv2d's convolution and _convolution run inside it: its FLOPs once, not three times).
   uint64_t flop_calls = 0;
@@ -45,7 +46,9 @@ struct WindowStall {
   uint64_t windows = 0;
   std::map<std::string, uint64_t> by_status;
   double window_s = 0, lock_wait_s = 0, max_window_s = 0;
-  int64_t stall_us = -1;  // the counts record's total: refused waits for the lock included
+  int64_t stall_us = -1;        // the counts record's total: refused waits for the lock and timing windows included
+  uint64_t timing_windows = 0;  // the keys' timed calls (kernel_timing records), apart from the counter windows
+  double timing_s = 0;
 };
 
 // The audit's state from one phase to the next.

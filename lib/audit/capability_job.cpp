@@ -126,7 +126,14 @@ Derived measure_job(const EvidenceRecord& p, const ReportInputs& in, const Profi
   const JsonValue* policy = pf.identity.find("math_policy");
   if (!policy && pf.replayed) policy = pf.comparison.find("math_policy");
   j.mode = math_mode(sig, policy);
-  j.time_us = kernels_time_us(pf.kernels).value_or(0.0);
+  // The time is the key's timed call's where it has one (its kernels ran as without lingprobe), else the
+  // counter window's own; the DRAM rate stays the window's bytes over the window's time.
+  const auto timed = in.timings.find(p.sha);
+  const bool activity = timed != in.timings.end() && kernels_time_us(timed->second.kernels);
+  const JsonValue& timed_kernels = activity ? timed->second.kernels : pf.kernels;
+  j.counters_time_us = kernels_time_us(pf.kernels).value_or(0.0);
+  j.time_us = activity ? *kernels_time_us(timed_kernels) : j.counters_time_us;
+  j.time_source = activity ? "activity" : "counters";
   for (const auto& k : pf.kernels.items())
     m.bytes += kernel_metric_si(k, "dram__bytes_read.sum").value_or(0.0) +
                kernel_metric_si(k, "dram__bytes_write.sum").value_or(0.0);
@@ -134,8 +141,8 @@ Derived measure_job(const EvidenceRecord& p, const ReportInputs& in, const Profi
   const auto& flops = m.flops;
   // Inside an autocast region an arithmetic op's window also holds the casts of its inputs: their time is
   // reported apart, and the FLOP rate is the op's own kernels'.
-  if (flops && *flops > 0 && autocast_on(policy)) j.cast_us = copy_kernels_time_us(pf.kernels);
-  const double t = j.time_us * 1e-6, own = (j.time_us - j.cast_us) * 1e-6;
+  if (flops && *flops > 0 && autocast_on(policy)) j.cast_us = copy_kernels_time_us(timed_kernels);
+  const double t = j.counters_time_us * 1e-6, own = (j.time_us - j.cast_us) * 1e-6;
   if (flops && own > 0) j.flops_per_s = static_cast<double>(*flops) / own;
   if (t > 0) j.dram_bytes_per_s = m.bytes / t;
   if (flops && m.bytes > 0) j.intensity = static_cast<double>(*flops) / m.bytes;
@@ -202,6 +209,8 @@ void add_figures_json(const EvidenceRecord& p, const ProfileFiles& pf, const Der
   job.set("calls", JsonValue::integer(static_cast<int64_t>(j.calls)));
   job.set("flops_per_call", m.flops ? JsonValue::integer(*m.flops) : JsonValue::null());
   job.set("kernel_time_us_per_call", JsonValue::floating(j.time_us));
+  job.set("kernel_time_source", JsonValue::string(j.time_source));
+  job.set("counters_kernel_time_us_per_call", JsonValue::floating(j.counters_time_us));
   job.set("cast_kernel_time_us_per_call", JsonValue::floating(j.cast_us));
   job.set("dram_bytes_per_call", JsonValue::floating(m.bytes));
   job.set("math_mode", JsonValue::string(j.mode));
@@ -258,6 +267,11 @@ format::Status read_report_inputs(const std::vector<std::string>& files, ReportI
     for (const auto& e : s.snapshots)
       if (s.signature_sha.count(e.id))
         in.snapshots.push_back({s.signature_sha.at(e.id), e.path, e.sha256, e.seq, s.rank});
+    for (const auto& t : s.timings) {
+      if (!s.signature_sha.count(t.id) || t.status != "passed" || in.timings.count(s.signature_sha.at(t.id))) continue;
+      if (auto kernels = format::parse_json(t.kernels); kernels.status.ok())
+        in.timings[s.signature_sha.at(t.id)] = TimedCall{s.rank, t.seq, std::move(kernels.value)};
+    }
   }
   return format::Status::Ok();
 }
@@ -269,6 +283,16 @@ bool profile_job(const std::string& run, const EvidenceRecord& p, const ReportIn
   const Derived m = measure_job(p, in, pf, warnings, j);
   JsonValue job = evidence_json(p, in, pf, j);
   add_figures_json(p, pf, m, j, job);
+  // The call the kernel time comes from, when not the profiled one (PROFILE_TIMING).
+  const auto timed = in.timings.find(p.sha);
+  job.set("timed_call", j.time_source != "activity"
+                            ? JsonValue::null()
+                            : JsonValue::object({
+                                  {"rank", JsonValue::integer(timed->second.rank)},
+                                  {"seq", JsonValue::integer(static_cast<int64_t>(timed->second.seq))},
+                                  {"timing", JsonValue::string("CUPTI Activity, no range profiler")},
+                                  {"kernels", timed->second.kernels},
+                              }));
   j.json = std::move(job);
   return true;
 }

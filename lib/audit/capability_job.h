@@ -21,6 +21,8 @@ struct Job {
   std::string sha, stage, mode, h16;
   double est_us = 0, flops_per_s = 0, intensity = 0, peak_flops = 0, peak_dram = 0, frac_flops = -1, frac_dram = -1;
   double time_us = 0, dram_bytes_per_s = 0;
+  double counters_time_us = 0;  // the counter window's own kernel time (the DRAM rate's denominator)
+  std::string time_source;      // activity: the key's timed call; counters: the profiled call's own
   double cast_us = 0;          // of time_us, autocast's casts of the inputs (copy kernels in an arithmetic op's window)
   double recoverable_us = -1;  // est_us x (1 - the bounding roof's fraction); -1: no roof known
   uint64_t calls = 0;
@@ -36,6 +38,13 @@ struct EvidenceRecord {
   int64_t rank;
 };
 
+// A key's timed call (kernel_timing record): its kernels in kernels.json's layout.
+struct TimedCall {
+  int64_t rank = 0;
+  uint64_t seq = 0;
+  format::JsonValue kernels;
+};
+
 // The run as the report reads it.
 struct ReportInputs {
   std::vector<FileSummary> summaries;
@@ -43,6 +52,7 @@ struct ReportInputs {
   std::map<std::string, uint64_t> calls;     // per signature
   std::map<std::string, std::string> texts;  // signature JSON
   std::vector<EvidenceRecord> profiles, snapshots;
+  std::map<std::string, TimedCall> timings;  // per signature: its first timed call
 };
 
 // 1. Every metadata file of the run read; else the first file's failure (read_metadata_file's codes).

@@ -114,6 +114,17 @@ void add_evidence_and_stalls(AuditRun& a, const FileSummary& f) {
       st.window_s += e.window_seconds, st.max_window_s = std::max(st.max_window_s, e.window_seconds);
     if (e.lock_wait_seconds >= 0) st.lock_wait_s += e.lock_wait_seconds;
   }
+  for (const auto& t : f.timings) {  // a key's timed call: its kernel time wins over the counters' own
+    auto it = f.signature_sha.find(t.id);
+    if (it == f.signature_sha.end() || t.status != "passed") continue;
+    Signature& sig = a.sigs[it->second];
+    if (!sig.timed_kernel_us)
+      if (const auto kernels = format::parse_json(t.kernels); kernels.status.ok())
+        sig.timed_kernel_us = kernels_time_us(kernels.value);
+    WindowStall& st = a.stalls[f.rank];
+    ++st.timing_windows;
+    if (t.window_seconds >= 0) st.timing_s += t.window_seconds;
+  }
   if (auto it = f.sampling.find("profile_stall_us"); it != f.sampling.end()) {
     WindowStall& st = a.stalls[f.rank];
     st.stall_us = std::max<int64_t>(st.stall_us, 0) + static_cast<int64_t>(it->second);
@@ -179,6 +190,7 @@ void keep_unaltered_profiles(AuditRun& a, Signature& sig) {
     }  // a profile without counters (e.g. counters unavailable) is not counter evidence
   }
   sig.profiles = std::move(kept);
+  if (sig.timed_kernel_us) sig.kernel_time_us = sig.timed_kernel_us;
 }
 
 // A complete file that a killed process renamed into place but did not
@@ -265,16 +277,21 @@ JsonValue counter_window_rows(AuditRun& a) {
       status_text += (status_text.empty() ? "" : ", ") + k + " " + std::to_string(n);
     }
     const double total = st.stall_us >= 0 ? static_cast<double>(st.stall_us) / 1e6 : st.window_s;
-    stall_rows.push_back(JsonValue::object({{"rank", JsonValue::integer(rank)},
-                                            {"windows", JsonValue::integer(static_cast<int64_t>(st.windows))},
-                                            {"by_status", std::move(statuses)},
-                                            {"window_seconds_total", JsonValue::floating(st.window_s)},
-                                            {"lock_wait_seconds_total", JsonValue::floating(st.lock_wait_s)},
-                                            {"max_window_seconds", JsonValue::floating(st.max_window_s)},
-                                            {"stall_seconds_total", JsonValue::floating(total)}}));
+    stall_rows.push_back(
+        JsonValue::object({{"rank", JsonValue::integer(rank)},
+                           {"windows", JsonValue::integer(static_cast<int64_t>(st.windows))},
+                           {"by_status", std::move(statuses)},
+                           {"window_seconds_total", JsonValue::floating(st.window_s)},
+                           {"lock_wait_seconds_total", JsonValue::floating(st.lock_wait_s)},
+                           {"max_window_seconds", JsonValue::floating(st.max_window_s)},
+                           {"timing_windows", JsonValue::integer(static_cast<int64_t>(st.timing_windows))},
+                           {"timing_seconds_total", JsonValue::floating(st.timing_s)},
+                           {"stall_seconds_total", JsonValue::floating(total)}}));
     char line[160];
     std::snprintf(line, sizeof line, "| %lld | %llu | %.2f | %.2f | %.2f | %.2f | ", static_cast<long long>(rank),
                   static_cast<unsigned long long>(st.windows), total, st.window_s, st.lock_wait_s, st.max_window_s);
+    if (st.timing_windows)
+      status_text += (status_text.empty() ? "" : ", ") + std::to_string(st.timing_windows) + " timed call(s)";
     a.stall_table += line + status_text + " |\n";
   }
   return stall_rows;

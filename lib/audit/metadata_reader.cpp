@@ -245,6 +245,16 @@ std::string SummaryVisitor::record(std::string_view kind, simdjson::dom::object 
     read_header(obj, out_);
   } else if (kind == "snapshot" || kind == "profile") {
     (kind == "snapshot" ? out_.snapshots : out_.profiles).push_back(read_evidence(kind, obj));
+  } else if (kind == "kernel_timing") {
+    KernelTiming t;
+    t.id = static_cast<uint32_t>(num(obj["id"]));
+    t.seq = static_cast<uint64_t>(num(obj["seq"]));
+    t.status = str(obj["status"]);
+    simdjson::dom::array kernels;
+    if (!obj["kernels"].get_array().get(kernels)) t.kernels = simdjson::minify(kernels);
+    double d = 0;
+    if (!obj["window_s"].get_double().get(d)) t.window_seconds = d;
+    out_.timings.push_back(std::move(t));
   } else if (kind == "refusal") {
     out_.refusals.push_back(Refusal{str(obj["input_sha256"]), str(obj["op"]), str(obj["stage"]), str(obj["evidence"]),
                                     str(obj["reason"]), static_cast<uint64_t>(std::max<int64_t>(0, num(obj["call"])))});

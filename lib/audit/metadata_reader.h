@@ -35,6 +35,16 @@ struct Evidence {
   double lock_wait_seconds = -1;  // profiles: of which waiting for the GPU's counter lock
 };
 
+// A key's timed call (a "kernel_timing" record, LINGPROBE_PROFILE_TIMING):
+// its kernels' durations by CUPTI Activity, without the range profiler.
+struct KernelTiming {
+  uint32_t id = 0;
+  uint64_t seq = 0;
+  std::string status;   // passed (failed timings are not written)
+  std::string kernels;  // JSON text: kernels.json's layout, one metric (gpu__time_duration.sum)
+  double window_seconds = -1;
+};
+
 // A sampled call's evidence refused (a "refusal" record: once per key,
 // evidence and reason).
 struct Refusal {
@@ -100,6 +110,7 @@ struct FileSummary {
   std::map<std::string, uint64_t> compile_time;  // ... its compile-time calls on fake tensors, by kind
   std::map<std::string, std::map<std::string, uint64_t>> collectives;  // ... its c10d calls per stage: "calls", "us"
   std::vector<Evidence> snapshots, profiles;
+  std::vector<KernelTiming> timings;
   std::vector<Refusal> refusals;
   std::vector<PlanRecord> plans;
   uint64_t lines = 0, bytes = 0;

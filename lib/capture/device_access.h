@@ -16,7 +16,7 @@
 
 namespace lingprobe::capture {
 
-// An open counter window (inline CUPTI profiling) around one op call.
+// An open counter or timing window (inline CUPTI) around one op call.
 class CounterWindow {
  public:
   virtual ~CounterWindow() = default;
@@ -58,6 +58,11 @@ class DeviceAccess {
   // on `stream`, just before the op; nullptr and `reason` when none opens
   // (counters unavailable, held by another tool, another window open...).
   virtual std::unique_ptr<CounterWindow> open_counters(int device, void* stream, std::string& reason) = 0;
+  // Opens a timing window on `device` for the kernels the calling thread
+  // launches until close() (CUPTI Activity alone: they run as without
+  // lingprobe); its profile has the one metric gpu__time_duration.sum.
+  // nullptr and `reason` as for counters.
+  virtual std::unique_ptr<CounterWindow> open_timing(int device, std::string& reason) = 0;
 };
 
 }  // namespace lingprobe::capture

@@ -77,14 +77,17 @@ const char* evidence_name(uint8_t e) {
   switch (e) {
     case kSnapshot: return "snapshot";
     case kCounters: return "counters";
+    case kTiming: return "timing";
     case kSnapshot | kCounters: return "snapshot+counters";
+    case kSnapshot | kTiming: return "snapshot+timing";
     default: return "sample";
   }
 }
 
 uint8_t Sampler::wanted(const SampleKey* k) const {
   const uint8_t missing = k->missing.load(std::memory_order_relaxed);
-  return missing ? missing : options_.evidence;
+  const uint8_t w = missing ? missing : options_.evidence;
+  return (w & kCounters) ? static_cast<uint8_t>(w & ~kTiming) : w;
 }
 
 void Sampler::back_off(SampleKey* k, uint64_t call) {
@@ -181,7 +184,9 @@ void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, Sample
   if (has_signature && !sha.empty()) signature_sha_[id] = sha;
   if (has_signature) k->seen_signatures.insert(id);
   uint8_t missing = k->missing.load(std::memory_order_relaxed) & static_cast<uint8_t>(~(got | settled));
-  if (result == SampleResult::Kept) {
+  if (result == SampleResult::Kept && got == kTiming) {
+    // the key's timed call: no sample of its own
+  } else if (result == SampleResult::Kept) {
     ++k->taken;
     ++samples_;
     k->sampled_signatures.insert(id);
@@ -194,7 +199,10 @@ void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, Sample
     if (k->state == KeyState::Owned) k->taken = std::max<uint64_t>(k->taken, options_.first);
   }
   k->missing.store(missing, std::memory_order_relaxed);
-  if (result == SampleResult::Refused || (result == SampleResult::Kept && missing)) back_off(k, k->calls.load());
+  // A kept call that leaves only the timing to take (its counters just kept) is followed by the key's next call:
+  // the writer thread reports it after later calls went by, which a backoff from here would skip.
+  if (result == SampleResult::Refused || (result == SampleResult::Kept && missing && missing != kTiming))
+    back_off(k, k->calls.load());
   if (k->state == KeyState::Reopened) {
     if (k->attempts_left > 0) --k->attempts_left;
     bool unsampled = false;

@@ -41,9 +41,14 @@ namespace lingprobe::capture {
 
 enum class Coordination { Claims, Hash, None };
 
-// What a sample can hold (bits).
-enum Evidence : uint8_t { kSnapshot = 1, kCounters = 2 };
-const char* evidence_name(uint8_t evidence);  // "snapshot", "counters", "snapshot+counters", "sample"
+// What a sample can hold (bits). kTiming: the kernels' durations by CUPTI
+// Activity alone, on a later call than the counters' (a counter window's
+// kernel replay lengthens what it times; Activity cannot time a kernel under
+// the range profiler), so a key's counters come first and its timing from
+// its next call; never both on one call.
+enum Evidence : uint8_t { kSnapshot = 1, kCounters = 2, kTiming = 4 };
+// "snapshot", "counters", "timing", "snapshot+counters", "snapshot+timing", "sample"
+const char* evidence_name(uint8_t evidence);
 
 // Why a due call is refused before it is taken: it runs where no evidence
 // is (meta or fake tensors; a CPU call where only GPU calls are sampled).
@@ -153,14 +158,16 @@ class Sampler {
   // A due call: take it (one at a time per key, the launch's claim made).
   bool take(SampleKey* key);
   // What a taken call should capture: the evidence the key still misses, or
-  // everything once it misses nothing (further samples, LINGPROBE_SAMPLE_FIRST).
+  // everything once it misses nothing (further samples, LINGPROBE_SAMPLE_FIRST);
+  // never timing while counters are asked for (a later call times the key).
   uint8_t wanted(const SampleKey* key) const;
   // A refusal of `evidence` for `reason` at a taken call (reported once per
   // key, evidence and reason); the call's finished() follows.
   void note_refusal(SampleKey* key, uint8_t evidence, const std::string& reason);
   // The end of a taken call: `got` is the evidence stored, `settled` the
   // evidence no later call can give (a collective's counters, a dtype no
-  // snapshot holds), so that the key stops wanting it.
+  // snapshot holds), so that the key stops wanting it. A call that kept only
+  // its timing is no sample (SamplingStats, LINGPROBE_SAMPLE_FIRST).
   void finished(SampleKey* key, uint32_t signature_id, const std::string& signature_sha, SampleResult result,
                 uint64_t bytes, uint8_t got, uint8_t settled = 0);
   // A thread's first sighting of (key, signature).

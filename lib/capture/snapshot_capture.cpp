@@ -18,6 +18,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "capture/call_window.h"
 #include "capture/math_policy.h"
 #include "capture/setup_calls.h"
 #include "capture/tensor_copy.h"
@@ -41,6 +42,7 @@ struct SnapshotCapture::Captured {
 
 struct SnapshotCapture::Pending {
   std::unique_ptr<CounterWindow> window;  // open while the op runs
+  uint8_t window_evidence = 0;            // kCounters or kTiming: what the window gives
   SampleKey* key = nullptr;
   bool snapshot = false;  // this call's tensors are copied
   bool setup = false;     // a set-up call (construction, loading): its share of the budgets
@@ -69,9 +71,9 @@ void SnapshotCapture::count_drop(const std::string& reason) {
   ++drops_[reason];
 }
 
-void SnapshotCapture::count_profile(const std::string& reason) {
+void SnapshotCapture::count_profile(const std::string& reason, uint8_t evidence) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++profile_drops_[reason];
+  ++(evidence == kTiming ? timing_drops_ : profile_drops_)[reason];
 }
 
 format::DropCounts SnapshotCapture::drops() const {
@@ -79,6 +81,7 @@ format::DropCounts SnapshotCapture::drops() const {
   format::DropCounts d;
   if (!drops_.empty()) d["snapshots"] = drops_;
   if (!profile_drops_.empty()) d["profiles"] = profile_drops_;
+  if (!timing_drops_.empty()) d["timings"] = timing_drops_;
   return d;
 }
 
@@ -93,8 +96,7 @@ namespace {
 // Evidence that no later call of the key could give either: counters the
 // machine or the op cannot have, a snapshot of what no snapshot holds.
 bool settles(uint8_t evidence, const std::string& reason) {
-  if (evidence == kCounters)
-    return reason == "collective" || reason == "counters_unavailable" || reason == "not_built_with_cupti";
+  if (evidence == kCounters || evidence == kTiming) return window_refusal_settles(reason);
   return reason == "unsupported_layout" || reason == "unsupported_dtype" || reason == "unsupported_device" ||
          reason == "no_gpu_access" || reason == "too_large";
 }
@@ -102,12 +104,13 @@ bool settles(uint8_t evidence, const std::string& reason) {
 }  // namespace
 
 void SnapshotCapture::refuse(Pending& p, uint8_t evidence, const std::string& reason) {
-  if (evidence == kCounters)
-    count_profile(reason);
+  if (evidence == kCounters || evidence == kTiming)
+    count_profile(reason, evidence);
   else
     count_drop(reason);
   if (p.key) sampler_->note_refusal(p.key, evidence, reason);
-  if (settles(evidence, reason)) p.settled |= evidence;
+  // A key that can have no counters has nothing to time either.
+  if (settles(evidence, reason)) p.settled |= evidence == kCounters ? kCounters | kTiming : evidence;
 }
 
 void SnapshotCapture::give_up(std::unique_ptr<Pending> p) {
@@ -150,6 +153,7 @@ void* SnapshotCapture::begin(const SampledCall& call) {
                : static_cast<uint8_t>((options_.snapshots ? kSnapshot : 0) | (options_.profile ? kCounters : 0));
   bool snapshot = options_.snapshots && (wants & kSnapshot);
   const bool counters = options_.profile && (wants & kCounters);
+  const bool timing = options_.profile && (wants & kTiming);
   try {
     // What can be captured at all, and what it costs.
     std::string reason;
@@ -181,7 +185,7 @@ void* SnapshotCapture::begin(const SampledCall& call) {
       refuse(*p, kSnapshot, reason);
       snapshot = false;
     }
-    if (!snapshot && !counters) {
+    if (!snapshot && !counters && !timing) {
       give_up(std::move(p));
       return nullptr;
     }
@@ -190,7 +194,7 @@ void* SnapshotCapture::begin(const SampledCall& call) {
     p->device = snapshot && device_bytes > 0;
     p->math_policy = current_math_policy();
     if (snapshot) copy_written_arguments(*p, call);
-    if (counters) open_window(*p, call);
+    if (counters || timing) open_window(*p, call, counters ? kCounters : kTiming);
   } catch (const c10::OutOfMemoryError&) {
     if (!p) return nullptr;  // given up already (the throw came after)
     budgets_.give_back(p->reserved, p->setup);
@@ -259,21 +263,25 @@ void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs,
 }
 
 void SnapshotCapture::close_window(Pending& p, runtime::SnapshotJob& job) {
-  job.profiled = true;
-  job.profile = p.window->close();
+  const bool timing = p.window_evidence == kTiming;
+  (timing ? job.timed : job.profiled) = true;
+  format::ProfileData& data = timing ? job.timing : job.profile;
+  data = p.window->close();
   p.window.reset();
-  budgets_.charge_window(job.profile.window_seconds, p.setup);
-  job.profile.identity.set("math_policy", policy_json(p.math_policy));
-  job.profile.identity.set("setup_call", format::JsonValue::boolean(p.setup));
-  if (job.profile.status != "passed") refuse(p, kCounters, job.profile.status);
+  budgets_.charge_window(data.window_seconds, p.setup);
+  data.identity.set("math_policy", policy_json(p.math_policy));
+  data.identity.set("setup_call", format::JsonValue::boolean(p.setup));
+  if (data.status != "passed") refuse(p, p.window_evidence, data.status);
 }
 
 void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs,
                              uint32_t signature_id, uint64_t seq) {
   runtime::SnapshotJob job;
   if (p->window) close_window(*p, job);  // first, so that lingprobe's own copies stay outside the window
+  if (job.timed && job.timing.status != "passed") job.timed = false;  // refused in close_window: nothing to keep
   job.snapshot = p->snapshot;
-  if (!p->snapshot) {  // counters only (a refused snapshot, or snapshots off)
+  if (!p->snapshot) {  // counters or timing only (a refused snapshot, or snapshots off)
+    if (!job.profiled && !job.timed) return give_up(std::move(p));
     submit(std::move(p), std::move(job), signature_id, seq);
     return;
   }
@@ -283,7 +291,7 @@ void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10
     budgets_.give_back(p->reserved, p->setup);
     p->reserved = 0;
     refuse(*p, kSnapshot, reason);
-    if (!job.profiled) return give_up(std::move(p));
+    if (!job.profiled && !job.timed) return give_up(std::move(p));
     job.snapshot = false;
     submit(std::move(p), std::move(job), signature_id, seq);
   };
@@ -389,8 +397,10 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
   const uint64_t reserved = p->reserved;
   const bool setup = p->setup;
   const uint8_t settled = p->settled;
-  const uint8_t asked = static_cast<uint8_t>((job.snapshot ? kSnapshot : 0) | (job.profiled ? kCounters : 0));
+  const uint8_t asked =
+      static_cast<uint8_t>((job.snapshot ? kSnapshot : 0) | (job.profiled ? kCounters : 0) | (job.timed ? kTiming : 0));
   const bool counters_passed = job.profiled && job.profile.status == "passed";
+  const bool timing_passed = job.timed && job.timing.status == "passed";
   SampleKey* key = p->key;
   Sampler* sampler = sampler_;
   SnapshotCapture* self = this;
@@ -401,7 +411,8 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
       if (!snapshot_kept) self->budgets_.give_back(reserved, setup);
       const uint8_t got =
           static_cast<uint8_t>((snapshot_kept ? kSnapshot : 0) |
-                               (counters_passed && (kept & runtime::SnapshotJob::kKeptProfile) ? kCounters : 0));
+                               (counters_passed && (kept & runtime::SnapshotJob::kKeptProfile) ? kCounters : 0) |
+                               (timing_passed && (kept & runtime::SnapshotJob::kKeptTiming) ? kTiming : 0));
       sampler->finished(key, signature_id, sha, SampleResult::Kept, snapshot_kept ? reserved : 0, got, settled);
       return;
     }
@@ -413,7 +424,7 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
       if (asked & kSnapshot)
         self->count_drop(what);
       else
-        self->count_profile(what);
+        self->count_profile(what, asked);
       if (key) sampler->note_refusal(key, asked, what);
       sampler->finished(key, signature_id, sha, SampleResult::Refused, 0, 0, settled);
     }
@@ -421,45 +432,16 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
   sink_->submit(std::move(job));
 }
 
-// The counter window: the op's CUDA device and current stream, unless the
-// op is a collective (a replayed NCCL kernel would wait for its peers
-// forever), another RecordFunction consumer (torch.profiler) is active on
-// this thread (its Activity callbacks must not be replaced mid-session), or
-// the process's window seconds (set-up calls: their share) are spent.
-void SnapshotCapture::open_window(Pending& p, const SampledCall& call) {
-  const std::string name = call.schema->name();
-  static const char* const kCollectives[] = {
-      "c10d::", "_c10d_functional::", "c10d_functional::", "_c10d_functional_autograd::", "symm_mem::"};
-  if (std::any_of(std::begin(kCollectives), std::end(kCollectives),
-                  [&](const char* prefix) { return name.rfind(prefix, 0) == 0; }))
-    return refuse(p, kCounters, "collective");
-  if (const char* spent = budgets_.window_refusal(p.setup)) return refuse(p, kCounters, spent);
-  if (at::hasThreadLocalCallbacks()) return refuse(p, kCounters, "profiler_active");
-  // The op's device: its first CUDA tensor's, else a factory call's CUDA device argument (randint(device="cuda")).
-  std::optional<c10::Device> cuda;
-  for (const auto& v : call.inputs) {
-    for_each_tensor(v, [&](const at::Tensor& t) {
-      if (!cuda && t.defined() && t.is_cuda()) cuda = t.device();
-    });
-    if (!cuda && v.isDevice() && v.toDevice().is_cuda()) {
-      cuda = v.toDevice();
-      if (!cuda->has_index()) cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice();
-    }
-  }
-  if (!cuda) {
-    refuse(p, kCounters, "no_cuda_tensor");
-    if (!options_.gpu_on_machine) p.settled |= kCounters;  // no call of this machine has counters
+// The call's counter or timing window (capture/call_window says when none opens).
+void SnapshotCapture::open_window(Pending& p, const SampledCall& call, uint8_t evidence) {
+  CallWindow w = open_call_window(call, evidence == kTiming, p.setup, options_.gpu_on_machine, budgets_, *device_);
+  if (!w.window) {
+    refuse(p, evidence, w.refusal);
+    if (w.settled) p.settled |= evidence == kCounters ? kCounters | kTiming : evidence;
     return;
   }
-  void* stream = current_stream_handle(*cuda);
-  if (device_->stream_capture(stream) != DeviceAccess::Capture::None) return refuse(p, kCounters, "stream_capturing");
-  std::string reason;
-  const auto t0 = std::chrono::steady_clock::now();
-  p.window = device_->open_counters(cuda->index(), stream, reason);
-  if (!p.window) {  // a refused window's wait (the counter lock, the probe) is stall too
-    budgets_.charge_window(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), p.setup);
-    refuse(p, kCounters, reason.empty() ? "window_not_opened" : reason);
-  }
+  p.window = std::move(w.window);
+  p.window_evidence = evidence;
 }
 
 void SnapshotCapture::abandon(void* token) {
@@ -467,7 +449,7 @@ void SnapshotCapture::abandon(void* token) {
   if (p->window) {
     budgets_.charge_window(p->window->close().window_seconds, p->setup);  // the profiler must not stay started
     p->window.reset();
-    count_profile("abandoned");
+    count_profile("abandoned", p->window_evidence);
   }
   budgets_.give_back(p->reserved, p->setup);
   if (p->snapshot) count_drop("abandoned");

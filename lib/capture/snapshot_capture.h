@@ -77,7 +77,7 @@ class SnapshotCapture : public SampledCallHooks {
 
   void set_rank(int64_t rank) { rank_.store(rank); }
   void count_drop(const std::string& reason);
-  format::DropCounts drops() const;  // {"snapshots": {reason: n}, "profiles": {reason: n}}
+  format::DropCounts drops() const;  // {"snapshots": {reason: n}, "profiles": {reason: n}, "timings": {...}}
 
  private:
   struct Pending;
@@ -87,7 +87,7 @@ class SnapshotCapture : public SampledCallHooks {
   void refuse(Pending& p, uint8_t evidence, const std::string& reason);
   // Nothing of this call is kept: the key waits for a later call.
   void give_up(std::unique_ptr<Pending> p);
-  void open_window(Pending& p, const SampledCall& call);
+  void open_window(Pending& p, const SampledCall& call, uint8_t evidence);
   void close_window(Pending& p, runtime::SnapshotJob& job);
   void copy_written_arguments(Pending& p, const SampledCall& call);
   void finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id,
@@ -102,9 +102,9 @@ class SnapshotCapture : public SampledCallHooks {
   SnapshotOptions options_;
   EvidenceBudgets budgets_;
   std::atomic<int64_t> rank_;
-  void count_profile(const std::string& reason);
+  void count_profile(const std::string& reason, uint8_t evidence);  // a window's refusal (counters or timing)
   mutable std::mutex mu_;
-  std::map<std::string, uint64_t> drops_, profile_drops_;
+  std::map<std::string, uint64_t> drops_, profile_drops_, timing_drops_;
 };
 
 }  // namespace lingprobe::capture

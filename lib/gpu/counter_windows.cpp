@@ -97,6 +97,14 @@ struct CounterWindows::State {
   bool set_ready = false;
   format::JsonValue identity;
   bool prepare(CudaDriver* d, int device, void* ctx);
+  // What claim_gpu took for a window about to begin.
+  struct Claimed {
+    CudaDriver* d = nullptr;
+    void* ctx = nullptr;
+    std::chrono::steady_clock::time_point t0, t_locked;
+    int lock_fd = -1;
+  };
+  bool claim_gpu(int device, WindowSlot& slot, Claimed& c, WindowRefusal& refusal, std::string& detail);
 #endif
   // `window`: a window that opened (else a refused attempt's wait).
   void add_stall(std::chrono::steady_clock::duration d, bool window = false) {
@@ -249,6 +257,67 @@ class Window : public OpenCounterWindow {
   bool closed_ = false;
 };
 
+// A timing window: the durations of the op's kernels by CUPTI Activity, as
+// ProfileData with the one metric gpu__time_duration.sum (no passes).
+class TimingWindow : public OpenCounterWindow {
+ public:
+  TimingWindow(CounterWindows::State* owner, CudaDriver* d, int device, void* ctx,
+               std::chrono::steady_clock::time_point t0, int lock_fd)
+      : owner_(owner), d_(d), device_(device), ctx_(ctx), t0_(t0), lock_fd_(lock_fd) {}
+  ~TimingWindow() override {
+    if (closed_) return;
+    try {
+      owner_->cupti->end_timing([this] { return d_->synchronize(ctx_); });
+    } catch (...) {  // nothing escapes into the op's unwinding
+    }
+    finish();
+  }
+  format::ProfileData close() override {
+    const TimingResult t = owner_->cupti->end_timing([this] { return d_->synchronize(ctx_); });
+    const double seconds = finish();
+    format::ProfileData p;
+    p.status = t.passed ? "passed" : "failed";
+    p.reason = t.reason;
+    p.metrics = {"gpu__time_duration.sum"};
+    p.compute_capability = d_->compute_capability(device_);
+    for (const KernelLaunch& k : t.kernels) {
+      format::ProfiledKernel pk;
+      pk.mangled_name = k.mangled;
+      pk.name = demangle(k.mangled);
+      pk.device = device_;
+      for (int j = 0; j < 3; ++j) pk.grid[j] = k.grid[j], pk.block[j] = k.block[j];
+      pk.registers_per_thread = k.registers;
+      pk.shared_bytes_per_block = static_cast<int64_t>(k.static_shared) + k.dynamic_shared + 1024;
+      pk.values = {static_cast<double>(k.end_ns - k.start_ns)};  // ns, the metric's base unit
+      p.kernels.push_back(std::move(pk));
+    }
+    p.window_seconds = seconds;
+    p.identity = owner_->identity;
+    p.identity.set("cuda_device", format::JsonValue::string(std::to_string(device_)));
+    p.identity.set("launches", format::JsonValue::integer(t.launches));
+    return p;
+  }
+
+ private:
+  // The lock, the epoch and the slot given back; the window's seconds charged as stall.
+  double finish() {
+    closed_ = true;
+    owner_->lock.unlock(lock_fd_);
+    owner_->local_epoch.fetch_add(1);
+    WindowSlot::release();
+    const auto d = std::chrono::steady_clock::now() - t0_;
+    owner_->add_stall(d, true);
+    return std::chrono::duration<double>(d).count();
+  }
+  CounterWindows::State* owner_;
+  CudaDriver* d_;
+  int device_;
+  void* ctx_;
+  std::chrono::steady_clock::time_point t0_;
+  int lock_fd_;
+  bool closed_ = false;
+};
+
 WindowRefusal refusal_of(const format::Status& s) {
   switch (s.code()) {
     case format::StatusCode::kUnsupported: return WindowRefusal::Unavailable;
@@ -264,50 +333,63 @@ WindowRefusal refusal_of(const format::Status& s) {
 CounterWindows::CounterWindows(Options options) : s_(std::make_unique<State>(std::move(options))) {}
 CounterWindows::~CounterWindows() = default;
 
+#ifdef LINGPROBE_HAVE_CUPTI
+// The steps every window takes before it begins: no hold and no other window
+// (the slot), CUPTI's subscriber free, the driver, the GPU's counter lock
+// (bounded: another process of the launch may be profiling this GPU), and
+// the probe under that lock. False with the refusal; the slot and the lock
+// are released by the caller's failure path (the slot's destructor, unlock).
+bool CounterWindows::State::claim_gpu(int device, WindowSlot& slot, Claimed& c, WindowRefusal& refusal,
+                                      std::string& detail) {
+  if (!unavailable.empty()) return refusal = WindowRefusal::Unavailable, false;
+  // torch.profiler starting or running, or a window open
+  if (refusal = slot.acquire(); refusal != WindowRefusal::None) return false;
+  // Kineto keeps CUPTI's subscriber once it has run: refused before the GPU lock and the NVML thread.
+  if (set_ready && !options.unguarded && cupti->subscriber_held_elsewhere())
+    return refusal = WindowRefusal::SubscriberHeld, false;
+  c.d = CudaDriver::get(&detail);
+  if (!c.d) return refusal = WindowRefusal::NoDriver, false;
+  c.ctx = c.d->primary_context(device);
+  c.t0 = std::chrono::steady_clock::now();
+  // Bounded: that process's window may be waiting on this rank (its context
+  // synchronisation covers NCCL streams whose peers are here), so an unbounded
+  // wait could deadlock the job; a refused window is retried at a later call
+  // of the key (HardwareBusy is transient).
+  c.lock_fd = lock.lock(lock_name(c.d, device));
+  c.t_locked = std::chrono::steady_clock::now();
+  if (c.lock_fd == CounterLock::kTimedOut) {
+    add_stall(c.t_locked - c.t0);
+    detail = "the GPU's counter lock stayed held for " + std::to_string(CounterLock::kWaitSeconds) + " s";
+    return refusal = WindowRefusal::HardwareBusy, false;
+  }
+  // The probe too runs under the lock: while another process profiles, the
+  // counter hardware answers HARDWARE_BUSY (seen on the H200 with 4 ranks).
+  if (!set_ready && !prepare(c.d, device, c.ctx)) {
+    lock.unlock(c.lock_fd);
+    add_stall(std::chrono::steady_clock::now() - c.t0);
+    return refusal = unavailable.empty() ? WindowRefusal::HardwareBusy : WindowRefusal::Unavailable, false;
+  }
+  return true;
+}
+#endif
+
 std::unique_ptr<OpenCounterWindow> CounterWindows::open(int device, void* stream, WindowRefusal& refusal,
                                                         std::string& detail) {
 #ifdef LINGPROBE_HAVE_CUPTI
   State& s = *s_;
   std::lock_guard<std::mutex> lock(s.mu);
-  if (!s.unavailable.empty()) return refusal = WindowRefusal::Unavailable, nullptr;
   WindowSlot slot;
-  // torch.profiler starting or running, or a window open
-  if (refusal = slot.acquire(); refusal != WindowRefusal::None) return nullptr;
-  // Kineto keeps CUPTI's subscriber once it has run: refused before the GPU lock and the NVML thread.
-  if (s.set_ready && !s.options.unguarded && s.cupti->subscriber_held_elsewhere())
-    return refusal = WindowRefusal::SubscriberHeld, nullptr;
-  CudaDriver* d = CudaDriver::get(&detail);
-  if (!d) return refusal = WindowRefusal::NoDriver, nullptr;
-  void* ctx = d->primary_context(device);
-  const auto t0 = std::chrono::steady_clock::now();
-  // Waits (bounded) while another process of the launch profiles this GPU.
-  // Bounded: that process's window may be waiting on this rank (its
-  // context synchronisation covers NCCL streams whose peers are here), so an
-  // unbounded wait could deadlock the job; a refused window is retried at a
-  // later call of the key (HardwareBusy is transient).
-  const int lock_fd = s.lock.lock(lock_name(d, device));
-  const auto t_locked = std::chrono::steady_clock::now();
-  if (lock_fd == CounterLock::kTimedOut) {
-    s.add_stall(t_locked - t0);
-    detail = "the GPU's counter lock stayed held for " + std::to_string(CounterLock::kWaitSeconds) + " s";
-    return refusal = WindowRefusal::HardwareBusy, nullptr;
-  }
-  // The probe too runs under the lock: while another process profiles, the
-  // counter hardware answers HARDWARE_BUSY (seen on the H200 with 4 ranks).
-  if (!s.set_ready && !s.prepare(d, device, ctx)) {
-    s.lock.unlock(lock_fd);
-    s.add_stall(std::chrono::steady_clock::now() - t0);
-    return refusal = s.unavailable.empty() ? WindowRefusal::HardwareBusy : WindowRefusal::Unavailable, nullptr;
-  }
+  State::Claimed c;
+  if (!s.claim_gpu(device, slot, c, refusal, detail)) return nullptr;
   // Who else computes on the GPU before, during and after the window (NVML, its own thread).
   std::unique_ptr<NvmlGuard> guard;
   try {
-    guard = std::make_unique<NvmlGuard>(d->device_uuid(device));
+    guard = std::make_unique<NvmlGuard>(c.d->device_uuid(device));
   } catch (...) {  // no thread for it (EAGAIN): the window goes on without the guard, the lock still released
   }
-  if (const format::Status began = s.cupti->begin_window(ctx, stream, s.set, s.options.unguarded); !began.ok()) {
-    s.lock.unlock(lock_fd);
-    s.add_stall(std::chrono::steady_clock::now() - t0);
+  if (const format::Status began = s.cupti->begin_window(c.ctx, stream, s.set, s.options.unguarded); !began.ok()) {
+    s.lock.unlock(c.lock_fd);
+    s.add_stall(std::chrono::steady_clock::now() - c.t0);
     refusal = refusal_of(began);
     if (refusal == WindowRefusal::Unavailable) s.unavailable = began.message();  // for the process; held or busy is not
     detail = began.message();
@@ -316,10 +398,37 @@ std::unique_ptr<OpenCounterWindow> CounterWindows::open(int device, void* stream
   slot.keep();                 // the Window releases it
   s.local_epoch.fetch_add(1);  // odd while the window is open (the Window bumps it back)
   refusal = WindowRefusal::None;
-  return std::make_unique<Window>(&s, d, device, ctx, t0, t_locked, lock_fd, std::move(guard));
+  return std::make_unique<Window>(&s, c.d, device, c.ctx, c.t0, c.t_locked, c.lock_fd, std::move(guard));
 #else
   (void)device;
   (void)stream;
+  (void)detail;
+  refusal = WindowRefusal::NotBuilt;
+  return nullptr;
+#endif
+}
+
+std::unique_ptr<OpenCounterWindow> CounterWindows::open_timing(int device, WindowRefusal& refusal,
+                                                               std::string& detail) {
+#ifdef LINGPROBE_HAVE_CUPTI
+  State& s = *s_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  WindowSlot slot;
+  State::Claimed c;
+  if (!s.claim_gpu(device, slot, c, refusal, detail)) return nullptr;
+  if (const format::Status began = s.cupti->begin_timing(c.ctx); !began.ok()) {
+    s.lock.unlock(c.lock_fd);
+    s.add_stall(std::chrono::steady_clock::now() - c.t0);
+    refusal = refusal_of(began);
+    detail = began.message();
+    return nullptr;
+  }
+  slot.keep();
+  s.local_epoch.fetch_add(1);
+  refusal = WindowRefusal::None;
+  return std::make_unique<TimingWindow>(&s, c.d, device, c.ctx, c.t0, c.lock_fd);
+#else
+  (void)device;
   (void)detail;
   refusal = WindowRefusal::NotBuilt;
   return nullptr;

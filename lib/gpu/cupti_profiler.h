@@ -69,6 +69,15 @@ class Cupti {
   // the launches. `synchronize` makes the context idle first (the caller's
   // CUDA driver call, e.g. cuCtxSynchronize).
   WindowResult end_window(const std::function<bool()>& synchronize);
+  // A timing window on the calling thread (Activity alone: no range
+  // profiler, nothing replayed, no other thread's launch held): the
+  // durations of the kernels this thread launches (graphs included) until
+  // end_timing, as torch.profiler's trace times them. One window of either
+  // kind at a time per process. kHeld when another tool holds CUPTI's
+  // subscriber (the callback names the thread's launches), else kFailed.
+  format::Status begin_timing(void* ctx);
+  // After the op: `synchronize` (the context idle), then the records.
+  TimingResult end_timing(const std::function<bool()>& synchronize);
   // Whether a torch.profiler-like tool holds CUPTI's subscriber right now.
   bool subscriber_held_elsewhere();
 

@@ -1,6 +1,8 @@
 #include "gpu/window_verdict.h"
 
 #include <algorithm>
+#include <set>
+#include <utility>
 
 namespace lingprobe::gpu {
 
@@ -57,6 +59,26 @@ void decide_window(WindowObservations seen, WindowResult& res) {
   } else {
     res.status = WindowResult::Status::Passed;
   }
+}
+
+void decide_timing(std::vector<KernelLaunch> records, const std::vector<uint32_t>& own, TimingResult& res) {
+  std::set<uint32_t> wanted(own.begin(), own.end()), seen;
+  std::set<std::pair<uint32_t, uint64_t>> once;  // (correlation, start): a record delivered twice counts once
+  res.launches = static_cast<uint32_t>(own.size());
+  bool untimed = false;
+  for (auto& k : records) {
+    if (!wanted.count(k.correlation) || !once.insert({k.correlation, k.start_ns}).second) continue;
+    seen.insert(k.correlation);
+    untimed = untimed || k.start_ns == 0 || k.end_ns <= k.start_ns;
+    res.kernels.push_back(std::move(k));
+  }
+  std::sort(res.kernels.begin(), res.kernels.end(),
+            [](const KernelLaunch& a, const KernelLaunch& b) { return a.start_ns < b.start_ns; });
+  if (res.reason.empty() && untimed) res.reason = "CUPTI gave a kernel record without timestamps";
+  if (res.reason.empty() && seen.size() < wanted.size())
+    res.reason = std::to_string(wanted.size() - seen.size()) + " of the op's " + std::to_string(wanted.size()) +
+                 " launch(es) have no kernel record (another CUPTI client took the Activity callbacks?)";
+  res.passed = res.reason.empty();
 }
 
 }  // namespace lingprobe::gpu

@@ -20,6 +20,7 @@ struct KernelLaunch {
   uint32_t registers = 0;
   int32_t static_shared = 0, dynamic_shared = 0;
   bool device_launched = false;
+  uint64_t start_ns = 0, end_ns = 0;  // CUPTI's timestamps (0 under the range profiler)
 };
 
 struct WindowResult {
@@ -48,5 +49,18 @@ struct WindowObservations {
 // Fills res.kernels (the op's launches, once each, in launch order), res.foreign, res.status and res.reason
 // (kept when already set: a failure before the verdict). res.ranges and res.dropped_ranges are read.
 void decide_window(WindowObservations seen, WindowResult& res);
+
+// A timing window's kernels: the launches of its thread, timed by CUPTI Activity.
+struct TimingResult {
+  bool passed = false;
+  std::string reason;                 // why not passed
+  std::vector<KernelLaunch> kernels;  // in start order, each with start_ns < end_ns
+  uint32_t launches = 0;              // the thread's launch calls in the window
+};
+
+// Fills res from the window's records (any thread's, in any order,
+// duplicates possible) and the correlation ids of its own thread's launches
+// (res.reason kept when already set: a failure before the verdict).
+void decide_timing(std::vector<KernelLaunch> records, const std::vector<uint32_t>& own, TimingResult& res);
 
 }  // namespace lingprobe::gpu

@@ -35,11 +35,13 @@ struct SnapshotJob {
   std::vector<std::unique_ptr<BlobSource>> blobs;
   bool profiled = false;  // a profile directory
   ProfileData profile;
+  bool timed = false;  // a kernel_timing record (the key's timed call: CUPTI Activity's durations)
+  ProfileData timing;
   uint64_t bytes = 0;  // of the tensors
   // Called once, on the writer thread: kept (path relative to the run
   // directory; `kept` says which files: kKeptSnapshot, kKeptProfile), a
   // duplicate of a signature sampled elsewhere, or dropped (reason; kept 0).
-  static constexpr uint8_t kKeptSnapshot = 1, kKeptProfile = 2;
+  static constexpr uint8_t kKeptSnapshot = 1, kKeptProfile = 2, kKeptTiming = 4;
   std::function<void(Result, const std::string& path_or_reason, const std::string& signature_sha, uint8_t kept)> done;
 };
 

@@ -11,6 +11,7 @@
 
 #include "format/canonical_json.h"
 #include "format/file_names.h"
+#include "format/profile_files.h"
 #include "format/sha256.h"
 #include "sink/run_directory.h"
 #include "runtime/snapshot_job.h"
@@ -335,8 +336,33 @@ format::Status SnapshotWriter::keep_profile(const runtime::SnapshotJob& job, con
   return status;
 }
 
+void SnapshotWriter::keep_timing(const runtime::SnapshotJob& job) {
+  format::JsonValue r = format::JsonValue::object();
+  r.set("kind", format::JsonValue::string("kernel_timing"));
+  r.set("id", format::JsonValue::integer(job.signature_id));
+  r.set("seq", format::JsonValue::integer(static_cast<int64_t>(job.seq)));
+  r.set("status", format::JsonValue::string(job.timing.status));
+  if (!job.timing.reason.empty()) r.set("reason", format::JsonValue::string(job.timing.reason));
+  r.set("window_s", format::JsonValue::floating(job.timing.window_seconds));
+  if (const format::JsonValue* policy = job.timing.identity.find("math_policy")) r.set("math_policy", *policy);
+  r.set("kernels", format::kernels_json(job.timing));
+  metadata_->add_record(format::canonical_json(r) + "\n");
+}
+
 void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
   using Result = runtime::SnapshotJob::Result;
+  if (job.timed && !job.snapshot && !job.profiled) {  // the key's timed call: one record, nothing to claim
+    if (monotonic_seconds() < disk_full_until_) return job.done(Result::Dropped, "disk_full", "", 0);
+    std::string sha;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = signatures_.find(job.signature_id);
+      if (it != signatures_.end()) sha = it->second.first;
+    }
+    if (sha.empty()) return job.done(Result::Dropped, "internal_error", "", 0);
+    keep_timing(job);
+    return job.done(Result::Kept, "", sha, runtime::SnapshotJob::kKeptTiming);
+  }
   Evidence e;
   std::string who;
   bool already_mine = false;
@@ -372,6 +398,7 @@ void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
     if (profile.code() == format::StatusCode::kNoSpace) pause_for_full_disk();
     profile_kept = profile.ok();
   }
+  if (job.timed) keep_timing(job);  // a snapshot taken at the timed call (its earlier one was refused)
   if (!snapshot_kept && !profile_kept) {
     if (claim) claims_->unclaim_signature(e.sha);
     return job.done(Result::Dropped, monotonic_seconds() < disk_full_until_ ? "disk_full" : "write_error", e.sha, 0);
@@ -385,7 +412,8 @@ void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
   }
   job.done(Result::Kept, snapshot_kept ? e.snapshot_rel : "profiles/" + e.stem, e.sha,
            static_cast<uint8_t>((snapshot_kept ? runtime::SnapshotJob::kKeptSnapshot : 0) |
-                                (profile_kept ? runtime::SnapshotJob::kKeptProfile : 0)));
+                                (profile_kept ? runtime::SnapshotJob::kKeptProfile : 0) |
+                                (job.timed ? runtime::SnapshotJob::kKeptTiming : 0)));
 }
 
 uint64_t SnapshotWriter::written() const {

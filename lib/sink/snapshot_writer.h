@@ -58,6 +58,8 @@ class SnapshotWriter {
                         bool already_mine) const;
   format::Status keep_snapshot(runtime::SnapshotJob& job, const Evidence& e, uint64_t& bytes);
   format::Status keep_profile(const runtime::SnapshotJob& job, const Evidence& e, bool snapshot_kept);
+  // A timed call's kernel durations as a kernel_timing record (no file, no claim).
+  void keep_timing(const runtime::SnapshotJob& job);
   void pause_for_full_disk();
   format::Status write_snapshot(runtime::SnapshotJob& job, const std::string& stem, std::string& file_sha,
                                 uint64_t& bytes);

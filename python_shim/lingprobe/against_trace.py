@@ -13,12 +13,17 @@ side has shift nothing), and each profiled call's inline kernels (kernels.json,
 gpu__time_duration.sum) are set against the kernels that the same call
 launched in the trace (CUPTI Activity: correlation id -> its launch -> the
 top-level op around it), in launch order (by name where one run launched
-a kernel the other did not). The gate: at least 90% of the
-kernels of at least --min-kernel-us in the trace are within --tolerance.
+a kernel the other did not). A key's timed call (kernel_timing records,
+LINGPROBE_PROFILE_TIMING: its next call after the counters, timed by CUPTI
+Activity alone) is set against the trace the same way. The gate: at least
+90% of the kernels of at least --min-kernel-us in the trace are within
+--tolerance, counting for each signature the call whose time the capability
+report shows (its timed call where it has one, else its profiled call).
 Exit status 0 when the gate holds, 1 when it does not or nothing could be
 compared, 2 on bad input. The difference between the two is the first call's
 history (cold caches, autotuning, clocks), not only the measurement: both
-sides are a key's first call in its process where the profiled call was."""
+sides are a key's first call in its process where the profiled call was, and
+its second where the timed call was."""
 import argparse
 import bisect
 import difflib
@@ -42,13 +47,14 @@ def load_json(path):
 
 def run_calls(run_dir, rank=0):
     """The chosen rank's (or the single process's) top-level calls per thread, in order, as [op name, seq]; and per
-    seq its profile record. A trace is one process: other ranks' and children's files are not paired with it."""
+    seq its profile record, and per seq its kernel_timing record. A trace is one process: other ranks' and
+    children's files are not paired with it."""
     files = sorted((run_dir / "metadata").glob("*.jsonl"))
     if not files:
         raise BadInput(f"{run_dir} is not a run directory (no metadata/*.jsonl)")
-    threads, profiles, first_t0, chosen = {}, {}, {}, None
+    threads, profiles, timings, first_t0, chosen = {}, {}, {}, {}, None
     for f in files:
-        names, header, calls, file_profiles = {}, None, {}, {}
+        names, header, calls, file_profiles, file_timings = {}, None, {}, {}, {}
         for line in f.read_text().splitlines():
             try:
                 r = json.loads(line)
@@ -63,10 +69,12 @@ def run_calls(run_dir, rank=0):
                 calls.setdefault(r["tid"], []).append((r["id"], r["seq"], r["t0_ns"]))
             elif kind == "profile":
                 file_profiles[r["seq"]] = r
+            elif kind == "kernel_timing" and r.get("status") == "passed":
+                file_timings[r["seq"]] = r
         role = (header or {}).get("role", "single")
         if role not in ("rank", "single") or (header or {}).get("rank", 0) != rank:
             continue
-        chosen, profiles = f.name, file_profiles
+        chosen, profiles, timings = f.name, file_profiles, file_timings
         for tid, cs in calls.items():
             threads[tid] = [[aten_name(names.get(i, "?")), seq] for i, seq, _ in cs]
             first_t0[tid] = cs[0][2]
@@ -75,7 +83,7 @@ def run_calls(run_dir, rank=0):
         raise BadInput(f"{run_dir} has no metadata file of rank {rank} (--rank picks another)")
     if not any(threads.values()):
         raise BadInput(f"{run_dir} has no call records (LINGPROBE_CALL_RECORDS=0?): calls cannot be matched by order")
-    return chosen, [threads[t] for t in sorted(threads, key=lambda t: first_t0[t])], profiles
+    return chosen, [threads[t] for t in sorted(threads, key=lambda t: first_t0[t])], profiles, timings
 
 
 def aten_name(op):
@@ -178,8 +186,21 @@ def kernel_us(kernel):
                          "s": 1e6, "second": 1e6}.get(m.get("unit", "us"), 1.0)
 
 
+def inline_kernels(run_dir, seq, profiles, timings, timed_ids):
+    """The call's inline kernels, where they came from, and whether the report shows that time: (None, ..) when
+    the call was neither profiled (passed) nor timed."""
+    if seq in timings:
+        return timings[seq]["kernels"], "activity", True
+    prof = profiles.get(seq)
+    if not prof or prof.get("status") != "passed":
+        return None, None, False
+    kernels = load_json(run_dir / prof["path"] / "kernels.json")
+    return (kernels["kernels"] if isinstance(kernels, dict) else kernels), "counters", prof["id"] not in timed_ids
+
+
 def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0):
-    fname, run_threads, profiles = run_calls(run_dir, rank)
+    fname, run_threads, profiles, timings = run_calls(run_dir, rank)
+    timed_ids = {t["id"] for t in timings.values()}
     trace, has_kernels = trace_calls(load_json(trace_path))
     if not trace:
         raise BadInput(f"{trace_path}: no cpu_op events (a torch.profiler Chrome trace with CPU and CUDA activities?)")
@@ -193,18 +214,18 @@ def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0):
         report["threads"].append({"file": fname, "run_calls": len(calls), "trace_calls": len(top),
                                   "matched": len(pairs)})
         for i, j in pairs:
-            prof = profiles.get(calls[i][1])
-            if not prof or prof.get("status") != "passed":
+            inline, source, reported = inline_kernels(run_dir, calls[i][1], profiles, timings, timed_ids)
+            if inline is None:
                 continue
-            kernels = load_json(run_dir / prof["path"] / "kernels.json")
-            inline = kernels["kernels"] if isinstance(kernels, dict) else kernels
             traced = top[j]["kernels"]
             if len(inline) != len(traced):
                 report["kernel_count_mismatches"].append({"op": calls[i][0], "seq": calls[i][1], "inline": len(inline),
                                                           "trace": len(traced),
                                                           "compared": len(kernel_pairs(inline, traced))})
             for row in compare_kernels(inline, traced, min_us, tolerance):
-                report["calls"].append({"op": calls[i][0], "seq": calls[i][1], "profile": prof["path"], **row})
+                row["gated"] = row["gated"] and reported
+                report["calls"].append({"op": calls[i][0], "seq": calls[i][1], "source": source,
+                                        "reported": reported, **row})
     gated = [r for r in report["calls"] if r["gated"]]
     report["gated_kernels"] = len(gated)
     report["within"] = sum(r["within"] for r in gated)
@@ -217,12 +238,13 @@ def print_report(rep, out=sys.stdout):
     for t in rep["threads"]:
         print(f"{t['file']}: {t['matched']} of {t['run_calls']} top-level calls matched by order "
               f"(the trace has {t['trace_calls']})", file=out)
-    print(f"\n| op | seq | kernel | inline us | trace us | diff | >= {rep['min_kernel_us']:g} us |", file=out)
-    print("|---|---|---|---|---|---|---|", file=out)
+    print(f"\n| op | seq | time from | kernel | inline us | trace us | diff | gated (>= {rep['min_kernel_us']:g} us, "
+          "the report's time) |", file=out)
+    print("|---|---|---|---|---|---|---|---|", file=out)
     for r in rep["calls"]:
-        print(f"| {r['op']} | {r['seq']} | {r['kernel'][:48]} | {r['inline_us']:.2f} | {r['trace_us']:.2f} | "
-              f"{100 * r['relative']:+.1f}% | {'yes' if r['gated'] else 'no'}{' (within)' if r['within'] else ''} |",
-              file=out)
+        print(f"| {r['op']} | {r['seq']} | {r['source']} | {r['kernel'][:48]} | {r['inline_us']:.2f} | "
+              f"{r['trace_us']:.2f} | {100 * r['relative']:+.1f}% | {'yes' if r['gated'] else 'no'}"
+              f"{' (within)' if r['within'] else ''} |", file=out)
     for m in rep["kernel_count_mismatches"]:
         print(f"{m['op']} (seq {m['seq']}) launched {m['inline']} kernel(s) inline, {m['trace']} in the trace: "
               f"{m['compared']} of the same names compared", file=out)

@@ -70,6 +70,42 @@ def test_each_profiled_call_against_the_same_call_in_the_trace(cli, tmp_path, li
     assert rows["aten::relu"]["trace_us"] == 10.0 and not rows["aten::relu"]["gated"]  # under 20 us: shown, not gated
 
 
+def test_a_timed_call_is_what_the_gate_counts(cli, tmp_path):
+    """LINGPROBE_PROFILE_TIMING: linear's first call has its counters (their kernel replay reads 110 us), its second
+    is timed by CUPTI Activity alone (101 us, a kernel_timing record). The gate counts the time the report shows:
+    the timed call's, set against the trace's second linear; the profiled call is listed, not gated."""
+    run = tmp_path / "run"
+    (run / "metadata").mkdir(parents=True)
+    sig = {"kind": "signature", "id": 1, "sha256": f"{1:064x}",
+           "signature_json": json.dumps({"op": "aten.linear.default", "args": [], "kwargs": {}, "stage": "unstaged"})}
+    lines = [{"kind": "header", "role": "single", "rank": 0}, sig]
+    for seq in (1, 2):
+        lines.append({"kind": "call", "depth": 0, "id": 1, "seq": seq, "t0_ns": 1000 * seq, "t1_ns": 1000 * seq + 500,
+                      "tid": 42})
+    lines.append({"kind": "profile", "id": 1, "seq": 1, "path": "profiles/linear", "status": "passed"})
+    (run / "profiles" / "linear").mkdir(parents=True)
+    (run / "profiles" / "linear" / "kernels.json").write_text(json.dumps(
+        [{"name": "linear_kernel", "metrics": {TIME: {"value": 110.0, "unit": "us"}}}]))
+    lines.append({"kind": "kernel_timing", "id": 1, "seq": 2, "status": "passed",
+                  "kernels": [{"name": "linear_kernel", "metrics": {TIME: {"value": 101.0, "unit": "us"}}}]})
+    (run / "metadata" / "metadata_pid1.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+    ev = lambda **k: {"ph": "X", "pid": 1, **k}
+    events = []
+    for n, ts in enumerate((0, 300)):
+        events += [ev(cat="cpu_op", name="aten::linear", tid=7, ts=ts, dur=100),
+                   ev(cat="cuda_runtime", name="cudaLaunchKernel", tid=7, ts=ts + 10, dur=5, args={"correlation": n}),
+                   ev(cat="kernel", name="linear_kernel", tid=9, ts=ts + 20, dur=100.0, args={"correlation": n})]
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    out = tmp_path / "report.json"
+    p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace), "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "1 of 1 kernels >= 20 us within 3%" in p.stdout, p.stdout + p.stderr
+    rows = {r["seq"]: r for r in json.loads(out.read_text())["calls"]}
+    assert rows[1]["source"] == "counters" and not rows[1]["gated"] and rows[1]["inline_us"] == 110.0
+    assert rows[2]["source"] == "activity" and rows[2]["gated"] and rows[2]["within"]
+
+
 def test_calls_only_one_side_has_shift_nothing():
     """A construction call whose name the traced region also uses must not pull the match forward (the GPU run of
     issue 26 matched 27 of 306 calls with a greedy look-ahead)."""

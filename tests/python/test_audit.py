@@ -111,7 +111,8 @@ def test_counters_evidence_is_what_the_run_names(cli, seed_run, seed_audit):
     # the window's stall, per rank, in the report and the summary
     assert report["counter_windows"]["by_rank"] == [
         {"rank": 0, "windows": 1, "by_status": {"passed": 1}, "window_seconds_total": 1.5,
-         "lock_wait_seconds_total": 0.25, "max_window_seconds": 1.5, "stall_seconds_total": 1.5}]
+         "lock_wait_seconds_total": 0.25, "max_window_seconds": 1.5, "timing_windows": 0,
+         "timing_seconds_total": 0.0, "stall_seconds_total": 1.5}]
     summary = (seed_run / "reports" / "summary.md").read_text()
     assert "## Counter windows: each rank's stall" in summary and "| 0 | 1 | 1.50 | 1.50 | 0.25 | 1.50 | passed 1 |" in summary
     dit = report["stages"][0]

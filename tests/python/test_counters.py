@@ -411,8 +411,10 @@ def test_stage_gpu_time_is_measured_and_windows_are_told_apart(build_dir, tmp_pa
     # The capability report's denominator: each stage's GPU time by CUDA events at its first op and its end.
     # The job times the same regions with its own events; the first iteration's windows make it not clean.
     own_path = tmp_path / "own.json"
+    # Without the timed calls (PROFILE_TIMING): a key's timed call comes at its first call after the writer kept its
+    # counters, in iteration 0 or 1 depending on the writer's pace; this test needs the windows in iteration 0.
     run_dir, _ = run_script(tmp_path, build_dir, STAGE_JOB, str(own_path), LINGPROBE_OPS="aten::mm",
-                            PYTHONPATH=str(ROOT / "python_shim"))
+                            LINGPROBE_PROFILE_TIMING="0", PYTHONPATH=str(ROOT / "python_shim"))
     own = json.loads(own_path.read_text())
     counts = last_counts(run_dir)
     assert counts["final"] and counts.get("stage_gpu_lost", {}) == {}, counts

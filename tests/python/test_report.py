@@ -295,3 +295,39 @@ def test_the_roofline_is_a_picture_people_can_read(cli, run, tmp_path):
         png = tmp_path / "roofline.png"
         subprocess.run(["rsvg-convert", "-o", str(png), str(run / "reports" / "roofline.svg")], check=True)
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_a_timed_call_gives_the_kernel_time_and_the_flop_rate(cli, run):
+    """LINGPROBE_PROFILE_TIMING: a key's next call after its counters is timed by CUPTI Activity alone (a
+    kernel_timing record). The report's kernel time, FLOP rate and estimate come from it; the DRAM rate stays the
+    counter window's bytes over the window's own time; the audit's row says which time it shows."""
+    report(cli, run)
+    before = load(run)["jobs"][0]
+    counters_us = before["kernel_time_us_per_call"]
+    assert before["kernel_time_source"] == "counters" and before["timed_call"] is None
+    sha = before["signature_sha256"]
+    f = next(p for p in sorted((run / "metadata").glob("*.jsonl")) if sha in p.read_text())
+    sig_id = next(json.loads(l)["id"] for l in f.read_text().splitlines()
+                  if '"kind":"signature"' in l and json.loads(l)["sha256"] == sha)
+    kernels = [{"name": k["name"], "metrics": {"gpu__time_duration.sum": {
+        "value": k["metrics"]["gpu__time_duration.sum"]["value"] * 0.9, "unit": "us"}}} for k in before["kernels"]]
+    timing = {"id": sig_id, "kind": "kernel_timing", "seq": 999999, "status": "passed", "window_s": 0.001,
+              "kernels": kernels}
+    lines = f.read_text().splitlines()
+    last = max(i for i, l in enumerate(lines) if '"kind":"counts"' in l)  # before the final counts, as written
+    lines.insert(last, json.dumps(timing, sort_keys=True, separators=(",", ":")))
+    f.write_text("\n".join(lines) + "\n")
+    report(cli, run)
+    job = next(j for j in load(run)["jobs"] if j["signature_sha256"] == sha)
+    assert job["kernel_time_source"] == "activity" and job["timed_call"]["seq"] == 999999
+    assert job["kernel_time_us_per_call"] == pytest.approx(0.9 * counters_us, rel=1e-9)
+    assert job["counters_kernel_time_us_per_call"] == pytest.approx(counters_us, rel=1e-9)
+    assert job["fraction_of_peak_flops"] == pytest.approx(before["fraction_of_peak_flops"] / 0.9, rel=1e-9)
+    assert job["fraction_of_peak_dram"] == pytest.approx(before["fraction_of_peak_dram"], rel=1e-9)
+    assert job["estimated_gpu_time_us"] == pytest.approx(0.9 * before["estimated_gpu_time_us"], rel=1e-9)
+    subprocess.run([cli, "audit", "--quiet", str(run)], check=True, capture_output=True)
+    rows = json.loads((run / "reports" / "coverage_audit.json").read_text())["rows"]
+    row = next(r for r in rows if r["signature_sha256"] == sha)
+    assert row["kernel_time_source"] == "activity"
+    assert row["kernel_time_us_per_call"] == pytest.approx(0.9 * counters_us, rel=1e-9)
+    assert {r["kernel_time_source"] for r in rows if r["signature_sha256"] != sha} <= {"counters", None}

@@ -115,6 +115,43 @@ TEST_CASE("window verdict: what spoils a window, in order of precedence", "[verd
   }
 }
 
+KernelLaunch timed(uint32_t correlation, const char* name, uint64_t start, uint64_t end) {
+  KernelLaunch k = launch(correlation, name);
+  k.start_ns = start;
+  k.end_ns = end;
+  return k;
+}
+
+TEST_CASE("timing verdict: the thread's own kernels in start order; other threads' and duplicates left out",
+          "[verdict]") {
+  TimingResult res;
+  // 40 is another thread's launch; 31 is a graph launch of the op's thread with two kernels; 30 arrives twice.
+  decide_timing({timed(31, "g2", 300, 350), timed(40, "other", 100, 900), timed(30, "k", 100, 200),
+                 timed(31, "g1", 210, 290), timed(30, "k", 100, 200)},
+                {30, 31}, res);
+  CHECK(res.passed);
+  CHECK(res.launches == 2);
+  REQUIRE(res.kernels.size() == 3);
+  CHECK(res.kernels[0].mangled == "k");
+  CHECK(res.kernels[1].mangled == "g1");
+  CHECK(res.kernels[2].mangled == "g2");
+}
+
+TEST_CASE("timing verdict: a launch without its record, or a record without timestamps, fails", "[verdict]") {
+  TimingResult missing;
+  decide_timing({timed(30, "k", 100, 200)}, {30, 31}, missing);
+  CHECK_FALSE(missing.passed);
+  CHECK(missing.reason.find("1 of the op's 2 launch(es) have no kernel record") == 0);
+  TimingResult untimed;  // what CUPTI gives under the range profiler
+  decide_timing({timed(30, "k", 0, 0)}, {30}, untimed);
+  CHECK_FALSE(untimed.passed);
+  CHECK(untimed.reason == "CUPTI gave a kernel record without timestamps");
+  TimingResult none;  // an op that launched nothing (a view) passes with no kernel
+  decide_timing({timed(40, "other", 1, 2)}, {}, none);
+  CHECK(none.passed);
+  CHECK(none.kernels.empty());
+}
+
 TEST_CASE("counter lock: one holder per GPU, its epoch odd while held", "[counter_lock]") {
   char tmpl[] = "/tmp/lpunit-lock-XXXXXX";
   const std::string path = mkdtemp(tmpl);

@@ -231,6 +231,42 @@ TEST_CASE("sampler: a key keeps asking for the evidence a call did not give, and
   CHECK(s.unsampled_reasons().empty());
 }
 
+TEST_CASE("sampler: a key's timing comes from its next call after its counters, and is no sample", "[sampler]") {
+  SamplingOptions o = on();
+  o.evidence = kSnapshot | kCounters | kTiming;
+  Sampler s;
+  FakeBroker b;
+  s.configure(o, &b, 0, 1);
+  SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
+  REQUIRE(decide(s, k));
+  CHECK(s.wanted(k) == (kSnapshot | kCounters));  // never timing on the counters' call
+  for (int call = 2; call <= 5; ++call) CHECK_FALSE(decide(s, k));  // in flight: the writer has not reported yet
+  s.finished(k, 1, "sig", SampleResult::Kept, 10, kSnapshot | kCounters);
+  CHECK(k->active.load());
+  REQUIRE(decide(s, k));  // call 6: the next call after the report, not after a backoff from it
+  CHECK(s.wanted(k) == kTiming);
+  s.finished(k, 1, "sig", SampleResult::Refused, 0, 0);  // a busy window: tried again after the calls double
+  for (int call = 7; call < 12; ++call) CHECK_FALSE(decide(s, k));
+  REQUIRE(decide(s, k));  // call 12
+  s.finished(k, 1, "sig", SampleResult::Kept, 0, kTiming);
+  CHECK_FALSE(k->active.load());
+  CHECK(s.stats().samples == 1);
+  CHECK(s.stats().sampled == 1);
+}
+
+TEST_CASE("sampler: counters that no call can have settle the key's timing too", "[sampler]") {
+  SamplingOptions o = on();
+  o.evidence = kCounters | kTiming;
+  Sampler s;
+  FakeBroker b;
+  s.configure(o, &b, 0, 1);
+  SampleKey* k = s.key_for(kKey, "c10d::allreduce_", "c10d::allreduce_", "unstaged");
+  REQUIRE(decide(s, k));
+  CHECK(s.wanted(k) == kCounters);
+  s.finished(k, 0, "", SampleResult::Refused, 0, 0, kCounters | kTiming);  // as the capture settles a collective
+  CHECK_FALSE(k->active.load());
+}
+
 TEST_CASE("sampler: evidence no call can give settles the key without a sample", "[sampler]") {
   SamplingOptions o = on();
   o.evidence = kCounters;

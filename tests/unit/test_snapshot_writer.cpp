@@ -57,3 +57,50 @@ TEST_CASE("a profile-only job counts as a profile, not as a snapshot", "[sink][s
   CHECK(writer.bytes_written() == 0);
   REQUIRE(std::system(("rm -rf " + run).c_str()) == 0);
 }
+
+TEST_CASE("a timed call's job is one kernel_timing record: no file, no claim, no snapshot or profile counted",
+          "[sink][snapshot]") {
+  char dir[] = "/tmp/lingprobe-evidence-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  const std::string run = dir;
+  REQUIRE(std::system(("mkdir -p " + run + "/metadata").c_str()) == 0);
+  sink::MetadataWriter metadata({run + "/metadata/m.jsonl", "{\"kind\":\"header\"}", 10000, {}, run},
+                                [] { return format::CountsSnapshot{}; });
+  sink::SnapshotWriter writer(run, "rank0", &metadata, nullptr);
+  const std::string sha(64, 'b');
+  writer.add_signature(3, sha, "{\"op\":\"aten.mm.default\"}");
+  runtime::SnapshotJob job;
+  job.signature_id = 3;
+  job.seq = 42;
+  job.stage = "dit";
+  job.snapshot = false;
+  job.timed = true;
+  job.timing.status = "passed";
+  job.timing.metrics = {"gpu__time_duration.sum"};
+  format::ProfiledKernel k;
+  k.name = "gemm";
+  k.values = {24500.0};  // ns
+  job.timing.kernels.push_back(k);
+  job.timing.window_seconds = 0.001;
+  uint8_t which = 0;
+  std::string kept_sha;
+  job.done = [&](runtime::SnapshotJob::Result r, const std::string&, const std::string& s, uint8_t w) {
+    if (r == runtime::SnapshotJob::Result::Kept) which = w, kept_sha = s;
+  };
+  writer.submit(std::move(job));
+  writer.finalize();
+  metadata.finalize();
+  CHECK(which == runtime::SnapshotJob::kKeptTiming);
+  CHECK(kept_sha == sha);
+  CHECK(writer.written() == 0);
+  CHECK(writer.profiles_written() == 0);
+  CHECK_FALSE(exists(run + "/profiles"));
+  std::ifstream in(run + "/metadata/m.jsonl");
+  std::string line, timing;
+  while (std::getline(in, line))
+    if (line.find("\"kind\":\"kernel_timing\"") != std::string::npos) timing = line;
+  CHECK(timing.find("\"id\":3") != std::string::npos);
+  CHECK(timing.find("\"seq\":42") != std::string::npos);
+  CHECK(timing.find("\"gpu__time_duration.sum\":{\"unit\":\"us\",\"value\":24.5}") != std::string::npos);
+  REQUIRE(std::system(("rm -rf " + run).c_str()) == 0);
+}

@@ -44,9 +44,10 @@ class Toggle:
     loop (lingprobe: let the writer catch up, so its work lands in the loop's
     instruction count and not in the next one's)."""
 
-    def __init__(self, name, on=lambda: None, off=lambda: None, settle=lambda: None, workloads=None):
+    def __init__(self, name, on=lambda: None, off=lambda: None, settle=lambda: None, workloads=None, recorded=None):
         self.name, self.on, self.off, self.settle = name, on, off, settle
         self.workloads = workloads  # None: the ATen workloads
+        self.recorded = recorded  # for a tool that records: how many ATen calls its last on() .. off() recorded
 
 
 def floor_toggle():
@@ -70,13 +71,20 @@ def lingprobe_toggle(name):
 
 
 def profiler_toggle():
-    current = []
+    """torch.profiler's sessions; each session's recorded ATen calls are counted (outside the timed block), so that
+    a session that records nothing is not reported as a cheap profiler."""
+    current, last = [], []
 
     def on():
         current.append(torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True))
         current[-1].__enter__()
 
-    return Toggle("profiler", on=on, off=lambda: current.pop().__exit__(None, None, None))
+    def off():
+        prof = current.pop()
+        prof.__exit__(None, None, None)
+        last[:] = [sum(1 for e in prof.events() if e.name.startswith("aten::"))]
+
+    return Toggle("profiler", on=on, off=off, recorded=lambda: last[0] if last else 0)
 
 
 def execution_trace_toggle():
@@ -206,6 +214,13 @@ def check_call_count(step, per_step):
         raise SystemExit(f"{seen / 10} top-level calls per step seen, the benchmark assumes {per_step}")
 
 
+def check_recorded(t, calls):
+    """A recording tool's block must have recorded its calls: else the row measures a tool that was not on."""
+    if t.recorded and t.recorded() < calls:
+        raise SystemExit(f"{t.name} recorded {t.recorded()} ATen calls of a block of {calls}: it was not recording, "
+                         "so its row would not measure it")
+
+
 def measure_wall(step, steps, toggles, per_step):
     samples = {t.name: {"off": [], "on": [], "added": []} for t in toggles}
     sequential = group == "loaded"
@@ -231,6 +246,7 @@ def measure_wall(step, steps, toggles, per_step):
                 on = block()
                 t.off()
                 t.settle()
+                check_recorded(t, steps * per_step)
                 s = samples[t.name]
                 s["off"].append(off)
                 s["on"].append(on)

@@ -11,6 +11,15 @@ forward of ~40 top-level ATen calls per layer, most of them with nested calls
 (linear: t, addmm or matmul; the views; to), and one .item() that waits for the
 GPU, as a serving loop does.
 
+--workload hf-llama runs the loop people run instead (issue 29): Hugging Face
+transformers' LlamaForCausalLM (hidden 1024, intermediate 2816, 12 layers, 16
+heads, 8 K/V heads, vocab 32000; random init, bf16 on CUDA), batch 1, a
+32-token prompt, generate(max_new_tokens=48, min_new_tokens=48,
+do_sample=False): one block is one generate() call, its time divided by its
+48 new tokens.
+
+    python3 bench/decode_bench.py --device cuda --workload hf-llama --reps 2 --pairs 8 --process-configs none,floor,lingprobe
+
 Two measurements, as docs/PERFORMANCE.md describes:
 - interleaved inside one process (group 'main'): the configurations that can
   be switched at run time, each measured in pairs of blocks (off, then on) of
@@ -87,7 +96,36 @@ def configure(args, name):
     return lingprobe
 
 
-def model(device, quick):
+def hf_llama(device, quick):
+    """transformers' Llama generate() loop; (step, new tokens per step)."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    size = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=1024) if quick else \
+        dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=12, num_attention_heads=16,
+             num_key_value_heads=8, vocab_size=32000)
+    cfg = transformers.LlamaConfig(**size)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    net = transformers.LlamaForCausalLM(cfg).to(device=device, dtype=dtype).eval()
+    prompt = torch.randint(0, cfg.vocab_size, (1, 32), device=device)
+    new = 48
+
+    def step():
+        with torch.no_grad():
+            net.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new, min_new_tokens=new,
+                         do_sample=False, pad_token_id=0)
+    return step, new
+
+
+def model(device, quick, workload="own"):
+    """The workload's step and the tokens one step decodes."""
+    if workload == "hf-llama":
+        return hf_llama(device, quick)
+    return own_model(device, quick), 1
+
+
+def own_model(device, quick):
     import torch
     import torch.nn.functional as F
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -159,7 +197,7 @@ def child(args):
     import ctypes
     import torch
     torch.set_num_threads(1)
-    step = model(args.device, args.quick)
+    step, per_step = model(args.device, args.quick, args.workload)
     floor = ctypes.CDLL(str(args.build / "bench" / "libfloor_callback.so"))
     floor.floor_install.restype = floor.floor_install_toplevel.restype = ctypes.c_uint64
     floor.floor_remove.argtypes = [ctypes.c_uint64]
@@ -170,14 +208,16 @@ def child(args):
         return Toggle(name, on=lambda: h.append(install()), off=lambda: floor.floor_remove(h.pop()))
 
     def timed(n):
+        steps = max(1, -(-n // per_step))  # whole steps (a generate() call decodes per_step tokens)
         if args.device == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        for _ in range(n):
+        for _ in range(steps):
             step()
-        return (time.perf_counter() - t0) / n * 1e3  # ms per token
+        return (time.perf_counter() - t0) / (steps * per_step) * 1e3  # ms per token
 
-    for _ in range(args.warmup if args.config == "main" else 8):  # per-process rows warm up once configured, below
+    warm_steps = -(-args.warmup // per_step)
+    for _ in range(warm_steps if args.config == "main" else max(1, 8 // per_step)):  # per-process rows: below
         step()
     result = {"config": args.config}
     if args.config == "main":
@@ -219,7 +259,7 @@ def child(args):
         result["dropped"] = lingprobe.stats()["dropped"]
     else:
         lp = configure(args, args.config)
-        for _ in range(args.warmup):
+        for _ in range(warm_steps):
             step()
         ms = [timed(args.tokens) for _ in range(args.pairs)]
         result["ms_per_token"] = statistics.median(ms)
@@ -235,7 +275,7 @@ def callgrind_child(args):
     import torch
     torch.set_num_threads(1)
     cg = ctypes.CDLL(str(args.build / "bench" / "libcallgrind_control.so"))
-    step = model(args.device, args.quick)
+    step, _ = model(args.device, args.quick)
     lp = configure(args, args.config)
     for _ in range(args.warmup):
         step()
@@ -303,7 +343,7 @@ def callgrind_main(args):
 def run_child(args, config):
     cmd = [sys.executable, __file__, "--child", config, "--device", args.device, "--build", str(args.build),
            "--tokens", str(args.tokens), "--pairs", str(args.pairs), "--warmup", str(args.warmup),
-           "--main-configs", ",".join(args.main_configs)] + (["--quick"] if args.quick else [])
+           "--main-configs", ",".join(args.main_configs), "--workload", args.workload] + (["--quick"] if args.quick else [])
     env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k != "LD_PRELOAD"}
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if p.returncode != 0:
@@ -321,6 +361,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=128, help="tokens before measuring: one request (positions 0-127), "
                     "so that every signature of the loop has been seen once (first sightings are not steady state)")
     ap.add_argument("--quick", action="store_true", help="a 2-layer model of width 256, 1 rep, few pairs")
+    ap.add_argument("--workload", choices=["own", "hf-llama"], default="own",
+                    help="own: the project's decoder, one token per step; hf-llama: transformers' "
+                         "LlamaForCausalLM.generate(), 48 new tokens per step (needs transformers)")
     ap.add_argument("--main-configs", default=",".join(MAIN_CONFIGS))
     ap.add_argument("--process-configs", default="",
                     help="comma-separated, among: " + ", ".join(CONFIGS) + " (default: the mode's list)")
@@ -359,7 +402,9 @@ def report(args, runs):
     med = statistics.median
     main = runs["main"]
     none_ms = med(r["paired"]["none"]["off_ms"] for r in main)
-    print(f"decode_bench: device {args.device}, {'quick model' if args.quick else '16 layers, width 1024'}, "
+    what = ("HF LlamaForCausalLM.generate(), " + ("quick model" if args.quick else "12 layers, width 1024")
+            if args.workload == "hf-llama" else "quick model" if args.quick else "16 layers, width 1024")
+    print(f"decode_bench: device {args.device}, {what}, "
           f"{args.reps} process(es) per group, {args.pairs} pairs of {args.tokens} tokens")
     per = {k: med(r["per_token"][k] for r in main) for k in main[0]["per_token"]}
     toggle_ns = med(r["toggle_ns"] for r in main)
@@ -395,7 +440,8 @@ def report(args, runs):
     if procs:
         base = med(procs["none"]) if "none" in procs else none_ms
         floor_added = med(procs["floor"]) - base if "floor" in procs else None
-        print("\none configuration per process (median ms/token over processes; min-max):")
+        print("\none configuration per process (process-per-configuration, not paired: median ms/token over "
+              "processes; min-max):")
         for c, ms in procs.items():
             a = med(ms) - base
             ratio = f"{a / floor_added:8.2f}" if floor_added else "       -"

@@ -167,9 +167,14 @@ step_validate() {
 }
 
 # The launch-bound decode loop (issue 14), $1 processes per group: docs/PERFORMANCE.md.
+# DECODE_WORKLOAD=hf-llama: transformers' Llama generate() loop (48 tokens a block; process rows
+# DECODE_PROCESS_CONFIGS, default none,floor,lingprobe), into decode-bench-hf-llama.{txt,json}.
 step_decodebench() {
+  local extra=() name=decode-bench${DECODE_WORKLOAD:+-$DECODE_WORKLOAD}
+  [ -n "${DECODE_WORKLOAD:-}" ] && extra=(--workload "$DECODE_WORKLOAD" --tokens 48 --warmup 96
+                                          --process-configs "${DECODE_PROCESS_CONFIGS:-none,floor,lingprobe}")
   $py "$root/bench/decode_bench.py" --device cuda --reps "${1:-3}" --pairs "${DECODE_PAIRS:-8}" --build "$build" \
-    --json "$OUT/decode-bench.json" 2>&1 | tee "$OUT/decode-bench.txt"
+    "${extra[@]}" --json "$OUT/$name.json" 2>&1 | tee "$OUT/$name.txt"
   return "${PIPESTATUS[0]}"
 }
 

@@ -9,20 +9,7 @@
 #endif
 
 namespace lingprobe::capture {
-namespace {
-
-C10_ALWAYS_INLINE bool is_fake(const at::Tensor& t) {
-  if (!t.defined()) return false;
-  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  const c10::DispatchKeySet ks = impl->key_set();
-  if (!ks.has(c10::DispatchKey::Python) || ks.has_backend(c10::BackendComponent::MetaBit)) return false;
-  const c10::Storage& storage = impl->unsafe_storage();  // no Python: the data's device, not the reported one
-  return storage && storage.device_type() == c10::DeviceType::Meta;
-}
-
-}  // namespace
-
-CompileTracing compile_tracing(const at::RecordFunction& fn, bool* tensor_inputs) {
+CompileTracing compile_tracing_mode() {
 #if LINGPROBE_INFRA_MODES
   // Every mode pushed includes the Python key in the thread's dispatch keys. ProxyMode alone is not enough:
   // make_fx's real-mode tracing runs real tensors (fake-mode tracing sets FAKE too).
@@ -30,21 +17,18 @@ CompileTracing compile_tracing(const at::RecordFunction& fn, bool* tensor_inputs
       c10::impl::TorchDispatchModeTLS::get_mode(c10::impl::TorchDispatchModeKey::FAKE).has_value())
     return CompileTracing::FakeTensorMode;
 #endif
-  const auto inputs = fn.inputs();
-  return has_fake_tensor(c10::ArrayRef<c10::IValue>(inputs.data(), inputs.size()), tensor_inputs)
-             ? CompileTracing::FakeTensorInputs
-             : CompileTracing::None;
+  return CompileTracing::None;
 }
 
 bool has_fake_tensor(c10::ArrayRef<c10::IValue> values, bool* any_tensor) {
   for (const c10::IValue& v : values) {
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
-      if (C10_UNLIKELY(is_fake(t))) return true;
+      if (C10_UNLIKELY(is_fake_tensor(t))) return true;
       if (any_tensor && t.defined()) *any_tensor = true;
     } else if (v.isList() && v.isTensorList()) {    // the inline tag check first: isTensorList is a call
       for (const c10::IValue& t : v.toListRef()) {  // no copy of the list
-        if (is_fake(t.toTensor())) return true;
+        if (is_fake_tensor(t.toTensor())) return true;
         if (any_tensor) *any_tensor = true;
       }
     }

@@ -28,18 +28,28 @@ namespace lingprobe::capture {
 enum class CompileTracing : uint8_t { None, FakeTensorMode, FakeTensorInputs, FakeTensorOutputs };
 constexpr int kCompileTracingKinds = 4;
 
-// Of a call in its start callback (boxed inputs present): the active mode or
-// the inputs. Cheap when no dispatch mode is active: one thread-local look and
-// a pass over the inputs' dispatch keys (no allocation, tensor lists too).
-// `tensor_inputs` (optional): set when the pass met a tensor, i.e. the call
-// is not a factory (left alone when the mode decided).
-CompileTracing compile_tracing(const at::RecordFunction& fn, bool* tensor_inputs = nullptr);
+// A FakeTensor: a Python-dispatched tensor whose data lives on the meta device while it reports another one.
+C10_ALWAYS_INLINE bool is_fake_tensor(const at::Tensor& t) {
+  if (!t.defined()) return false;
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const c10::DispatchKeySet ks = impl->key_set();
+  if (!ks.has(c10::DispatchKey::Python) || ks.has_backend(c10::BackendComponent::MetaBit)) return false;
+  const c10::Storage& storage = impl->unsafe_storage();  // no Python: the data's device, not the reported one
+  return storage && storage.device_type() == c10::DeviceType::Meta;
+}
+
+// Of a call in its start callback: the active FakeTensorMode (torch 2.2 on;
+// one thread-local look when no dispatch mode is active), else None; then the
+// recorder looks for fake tensors among the inputs in the same pass that
+// builds their key (capture/signature_key: append_input_keys), or with
+// has_fake_tensor for an op it does not record.
+CompileTracing compile_tracing_mode();
 // Whether one of the values (a recorded call's outputs, in its end callback) is a fake tensor; `any_tensor`
 // (optional): set when a defined tensor was met before the answer.
 bool has_fake_tensor(c10::ArrayRef<c10::IValue> values, bool* any_tensor = nullptr);
-// Whether a factory under FakeTensorMode passes compile_tracing unseen, so that only its fake outputs tell
-// (torch before 2.2, no infra modes): from 2.2 on the end callback need not look at outputs. Only a factory's
-// (a call without tensor inputs): a call on real tensors under the mode is refused by it, one on fake tensors
+// Whether a factory under FakeTensorMode passes compile_tracing_mode and the input pass unseen, so that only its fake
+// outputs tell (torch before 2.2, no infra modes): from 2.2 on the end callback need not look at outputs. Only a
+// factory's (a call without tensor inputs): a call on real tensors under the mode is refused by it, one on fake tensors
 // was seen at its start.
 constexpr bool kFakeFactoriesUnseenAtStart = !LINGPROBE_INFRA_MODES;
 

@@ -28,6 +28,13 @@ inline uint64_t hash_words(const uint64_t* words, size_t n) {
   return h ^ (h >> 29);
 }
 
+// Whether two keys of n words are equal (inline: short keys, no call).
+inline bool same_words(const uint64_t* a, const uint64_t* b, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 class KeyTable {
  public:
   KeyTable();

@@ -42,12 +42,6 @@ int64_t now_ns() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-inline bool same_words(const uint64_t* a, const uint64_t* b, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    if (a[i] != b[i]) return false;
-  return true;
-}
-
 struct Global {
   std::mutex mu;  // the life cycle: install, start/stop, sampling's late start
   RecorderOptions options;
@@ -126,21 +120,19 @@ C10_ALWAYS_INLINE Frame* push_frame(Global& G, ThreadState& ts, const at::Record
   return &f;
 }
 
-// The call's input key (op, stage, inputs) into the thread's key buffer, and
-// its InputEntry: found, or made now with the arguments' JSON (while the
-// boxed inputs exist) and the sampler's key.
+// The call's input key into the thread's key buffer (capture/signature_key), and where it ends.
+C10_ALWAYS_INLINE void input_key(ThreadState& ts, Frame& f, OpInfo* op, StageId stage,
+                                 c10::ArrayRef<const c10::IValue> inputs, InputScan& scan) {
+  f.key_begin = static_cast<uint32_t>(ts.key.size());
+  append_call_input_key(ts.key, reinterpret_cast<uintptr_t>(op), stage, inputs.data(), inputs.size(),
+                        op->fold.arguments, scan);
+  f.input_end = static_cast<uint32_t>(ts.key.size());
+}
+
+// The call's InputEntry, found by its input key, or made now with the
+// arguments' JSON (while the boxed inputs exist) and the sampler's key.
 C10_ALWAYS_INLINE void enter_inputs(Global& G, ThreadState& ts, Frame& f, OpInfo* op, StageId stage,
                                     c10::ArrayRef<const c10::IValue> inputs) {
-  f.key_begin = static_cast<uint32_t>(ts.key.size());
-  uint64_t* head = ts.key.reserve(2);
-  head[0] = reinterpret_cast<uintptr_t>(op);
-  head[1] = stage | static_cast<uint64_t>(inputs.size()) << 16;
-  ts.key.commit(2);
-  if (C10_UNLIKELY(op->fold.arguments != 0))
-    append_folded_keys(inputs.data(), inputs.size(), op->fold.arguments, ts.key);
-  else
-    append_keys(inputs.data(), inputs.size(), ts.key);
-  f.input_end = static_cast<uint32_t>(ts.key.size());
   const uint64_t* key = ts.key.data() + f.key_begin;
   const size_t words = f.input_end - f.key_begin;
   const uint64_t h = hash_words(key, words);
@@ -180,25 +172,40 @@ C10_ALWAYS_INLINE void record_start(Global& G, ThreadState& ts, const at::Record
   f->op = op;
   f->traced = false;
   f->nested = 0;
-  bool tensor_inputs = false;
-  if (const CompileTracing tracing = compile_tracing(fn, &tensor_inputs);
-      C10_UNLIKELY(tracing != CompileTracing::None)) {
-    bump(ts.traced[static_cast<int>(tracing)]);  // compile time: no row, no sample, no stage interval
+  const StageId stage = top_stage(*ts.stages);
+  const auto inputs = fn.inputs();
+  // A selected op's inputs are looked at once: their key and, in the same pass, a fake tensor among them; an
+  // unselected op's only for the fake tensor.
+  bool selected = G.ops.selected(op, stage);
+  InputScan scan;
+  CompileTracing tracing = compile_tracing_mode();
+  if (tracing == CompileTracing::None) {
+    if (selected)
+      input_key(ts, *f, op, stage, inputs, scan);
+    else
+      scan.fake = has_fake_tensor(c10::ArrayRef<c10::IValue>(inputs.data(), inputs.size()), &scan.tensor);
+  }
+  if (tracing == CompileTracing::None && scan.fake) tracing = CompileTracing::FakeTensorInputs;
+  if (C10_UNLIKELY(tracing != CompileTracing::None)) {  // compile time: no row, no sample, no stage interval
+    if (selected && tracing == CompileTracing::FakeTensorInputs) ts.key.truncate(f->key_begin);
+    bump(ts.traced[static_cast<int>(tracing)]);
     f->traced = true;
     return;
   }
-  f->factory = !tensor_inputs;
+  f->factory = !scan.tensor;
   bump(ts.calls_seen);
-  const StageId stage = top_stage(*ts.stages);
   if (C10_UNLIKELY(G.stage_timing.load(std::memory_order_relaxed) != nullptr) &&
       ts.stages->changes != ts.timed_changes)  // published by enable_sampling while calls run: acquire it
     begin_stage_interval(*G.stage_timing.load(std::memory_order_acquire), ts, fn, stage);
-  if (!G.ops.selected(op, stage) || (C10_UNLIKELY(G.skips_warm_up) && in_warm_up(G))) {
+  if (selected && C10_UNLIKELY(G.skips_warm_up) && in_warm_up(G)) {
+    ts.key.truncate(f->key_begin);
+    selected = false;
+  }
+  if (!selected) {
     if (depth == 0) suppress_below(&ts, fn, op, on_start);  // its nested calls cost the boxing all the same
     return;
   }
   f->stage = stage;
-  const auto inputs = fn.inputs();
   enter_inputs(G, ts, *f, op, stage, inputs);
   f->recorded = true;
   f->sample = maybe_sample(G, ts.entries[f->entry].sample, *op, stage, inputs);

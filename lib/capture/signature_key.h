@@ -9,6 +9,8 @@
 
 #include <ATen/core/ivalue.h>
 
+#include "capture/compile_tracing.h"
+
 #include <cstdint>
 #include <vector>
 
@@ -54,10 +56,16 @@ enum KeyTag : uint64_t {
 // Everything but ints and defined strided tensors (the hot cases, inline below).
 void append_other_key(const c10::IValue& value, KeyBuffer& key);
 
-// Appends the key of every value (strided tensors and ints inline, the rest
-// through append_other_key). Tensor: tag | dtype << 8 | layout << 16 |
-// dim << 24 | has strides << 56, then the sizes, then the strides.
-inline void append_keys(const c10::IValue* values, size_t count, KeyBuffer& key) {
+// What the pass over a call's inputs saw besides their key (append_input_keys):
+// a fake tensor (compile-time tracing: capture/compile_tracing) and a defined
+// tensor (else the call is a factory), as has_fake_tensor tells them.
+struct InputScan {
+  bool fake = false;
+  bool tensor = false;
+};
+
+template <bool kScan>
+inline void append_keys_scanning(const c10::IValue* values, size_t count, KeyBuffer& key, InputScan* scan) {
   for (const c10::IValue* end = values + count; values != end; ++values) {
     const c10::IValue& value = *values;
     if (value.isInt()) {
@@ -68,10 +76,17 @@ inline void append_keys(const c10::IValue* values, size_t count, KeyBuffer& key)
       continue;
     }
     if (!value.isTensor()) {
+      if (kScan && value.isList() &&
+          C10_UNLIKELY(has_fake_tensor(c10::ArrayRef<c10::IValue>(&value, 1), &scan->tensor)))
+        scan->fake = true;
       append_other_key(value, key);
       continue;
     }
     const at::Tensor& t = value.toTensor();
+    if (kScan && t.defined()) {
+      scan->tensor = true;
+      if (C10_UNLIKELY(is_fake_tensor(t))) scan->fake = true;
+    }
     if (!t.defined() || t.layout() != c10::kStrided) {
       append_other_key(value, key);
       continue;
@@ -96,9 +111,40 @@ inline void append_keys(const c10::IValue* values, size_t count, KeyBuffer& key)
   }
 }
 
+// Appends the key of every value (strided tensors and ints inline, the rest
+// through append_other_key). Tensor: tag | dtype << 8 | layout << 16 |
+// dim << 24 | has strides << 56, then the sizes, then the strides.
+inline void append_keys(const c10::IValue* values, size_t count, KeyBuffer& key) {
+  append_keys_scanning<false>(values, count, key, nullptr);
+}
+
+// As append_keys, for a call's inputs: the same pass also looks for a fake
+// tensor and a defined one (`scan`), so that the recorder needs no pass of its
+// own before it (the fake check costs a dispatch-key test per tensor).
+inline void append_input_keys(const c10::IValue* values, size_t count, KeyBuffer& key, InputScan& scan) {
+  append_keys_scanning<true>(values, count, key, &scan);
+}
+
 // As append_keys, with the int and float values of the positions `fold` marks
 // (ScalarFold) keyed by their tag alone: one key for every value
 // (LINGPROBE_FOLD_SCALARS). Out of line: the unfolded path stays as it was.
 void append_folded_keys(const c10::IValue* values, size_t count, uint64_t fold, KeyBuffer& key);
+
+// A call's input key: the op's word, then (stage, argument count), then the
+// inputs' keys (folded where `fold` marks, LINGPROBE_FOLD_SCALARS); `scan` as
+// append_input_keys, on the folded path by has_fake_tensor's own pass.
+inline void append_call_input_key(KeyBuffer& key, uint64_t op_word, uint64_t stage, const c10::IValue* inputs,
+                                  size_t count, uint64_t fold, InputScan& scan) {
+  uint64_t* head = key.reserve(2);
+  head[0] = op_word;
+  head[1] = stage | static_cast<uint64_t>(count) << 16;
+  key.commit(2);
+  if (C10_UNLIKELY(fold != 0)) {
+    scan.fake = has_fake_tensor(c10::ArrayRef<c10::IValue>(inputs, count), &scan.tensor);
+    append_folded_keys(inputs, count, fold, key);
+  } else {
+    append_input_keys(inputs, count, key, scan);
+  }
+}
 
 }  // namespace lingprobe::capture

@@ -39,7 +39,8 @@ format::Status Cupti::begin_timing(void* ctx) {
     w.subscriber = nullptr;
     return {format::StatusCode::kHeld, "CUPTI's callback subscriber is held by another tool (" + describe(r) + ")"};
   }
-  for (CUpti_CallbackId cbid : kLaunchCallbacks) api_->EnableCallback(1, w.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+  for (CUpti_CallbackId cbid : kLaunchCallbacks)
+    api_->EnableCallback(1, w.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
   api_->ActivityRegisterCallbacks(buffer_requested, buffer_completed);
   {
     std::lock_guard<std::mutex> lock(w.mu);

@@ -239,7 +239,7 @@ TEST_CASE("sampler: a key's timing comes from its next call after its counters, 
   s.configure(o, &b, 0, 1);
   SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
   REQUIRE(decide(s, k));
-  CHECK(s.wanted(k) == (kSnapshot | kCounters));  // never timing on the counters' call
+  CHECK(s.wanted(k) == (kSnapshot | kCounters));                    // never timing on the counters' call
   for (int call = 2; call <= 5; ++call) CHECK_FALSE(decide(s, k));  // in flight: the writer has not reported yet
   s.finished(k, 1, "sig", SampleResult::Kept, 10, kSnapshot | kCounters);
   CHECK(k->active.load());

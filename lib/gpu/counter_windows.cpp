@@ -105,6 +105,8 @@ struct CounterWindows::State {
     int lock_fd = -1;
   };
   bool claim_gpu(int device, WindowSlot& slot, Claimed& c, WindowRefusal& refusal, std::string& detail);
+  // A window whose begin failed: the GPU's lock given back, the wait charged, the refusal and its detail set.
+  void begin_failed(const Claimed& c, const format::Status& began, WindowRefusal& refusal, std::string& detail);
 #endif
   // `window`: a window that opened (else a refused attempt's wait).
   void add_stall(std::chrono::steady_clock::duration d, bool window = false) {
@@ -166,6 +168,18 @@ bool CounterWindows::State::prepare(CudaDriver* d, int device, void* ctx) {
 }
 
 namespace {
+
+// A launch's attributes as the profile files hold them (no values yet).
+format::ProfiledKernel profiled_kernel(const KernelLaunch& k, int device) {
+  format::ProfiledKernel pk;
+  pk.mangled_name = k.mangled;
+  pk.name = demangle(k.mangled);
+  pk.device = device;
+  for (int j = 0; j < 3; ++j) pk.grid[j] = k.grid[j], pk.block[j] = k.block[j];
+  pk.registers_per_thread = k.registers;
+  pk.shared_bytes_per_block = static_cast<int64_t>(k.static_shared) + k.dynamic_shared + 1024;
+  return pk;
+}
 
 class Window : public OpenCounterWindow {
  public:
@@ -233,16 +247,8 @@ class Window : public OpenCounterWindow {
     p.compute_capability = d_->compute_capability(device_);
     p.foreign_kernels = w.foreign;
     for (size_t i = 0; i < w.kernels.size(); ++i) {
-      const KernelLaunch& k = w.kernels[i];
-      format::ProfiledKernel pk;
-      pk.mangled_name = k.mangled;
-      pk.name = demangle(k.mangled);
-      pk.device = device_;
-      for (int j = 0; j < 3; ++j) pk.grid[j] = k.grid[j], pk.block[j] = k.block[j];
-      pk.registers_per_thread = k.registers;
-      pk.shared_bytes_per_block = static_cast<int64_t>(k.static_shared) + k.dynamic_shared + 1024;
-      if (i < w.values.size()) pk.values = w.values[i];
-      p.kernels.push_back(std::move(pk));
+      p.kernels.push_back(profiled_kernel(w.kernels[i], device_));
+      if (i < w.values.size()) p.kernels.back().values = w.values[i];
     }
     return p;
   }
@@ -281,15 +287,8 @@ class TimingWindow : public OpenCounterWindow {
     p.metrics = {"gpu__time_duration.sum"};
     p.compute_capability = d_->compute_capability(device_);
     for (const KernelLaunch& k : t.kernels) {
-      format::ProfiledKernel pk;
-      pk.mangled_name = k.mangled;
-      pk.name = demangle(k.mangled);
-      pk.device = device_;
-      for (int j = 0; j < 3; ++j) pk.grid[j] = k.grid[j], pk.block[j] = k.block[j];
-      pk.registers_per_thread = k.registers;
-      pk.shared_bytes_per_block = static_cast<int64_t>(k.static_shared) + k.dynamic_shared + 1024;
-      pk.values = {static_cast<double>(k.end_ns - k.start_ns)};  // ns, the metric's base unit
-      p.kernels.push_back(std::move(pk));
+      p.kernels.push_back(profiled_kernel(k, device_));
+      p.kernels.back().values = {static_cast<double>(k.end_ns - k.start_ns)};  // ns, the metric's base unit
     }
     p.window_seconds = seconds;
     p.identity = owner_->identity;
@@ -371,6 +370,14 @@ bool CounterWindows::State::claim_gpu(int device, WindowSlot& slot, Claimed& c, 
   }
   return true;
 }
+
+void CounterWindows::State::begin_failed(const Claimed& c, const format::Status& began, WindowRefusal& refusal,
+                                         std::string& detail) {
+  lock.unlock(c.lock_fd);
+  add_stall(std::chrono::steady_clock::now() - c.t0);
+  refusal = refusal_of(began);
+  detail = began.message();
+}
 #endif
 
 std::unique_ptr<OpenCounterWindow> CounterWindows::open(int device, void* stream, WindowRefusal& refusal,
@@ -388,11 +395,8 @@ std::unique_ptr<OpenCounterWindow> CounterWindows::open(int device, void* stream
   } catch (...) {  // no thread for it (EAGAIN): the window goes on without the guard, the lock still released
   }
   if (const format::Status began = s.cupti->begin_window(c.ctx, stream, s.set, s.options.unguarded); !began.ok()) {
-    s.lock.unlock(c.lock_fd);
-    s.add_stall(std::chrono::steady_clock::now() - c.t0);
-    refusal = refusal_of(began);
+    s.begin_failed(c, began, refusal, detail);
     if (refusal == WindowRefusal::Unavailable) s.unavailable = began.message();  // for the process; held or busy is not
-    detail = began.message();
     return nullptr;
   }
   slot.keep();                 // the Window releases it
@@ -417,10 +421,7 @@ std::unique_ptr<OpenCounterWindow> CounterWindows::open_timing(int device, Windo
   State::Claimed c;
   if (!s.claim_gpu(device, slot, c, refusal, detail)) return nullptr;
   if (const format::Status began = s.cupti->begin_timing(c.ctx); !began.ok()) {
-    s.lock.unlock(c.lock_fd);
-    s.add_stall(std::chrono::steady_clock::now() - c.t0);
-    refusal = refusal_of(began);
-    detail = began.message();
+    s.begin_failed(c, began, refusal, detail);
     return nullptr;
   }
   slot.keep();

@@ -269,8 +269,8 @@ format::Status read_report_inputs(const std::vector<std::string>& files, ReportI
         in.snapshots.push_back({s.signature_sha.at(e.id), e.path, e.sha256, e.seq, s.rank});
     for (const auto& t : s.timings) {
       if (!s.signature_sha.count(t.id) || t.status != "passed" || in.timings.count(s.signature_sha.at(t.id))) continue;
-      if (auto kernels = format::parse_json(t.kernels); kernels.status.ok())
-        in.timings[s.signature_sha.at(t.id)] = TimedCall{s.rank, t.seq, std::move(kernels.value)};
+      if (auto kernels = format::parse_json(t.kernels); kernels.status.ok() && kernels_time_us(kernels.value))
+        in.timings[s.signature_sha.at(t.id)] = TimedCall{s.rank, t.seq, std::move(kernels.value)};  // with kernels
     }
   }
   return format::Status::Ok();

@@ -276,7 +276,7 @@ JsonValue counter_window_rows(AuditRun& a) {
       statuses.set(k, JsonValue::integer(static_cast<int64_t>(n)));
       status_text += (status_text.empty() ? "" : ", ") + k + " " + std::to_string(n);
     }
-    const double total = st.stall_us >= 0 ? static_cast<double>(st.stall_us) / 1e6 : st.window_s;
+    const double total = st.stall_us >= 0 ? static_cast<double>(st.stall_us) / 1e6 : st.window_s + st.timing_s;
     stall_rows.push_back(
         JsonValue::object({{"rank", JsonValue::integer(rank)},
                            {"windows", JsonValue::integer(static_cast<int64_t>(st.windows))},

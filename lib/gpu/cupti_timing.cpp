@@ -24,6 +24,9 @@ format::Status Cupti::begin_timing(void* ctx) {
     if (w.open) return {format::StatusCode::kFailed, "another window is open"};
     w.open = true;
     w.records.clear();
+  }
+  {
+    std::lock_guard<std::mutex> lock(w.correlations_mu);
     w.own_correlations.clear();
   }
   format::ScopeGuard not_open([&] {
@@ -39,8 +42,13 @@ format::Status Cupti::begin_timing(void* ctx) {
     w.subscriber = nullptr;
     return {format::StatusCode::kHeld, "CUPTI's callback subscriber is held by another tool (" + describe(r) + ")"};
   }
-  for (CUpti_CallbackId cbid : kLaunchCallbacks)
-    api_->EnableCallback(1, w.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+  for (CUpti_CallbackId cbid : kLaunchCallbacks)  // without them no launch of the op is named: no timing
+    if (const CUptiResult r = api_->EnableCallback(1, w.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+        r != CUPTI_SUCCESS) {
+      api_->Unsubscribe(w.subscriber);
+      w.subscriber = nullptr;
+      return {code_of(r), "cuptiEnableCallback: " + describe(r)};
+    }
   api_->ActivityRegisterCallbacks(buffer_requested, buffer_completed);
   {
     std::lock_guard<std::mutex> lock(w.mu);
@@ -68,6 +76,9 @@ TimingResult Cupti::end_timing(const std::function<bool()>& synchronize) {
     std::lock_guard<std::mutex> lock(w.mu);
     w.collecting = false;
     records.swap(w.records);
+  }
+  {
+    std::lock_guard<std::mutex> lock(w.correlations_mu);
     own.swap(w.own_correlations);
   }
   // Another client that registered its Activity callbacks during the window

@@ -125,7 +125,7 @@ void CUPTIAPI on_driver_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId
   const bool own_thread = std::this_thread::get_id() == w.owner.load();
   if (w.timing.load()) {
     if (!own_thread) return;
-    std::lock_guard<std::mutex> lock(w.mu);
+    std::lock_guard<std::mutex> lock(w.correlations_mu);  // not mu: a buffer being read must not hold the launch
     w.own_correlations.push_back(cb->correlationId);
     return;
   }

@@ -43,7 +43,8 @@ struct Window {
   // A timing window: Activity alone (no range profiler, no launch guard);
   // the correlation ids of the owner thread's launches name the op's kernels.
   std::atomic<bool> timing{false};
-  std::vector<uint32_t> own_correlations;  // under mu
+  std::mutex correlations_mu;
+  std::vector<uint32_t> own_correlations;  // under correlations_mu
   size_t dropped_records = 0;
 };
 

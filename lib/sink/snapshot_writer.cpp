@@ -379,6 +379,9 @@ void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
   e.stem = file_stem(job, who, e.sha, already_mine);
   e.snapshot_rel = job.snapshot ? "snapshots/" + e.stem + ".pt" : "";
   const bool claim = !already_mine && claims_;
+  if (job.timed)
+    keep_timing(job);  // a snapshot taken at the timed call (its earlier one was refused): the timing
+                       // is kept whatever becomes of the snapshot
   if (claim && !claims_->claim_signature(e.sha, job.snapshot ? e.snapshot_rel : "profiles/" + e.stem))
     return job.done(Result::Duplicate, "", e.sha, 0);
   uint64_t bytes = 0;
@@ -398,7 +401,6 @@ void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
     if (profile.code() == format::StatusCode::kNoSpace) pause_for_full_disk();
     profile_kept = profile.ok();
   }
-  if (job.timed) keep_timing(job);  // a snapshot taken at the timed call (its earlier one was refused)
   if (!snapshot_kept && !profile_kept) {
     if (claim) claims_->unclaim_signature(e.sha);
     return job.done(Result::Dropped, monotonic_seconds() < disk_full_until_ ? "disk_full" : "write_error", e.sha, 0);

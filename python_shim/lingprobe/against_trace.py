@@ -69,8 +69,9 @@ def run_calls(run_dir, rank=0):
                 calls.setdefault(r["tid"], []).append((r["id"], r["seq"], r["t0_ns"]))
             elif kind == "profile":
                 file_profiles[r["seq"]] = r
-            elif kind == "kernel_timing" and r.get("status") == "passed":
-                file_timings[r["seq"]] = r
+            elif kind == "kernel_timing" and r.get("status") == "passed" and r.get("kernels") \
+                    and r["id"] not in {t["id"] for t in file_timings.values()}:
+                file_timings[r["seq"]] = r  # the report's time: a signature's first timed call with kernels
         role = (header or {}).get("role", "single")
         if role not in ("rank", "single") or (header or {}).get("rank", 0) != rank:
             continue

@@ -104,3 +104,40 @@ TEST_CASE("a timed call's job is one kernel_timing record: no file, no claim, no
   CHECK(timing.find("\"gpu__time_duration.sum\":{\"unit\":\"us\",\"value\":24.5}") != std::string::npos);
   REQUIRE(std::system(("rm -rf " + run).c_str()) == 0);
 }
+
+TEST_CASE("a timed call that also took a snapshot keeps its timing when another process owns the signature",
+          "[sink][snapshot]") {
+  char dir[] = "/tmp/lingprobe-evidence-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  const std::string run = dir;
+  REQUIRE(std::system(("mkdir -p " + run + "/metadata " + run + "/snapshots").c_str()) == 0);
+  const std::string sha(64, 'c');
+  sink::Claims other(run, 1), mine(run, 0);
+  REQUIRE(other.claim_signature(sha, "snapshots/elsewhere.pt"));  // rank 1 wrote this signature's snapshot first
+  sink::MetadataWriter metadata({run + "/metadata/m.jsonl", "{\"kind\":\"header\"}", 10000, {}, run},
+                                [] { return format::CountsSnapshot{}; });
+  sink::SnapshotWriter writer(run, "rank0", &metadata, &mine);
+  writer.add_signature(5, sha, "{\"op\":\"aten.mm.default\"}");
+  runtime::SnapshotJob job;
+  job.signature_id = 5;
+  job.seq = 7;
+  job.stage = "dit";
+  job.snapshot = true;  // its first call's snapshot was refused: this call took one along with the timing
+  job.timed = true;
+  job.timing.status = "passed";
+  job.timing.metrics = {"gpu__time_duration.sum"};
+  job.timing.kernels.push_back(format::ProfiledKernel{});
+  job.timing.kernels.back().values = {1000.0};
+  runtime::SnapshotJob::Result result = runtime::SnapshotJob::Result::Kept;
+  job.done = [&](runtime::SnapshotJob::Result r, const std::string&, const std::string&, uint8_t) { result = r; };
+  writer.submit(std::move(job));
+  writer.finalize();
+  metadata.finalize();
+  CHECK(result == runtime::SnapshotJob::Result::Duplicate);
+  std::ifstream in(run + "/metadata/m.jsonl");
+  std::string line;
+  bool timing = false;
+  while (std::getline(in, line)) timing = timing || line.find("\"kind\":\"kernel_timing\"") != std::string::npos;
+  CHECK(timing);  // before the fix it was written only after the claim, and so never
+  REQUIRE(std::system(("rm -rf " + run).c_str()) == 0);
+}

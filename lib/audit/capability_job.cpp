@@ -128,11 +128,11 @@ Derived measure_job(const EvidenceRecord& p, const ReportInputs& in, const Profi
   j.mode = math_mode(sig, policy);
   // The time is the key's timed call's where it has one (its kernels ran as without lingprobe), else the
   // counter window's own; the DRAM rate stays the window's bytes over the window's time.
-  const auto timed = in.timings.find(p.sha);
-  const bool activity = timed != in.timings.end() && kernels_time_us(timed->second.kernels);
-  const JsonValue& timed_kernels = activity ? timed->second.kernels : pf.kernels;
+  const auto timed = in.timings.find(p.sha);  // only timed calls with a kernel time are there
+  const bool activity = timed != in.timings.end();
+  const JsonValue& time_kernels = activity ? timed->second.kernels : pf.kernels;
   j.counters_time_us = kernels_time_us(pf.kernels).value_or(0.0);
-  j.time_us = activity ? *kernels_time_us(timed_kernels) : j.counters_time_us;
+  j.time_us = activity ? kernels_time_us(time_kernels).value_or(0.0) : j.counters_time_us;
   j.time_source = activity ? "activity" : "counters";
   for (const auto& k : pf.kernels.items())
     m.bytes += kernel_metric_si(k, "dram__bytes_read.sum").value_or(0.0) +
@@ -141,7 +141,7 @@ Derived measure_job(const EvidenceRecord& p, const ReportInputs& in, const Profi
   const auto& flops = m.flops;
   // Inside an autocast region an arithmetic op's window also holds the casts of its inputs: their time is
   // reported apart, and the FLOP rate is the op's own kernels'.
-  if (flops && *flops > 0 && autocast_on(policy)) j.cast_us = copy_kernels_time_us(timed_kernels);
+  if (flops && *flops > 0 && autocast_on(policy)) j.cast_us = copy_kernels_time_us(time_kernels);
   const double t = j.counters_time_us * 1e-6, own = (j.time_us - j.cast_us) * 1e-6;
   if (flops && own > 0) j.flops_per_s = static_cast<double>(*flops) / own;
   if (t > 0) j.dram_bytes_per_s = m.bytes / t;
@@ -268,9 +268,8 @@ format::Status read_report_inputs(const std::vector<std::string>& files, ReportI
       if (s.signature_sha.count(e.id))
         in.snapshots.push_back({s.signature_sha.at(e.id), e.path, e.sha256, e.seq, s.rank});
     for (const auto& t : s.timings) {
-      if (!s.signature_sha.count(t.id) || t.status != "passed" || in.timings.count(s.signature_sha.at(t.id))) continue;
-      if (auto kernels = format::parse_json(t.kernels); kernels.status.ok() && kernels_time_us(kernels.value))
-        in.timings[s.signature_sha.at(t.id)] = TimedCall{s.rank, t.seq, std::move(kernels.value)};  // with kernels
+      if (!s.signature_sha.count(t.id) || in.timings.count(s.signature_sha.at(t.id))) continue;
+      if (auto kernels = timed_kernels(t)) in.timings[s.signature_sha.at(t.id)] = TimedCall{s.rank, t.seq, *kernels};
     }
   }
   return format::Status::Ok();

@@ -119,8 +119,7 @@ void add_evidence_and_stalls(AuditRun& a, const FileSummary& f) {
     if (it == f.signature_sha.end() || t.status != "passed") continue;
     Signature& sig = a.sigs[it->second];
     if (!sig.timed_kernel_us)
-      if (const auto kernels = format::parse_json(t.kernels); kernels.status.ok())
-        sig.timed_kernel_us = kernels_time_us(kernels.value);
+      if (const auto kernels = timed_kernels(t)) sig.timed_kernel_us = kernels_time_us(*kernels);
     WindowStall& st = a.stalls[f.rank];
     ++st.timing_windows;
     if (t.window_seconds >= 0) st.timing_s += t.window_seconds;

@@ -1,5 +1,7 @@
 #include "audit/profile_evidence.h"
 
+#include "format/json_parse.h"
+
 #include <optional>
 
 #include <algorithm>
@@ -50,6 +52,13 @@ std::optional<double> kernels_time_us(const JsonValue& doc) {
     total += *t;
   }
   return total;
+}
+
+std::optional<JsonValue> timed_kernels(const KernelTiming& timing) {
+  if (timing.status != "passed") return std::nullopt;
+  auto kernels = format::parse_json(timing.kernels);
+  if (!kernels.status.ok() || !kernels_time_us(kernels.value)) return std::nullopt;
+  return std::move(kernels.value);
 }
 
 double copy_kernels_time_us(const JsonValue& doc) {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "audit/metadata_reader.h"
 #include "format/json_value.h"
 
 namespace lingprobe::audit {
@@ -23,6 +24,10 @@ std::optional<double> kernel_metric_si(const format::JsonValue& kernel, const ch
 // over `kernels` (an array, or an object holding "kernels"); nullopt where
 // there is no kernel or one has no time.
 std::optional<double> kernels_time_us(const format::JsonValue& kernels);
+
+// A timed call's kernels (a kernel_timing record) where it passed and has a kernel time: the one rule the coverage
+// audit and the capability report share (a signature's first such record is its time); nullopt otherwise.
+std::optional<format::JsonValue> timed_kernels(const KernelTiming& timing);
 
 // Kernel time (µs) of the dtype-converting copies among `kernels` (ATen's
 // *_copy_kernel_cuda: bfloat16_copy_kernel_cuda, direct_copy_kernel_cuda,

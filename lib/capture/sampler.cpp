@@ -184,9 +184,8 @@ void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, Sample
   if (has_signature && !sha.empty()) signature_sha_[id] = sha;
   if (has_signature) k->seen_signatures.insert(id);
   uint8_t missing = k->missing.load(std::memory_order_relaxed) & static_cast<uint8_t>(~(got | settled));
-  if (result == SampleResult::Kept && got == kTiming) {
-    // the key's timed call: no sample of its own
-  } else if (result == SampleResult::Kept) {
+  const bool timed_call_only = result == SampleResult::Kept && got == kTiming;  // no sample of its own
+  if (result == SampleResult::Kept && !timed_call_only) {
     ++k->taken;
     ++samples_;
     k->sampled_signatures.insert(id);

@@ -351,18 +351,6 @@ void SnapshotWriter::keep_timing(const runtime::SnapshotJob& job) {
 
 void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
   using Result = runtime::SnapshotJob::Result;
-  if (job.timed && !job.snapshot && !job.profiled) {  // the key's timed call: one record, nothing to claim
-    if (monotonic_seconds() < disk_full_until_) return job.done(Result::Dropped, "disk_full", "", 0);
-    std::string sha;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = signatures_.find(job.signature_id);
-      if (it != signatures_.end()) sha = it->second.first;
-    }
-    if (sha.empty()) return job.done(Result::Dropped, "internal_error", "", 0);
-    keep_timing(job);
-    return job.done(Result::Kept, "", sha, runtime::SnapshotJob::kKeptTiming);
-  }
   Evidence e;
   std::string who;
   bool already_mine = false;
@@ -376,12 +364,13 @@ void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
   if (e.sha.empty()) return job.done(Result::Dropped, "internal_error", "", 0);
   if (monotonic_seconds() < disk_full_until_)  // evidence stops while the disk is full; counts go on
     return job.done(Result::Dropped, "disk_full", e.sha, 0);
+  // A timed call's record, kept whatever becomes of a snapshot taken with it (one the key's earlier call was
+  // refused); a timed call alone is that record only: no file, no claim.
+  if (job.timed) keep_timing(job);
+  if (!job.snapshot && !job.profiled) return job.done(Result::Kept, "", e.sha, runtime::SnapshotJob::kKeptTiming);
   e.stem = file_stem(job, who, e.sha, already_mine);
   e.snapshot_rel = job.snapshot ? "snapshots/" + e.stem + ".pt" : "";
   const bool claim = !already_mine && claims_;
-  if (job.timed)
-    keep_timing(job);  // a snapshot taken at the timed call (its earlier one was refused): the timing
-                       // is kept whatever becomes of the snapshot
   if (claim && !claims_->claim_signature(e.sha, job.snapshot ? e.snapshot_rel : "profiles/" + e.stem))
     return job.done(Result::Duplicate, "", e.sha, 0);
   uint64_t bytes = 0;

@@ -108,21 +108,6 @@ struct CounterWindows::State {
   // A window whose begin failed: the GPU's lock given back, the wait charged, the refusal and its detail set.
   void begin_failed(const Claimed& c, const format::Status& began, WindowRefusal& refusal, std::string& detail);
 #endif
-  // A timing window stopped at its op's end and not yet closed (by the
-  // writer's thread): a counter window about to open completes it first, on
-  // its own thread (it waits for the device anyway), rather than be refused.
-  struct PendingTiming {
-    virtual void complete_locked() = 0;  // under pending_mu
-
-   protected:
-    ~PendingTiming() = default;
-  };
-  std::mutex pending_mu;
-  PendingTiming* pending_timing = nullptr;
-  void complete_pending_timing() {
-    std::lock_guard<std::mutex> lock(pending_mu);
-    if (pending_timing) pending_timing->complete_locked();
-  }
   // `window`: a window that opened (else a refused attempt's wait).
   void add_stall(std::chrono::steady_clock::duration d, bool window = false) {
     if (window) windows.fetch_add(1);
@@ -279,60 +264,23 @@ class Window : public OpenCounterWindow {
 };
 
 // A timing window: the durations of the op's kernels by CUPTI Activity, as
-// ProfileData with the one metric gpu__time_duration.sum (no passes). stop()
-// ends it on the op's thread without waiting, so that the next op's kernels
-// queue behind its own as they would without lingprobe (a kernel started on
-// an idle GPU can run up to 8% longer: docs/COUNTERS.md). It is completed
-// once (waiting for the context's work so far, then the records): by close()
-// on the writer's thread, or before a counter window opens. Until then the
-// window stays claimed (another timed call is refused as window_busy). Its
-// seconds are the op's own inside it (open to stop): the stall it cost.
-class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTiming {
+// ProfileData with the one metric gpu__time_duration.sum (no passes).
+class TimingWindow : public OpenCounterWindow {
  public:
   TimingWindow(CounterWindows::State* owner, CudaDriver* d, int device, void* ctx,
                std::chrono::steady_clock::time_point t0, int lock_fd)
       : owner_(owner), d_(d), device_(device), ctx_(ctx), t0_(t0), lock_fd_(lock_fd) {}
   ~TimingWindow() override {
+    if (closed_) return;
     try {
-      complete();
+      owner_->cupti->end_timing([this] { return d_->synchronize(ctx_); });
     } catch (...) {  // nothing escapes into the op's unwinding
     }
-  }
-  void stop() override {
-    std::lock_guard<std::mutex> lock(owner_->pending_mu);
-    if (stopped_) return;
-    stop_noting();
-    owner_->pending_timing = this;
+    finish();
   }
   format::ProfileData close() override {
-    complete();
-    return data_;
-  }
-
- private:
-  void complete() {
-    std::lock_guard<std::mutex> lock(owner_->pending_mu);
-    complete_locked();
-  }
-  void complete_locked() override {
-    if (closed_) return;
-    if (!stopped_) stop_noting();
     const TimingResult t = owner_->cupti->end_timing([this] { return d_->synchronize(ctx_); });
-    closed_ = true;
-    if (owner_->pending_timing == this) owner_->pending_timing = nullptr;
-    owner_->lock.unlock(lock_fd_);
-    owner_->local_epoch.fetch_add(1);
-    WindowSlot::release();
-    data_ = profile_of(t);
-  }
-  void stop_noting() {
-    owner_->cupti->stop_timing();
-    stopped_ = true;
-    const auto d = std::chrono::steady_clock::now() - t0_;
-    owner_->add_stall(d, true);
-    seconds_ = std::chrono::duration<double>(d).count();
-  }
-  format::ProfileData profile_of(const TimingResult& t) const {
+    const double seconds = finish();
     format::ProfileData p;
     p.status = t.passed ? "passed" : "failed";
     p.reason = t.reason;
@@ -342,11 +290,23 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
       p.kernels.push_back(profiled_kernel(k, device_));
       p.kernels.back().values = {static_cast<double>(k.end_ns - k.start_ns)};  // ns, the metric's base unit
     }
-    p.window_seconds = seconds_;
+    p.window_seconds = seconds;
     p.identity = owner_->identity;
     p.identity.set("cuda_device", format::JsonValue::string(std::to_string(device_)));
     p.identity.set("launches", format::JsonValue::integer(t.launches));
     return p;
+  }
+
+ private:
+  // The lock, the epoch and the slot given back; the window's seconds charged as stall.
+  double finish() {
+    closed_ = true;
+    owner_->lock.unlock(lock_fd_);
+    owner_->local_epoch.fetch_add(1);
+    WindowSlot::release();
+    const auto d = std::chrono::steady_clock::now() - t0_;
+    owner_->add_stall(d, true);
+    return std::chrono::duration<double>(d).count();
   }
   CounterWindows::State* owner_;
   CudaDriver* d_;
@@ -354,9 +314,7 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
   void* ctx_;
   std::chrono::steady_clock::time_point t0_;
   int lock_fd_;
-  bool stopped_ = false, closed_ = false;  // under owner_->pending_mu
-  double seconds_ = 0;
-  format::ProfileData data_;
+  bool closed_ = false;
 };
 
 WindowRefusal refusal_of(const format::Status& s) {
@@ -427,7 +385,6 @@ std::unique_ptr<OpenCounterWindow> CounterWindows::open(int device, void* stream
 #ifdef LINGPROBE_HAVE_CUPTI
   State& s = *s_;
   std::lock_guard<std::mutex> lock(s.mu);
-  s.complete_pending_timing();
   WindowSlot slot;
   State::Claimed c;
   if (!s.claim_gpu(device, slot, c, refusal, detail)) return nullptr;

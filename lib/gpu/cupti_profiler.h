@@ -76,11 +76,7 @@ class Cupti {
   // kind at a time per process. kHeld when another tool holds CUPTI's
   // subscriber (the callback names the thread's launches), else kFailed.
   format::Status begin_timing(void* ctx);
-  // At the op's end, on its thread: no later launch is named (the callback
-  // unsubscribed). Nothing waits: the op's kernels may still run.
-  void stop_timing();
-  // Then, on any thread (the writer's): `synchronize` (the context's work
-  // so far done), then the records. Calls stop_timing first if it was not.
+  // After the op: `synchronize` (the context idle), then the records.
   TimingResult end_timing(const std::function<bool()>& synchronize);
   // Whether a torch.profiler-like tool holds CUPTI's subscriber right now.
   bool subscriber_held_elsewhere();

@@ -1,9 +1,8 @@
 // Timing windows (cupti_profiler.h: begin_timing, end_timing): CUPTI
 // Activity's kernel records of one op call, without the range profiler.
 // The kernels run as they would without lingprobe (nothing replayed, no
-// memory saved and restored, no other thread held, and no wait at the op's
-// end: the next op's kernels queue behind, as without lingprobe), so their
-// durations are the ones torch.profiler's trace shows for the same call.
+// memory saved and restored, no other thread held), so their durations are
+// the ones torch.profiler's trace shows for the same call.
 #include "gpu/cupti_profiler.h"
 
 #include "gpu/cupti_api.h"
@@ -66,16 +65,8 @@ format::Status Cupti::begin_timing(void* ctx) {
   return format::Status::Ok();
 }
 
-void Cupti::stop_timing() {
-  Window& w = window();
-  if (w.subscriber) api_->Unsubscribe(w.subscriber);
-  w.subscriber = nullptr;
-  w.timing.store(false);
-}
-
 TimingResult Cupti::end_timing(const std::function<bool()>& synchronize) {
   Window& w = window();
-  stop_timing();
   TimingResult res;
   if (synchronize && !synchronize()) res.reason = "synchronizing the context failed";
   api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -94,6 +85,9 @@ TimingResult Cupti::end_timing(const std::function<bool()>& synchronize) {
   // keeps the kind enabled (as at a counter window's end): its trace goes on.
   const bool taken_over = !own.empty() && records.empty();
   if (!taken_over) api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (w.subscriber) api_->Unsubscribe(w.subscriber);
+  w.subscriber = nullptr;
+  w.timing.store(false);
   {
     std::lock_guard<std::mutex> lock(w.mu);
     w.open = false;

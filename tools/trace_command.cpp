@@ -124,7 +124,7 @@ int trace_command(int argc, char** argv) {
   }
   std::cerr << "lingprobe trace: wrote " << o.output_path << ": " << o.processes << " process(es), " << o.threads
             << " thread(s), " << o.slices << " call slice(s), " << o.snapshots << " snapshot(s), " << o.windows
-            << " counter window(s)";
+            << " counter window(s), " << o.timed_calls << " timed call(s)";
   if (o.outside_filters) std::cerr << "; " << o.outside_filters << " call(s) outside --from/--to";
   std::cerr << "\n  open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing\n";
   return 0;

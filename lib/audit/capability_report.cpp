@@ -335,9 +335,12 @@ ReportOutcome run_report(const ReportOptions& options) {
       "scope",
       JsonValue::string(
           "One job per profiled signature of this run, measured inline on the run's own calls (its snapshot's hash as "
-          "input_sha256; correctness from `lingprobe replay` of that snapshot where one ran). Kernel replay serialises "
-          "each kernel: times are per kernel in isolation with GPU clocks not locked, not integrated performance; "
-          "percentages of peak use datasheet peaks for the op's math mode (docs/COUNTERS.md). " +
+          "input_sha256; correctness from `lingprobe replay` of that snapshot where one ran). Kernel times come from "
+          "the key's timed call where it has one (kernel_time_source activity: CUPTI Activity's durations of its "
+          "kernels, run as in the job), else from the counter window (counters: kernel replay serialises each "
+          "kernel, so times are per kernel in isolation); GPU clocks are not locked; the DRAM rate is the window's "
+          "bytes over the window's time. Percentages of peak use datasheet peaks for the op's math mode "
+          "(docs/COUNTERS.md). " +
           std::to_string(t.unattributed_sigs) + " recorded signature(s) without a profile."));
   report.set("whole_run", std::move(whole));
   report.set("warnings", [&] {

@@ -253,14 +253,16 @@ std::string scope_text(const AuditRun& a) {
          "null where no formula is known).";
 }
 
-// What each key refused evidence at some call holds in the end (its signatures' snapshots and passed profiles).
+// What each key refused evidence at some call holds in the end (its signatures' snapshots, passed profiles and
+// timed calls).
 std::map<std::string, HeldEvidence> held_evidence(const std::map<std::string, Signature>& sigs) {
   std::map<std::string, HeldEvidence> held;
   for (const auto& [sha, sig] : sigs) {
-    if (sig.snapshots.empty() && sig.profiles.empty()) continue;
+    if (sig.snapshots.empty() && sig.profiles.empty() && !sig.timed_kernel_us) continue;
     HeldEvidence& h = held[format::input_key_sha256(sig.value)];
     h.snapshot = h.snapshot || !sig.snapshots.empty();
     for (const auto& p : sig.profiles) h.counters = h.counters || p.status == "passed";
+    h.timed = h.timed || sig.timed_kernel_us.has_value();
   }
   return held;
 }

@@ -8,20 +8,23 @@ using format::JsonValue;
 
 namespace {
 
+// Whether every kind of evidence the key was refused at some call is held in the end (a timed call's refusal
+// is "timing"; "snapshot+counters" wants both).
 bool complete(const KeyEvidence& k) {
   for (const auto& [evidence, reasons] : k.reasons) {
     const bool wants_snapshot = evidence.find("snapshot") != std::string::npos;
     const bool wants_counters = evidence.find("counters") != std::string::npos;
-    if ((wants_snapshot && !k.snapshot) || (wants_counters && !k.counters)) return false;
+    const bool wants_timing = evidence.find("timing") != std::string::npos;
+    if ((wants_snapshot && !k.snapshot) || (wants_counters && !k.counters) || (wants_timing && !k.timed)) return false;
   }
   return true;
 }
 
 std::string held_text(const KeyEvidence& k) {
-  if (k.snapshot && k.counters) return "snapshot, counters";
-  if (k.snapshot) return "snapshot";
-  if (k.counters) return "counters";
-  return "nothing";
+  std::string held;
+  for (const auto& [has, what] : {std::pair{k.snapshot, "snapshot"}, {k.counters, "counters"}, {k.timed, "timed call"}})
+    if (has) held += (held.empty() ? "" : ", ") + std::string(what);
+  return held.empty() ? "nothing" : held;
 }
 
 }  // namespace
@@ -38,7 +41,8 @@ std::vector<KeyEvidence> key_evidence(const std::vector<Refusal>& refusals,
   }
   std::vector<KeyEvidence> out;
   for (auto& [sha, k] : by_key) {
-    if (auto it = held.find(sha); it != held.end()) k.snapshot = it->second.snapshot, k.counters = it->second.counters;
+    if (auto it = held.find(sha); it != held.end())
+      k.snapshot = it->second.snapshot, k.counters = it->second.counters, k.timed = it->second.timed;
     out.push_back(std::move(k));
   }
   std::stable_sort(out.begin(), out.end(), [](const KeyEvidence& a, const KeyEvidence& b) {
@@ -63,6 +67,7 @@ JsonValue key_evidence_json(const std::vector<KeyEvidence>& keys) {
                                       {"stage", JsonValue::string(k.stage)},
                                       {"snapshot", JsonValue::boolean(k.snapshot)},
                                       {"counters", JsonValue::boolean(k.counters)},
+                                      {"timed_call", JsonValue::boolean(k.timed)},
                                       {"complete", JsonValue::boolean(complete(k))},
                                       {"refused", std::move(reasons)}}));
   }

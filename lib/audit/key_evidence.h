@@ -17,12 +17,13 @@ namespace lingprobe::audit {
 
 struct KeyEvidence {
   std::string input_sha256, op, stage;
-  bool snapshot = false, counters = false;               // held in the end, by any of the key's signatures
-  std::map<std::string, std::set<std::string>> reasons;  // evidence -> the reasons it was refused
+  bool snapshot = false, counters = false, timed = false;  // held in the end, by any of the key's signatures
+  std::map<std::string, std::set<std::string>> reasons;    // evidence -> the reasons it was refused
 };
 
 struct HeldEvidence {
   bool snapshot = false, counters = false;  // counters: a profile that passed
+  bool timed = false;                       // a timed call (a kernel_timing record; written only when it passed)
 };
 
 // The keys of `refusals` (all ranks' files), with what `held` (input sha256

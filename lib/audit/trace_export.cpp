@@ -131,6 +131,7 @@ class TraceVisitor final : public RecordVisitor {
     }
     for (const auto& e : f.snapshots) snapshots_.emplace(e.seq, &e);
     for (const auto& e : f.profiles) profiles_.emplace(e.seq, &e);
+    for (const auto& t : f.timings) timings_.emplace(t.seq, &t);
     from_ns_ = o.from_s >= 0 ? static_cast<int64_t>(std::llround(o.from_s * 1e9)) : INT64_MIN;
     to_ns_ = o.to_s >= 0 ? static_cast<int64_t>(std::llround(o.to_s * 1e9)) : INT64_MAX;
   }
@@ -209,6 +210,10 @@ class TraceVisitor final : public RecordVisitor {
       s += ",\"profile\":" + json_string(pr->second->path);
       window(c, t0, *pr->second);
     }
+    if (auto tc = timings_.find(c.seq); tc != timings_.end()) {
+      s += ",\"timed_call\":true";
+      timed_call(c, t0, *tc->second);
+    }
     return s + "}";
   }
 
@@ -236,11 +241,7 @@ class TraceVisitor final : public RecordVisitor {
   // wait, for its recorded length, on a track of its own beside the thread.
   void window(const CallLine& c, int64_t t0, const Evidence& e) {
     ++outcome_.windows;
-    const uint64_t track = kWindowTrack + c.tid;
-    if (threads_.insert(track).second)
-      out_.event("\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid_) +
-                 ",\"tid\":" + std::to_string(track) +
-                 ",\"args\":{\"name\":" + json_string("counter windows of thread " + std::to_string(c.tid)) + "}");
+    const uint64_t track = window_track(c.tid);
     const int64_t wait = e.lock_wait_seconds > 0 ? static_cast<int64_t>(std::llround(e.lock_wait_seconds * 1e9)) : 0;
     const int64_t length = e.window_seconds > 0 ? static_cast<int64_t>(std::llround(e.window_seconds * 1e9)) : 0;
     // The drawn start is the call's start less the lock wait, which the setup before the call makes late: a
@@ -267,6 +268,37 @@ class TraceVisitor final : public RecordVisitor {
     out_.event(w + ",\"args\":{\"seq\":" + std::to_string(c.seq) + "}");
   }
 
+  // A timed call (a kernel_timing record: CUPTI Activity alone) opens no counter lock: drawn from the call's start
+  // for its recorded length, on the thread's window track, its kernels' names and durations in its arguments.
+  void timed_call(const CallLine& c, int64_t t0, const KernelTiming& t) {
+    ++outcome_.timed_calls;
+    const uint64_t track = window_track(c.tid);
+    const int64_t length = t.window_seconds > 0 ? static_cast<int64_t>(std::llround(t.window_seconds * 1e9)) : 0;
+    int64_t& previous_end = window_end_[track];
+    const int64_t start = std::max(t0, previous_end);
+    previous_end = start + length;
+    std::string s = "\"ph\":\"X\",\"name\":" + json_string("timed call (" + t.status + ")") +
+                    ",\"cat\":\"lingprobe\",\"pid\":" + std::to_string(pid_) + ",\"tid\":" + std::to_string(track) +
+                    ",\"ts\":";
+    append_us(s, start);
+    s += ",\"dur\":";
+    append_us(s, length);
+    char secs[48];
+    std::snprintf(secs, sizeof secs, ",\"window_s\":%.6f", std::max(t.window_seconds, 0.0));
+    out_.event(s + ",\"args\":{\"seq\":" + std::to_string(c.seq) + secs +
+               ",\"kernels\":" + (t.kernels.empty() ? "[]" : t.kernels) + "}");
+  }
+
+  // The track beside thread `tid` that holds its counter windows and timed calls (named at its first use).
+  uint64_t window_track(uint32_t tid) {
+    const uint64_t track = kWindowTrack + tid;
+    if (threads_.insert(track).second)
+      out_.event("\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid_) +
+                 ",\"tid\":" + std::to_string(track) + ",\"args\":{\"name\":" +
+                 json_string("counter windows and timed calls of thread " + std::to_string(tid)) + "}");
+    return track;
+  }
+
   static constexpr uint64_t kWindowTrack = uint64_t{1} << 30;  // above every Linux thread id (pid_max <= 2^22)
 
   const FileSummary& f_;
@@ -277,6 +309,7 @@ class TraceVisitor final : public RecordVisitor {
   int64_t from_ns_, to_ns_;
   std::unordered_map<uint32_t, SliceText> texts_;
   std::unordered_map<uint64_t, const Evidence*> snapshots_, profiles_;
+  std::unordered_map<uint64_t, const KernelTiming*> timings_;
   std::map<uint32_t, std::vector<Pending>> pending_;
   std::set<uint64_t> threads_;
   std::map<uint64_t, int64_t> window_end_;  // by window track: the last window's end

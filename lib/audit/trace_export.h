@@ -34,7 +34,7 @@ struct TraceOutcome {
   std::vector<std::string> warnings;
   std::string output_path;
   uint64_t processes = 0, threads = 0;
-  uint64_t slices = 0, snapshots = 0, windows = 0;
+  uint64_t slices = 0, snapshots = 0, windows = 0, timed_calls = 0;
   uint64_t outside_filters = 0;  // call records of the chosen ranks outside --from/--to
   uint64_t over_limit = 0;       // call records left out by --max-events
   uint64_t without_times = 0;    // call records with no times (not placed)

@@ -204,6 +204,34 @@ def test_trace_writes_non_finite_scalars_as_strings(cli, tmp_path):
     assert [(e["ts"], e["dur"]) for e in xs] == [(1.0, 1.5), (3.0, 1.0)]  # microseconds from the process start
 
 
+def test_trace_draws_a_timed_call_beside_its_thread(cli, tmp_path):
+    """A key's timed call (a kernel_timing record) is a slice on the thread's window track with its kernels, and its
+    call slice says so. Before, the trace drew counter windows only: a timed call did not appear."""
+    sig = {"args": [{"dtype": "torch.bfloat16", "shape": [64, 64], "stride": [64, 1]}] * 2, "kwargs": {},
+           "op": "aten.mm.default", "output": {"dtype": "torch.bfloat16", "shape": [64, 64], "stride": [64, 1]},
+           "stage": "dit"}
+    canon = json.dumps(sig, sort_keys=True, separators=(",", ":"))
+    kernels = [{"name": "gemm", "metrics": {"gpu__time_duration.sum": {"unit": "us", "value": 24.5}}}]
+    records = [header(), {"kind": "signature", "id": 0, "sha256": "c" * 64, "signature_json": canon},
+               {"depth": 0, "id": 0, "kind": "call", "seq": 0, "t0_ns": 5_000_001_000, "t1_ns": 5_000_002_000, "tid": 100},
+               {"depth": 0, "id": 0, "kind": "call", "seq": 1, "t0_ns": 5_000_003_000, "t1_ns": 5_000_053_000, "tid": 100},
+               {"kind": "kernel_timing", "id": 0, "seq": 1, "status": "passed", "window_s": 0.00005,
+                "kernels": kernels},
+               {"kind": "counts", "final": True, "calls": {"0": 2}, "dropped": {}}]
+    write_run(tmp_path, records)
+    doc, err = trace(cli, tmp_path)
+    check_trace_format(doc)
+    assert "1 timed call(s)" in err, err
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    calls = [e for e in xs if e["tid"] == 100]
+    assert [e["args"].get("timed_call", False) for e in calls] == [False, True]
+    (timed,) = [e for e in xs if e["name"] == "timed call (passed)"]
+    assert timed["tid"] != 100 and (timed["ts"], timed["dur"]) == (3.0, 50.0)
+    assert timed["args"]["kernels"] == kernels and timed["args"]["seq"] == 1
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert "counter windows and timed calls of thread 100" in names
+
+
 def test_trace_refuses_malformed_input_clearly(cli, tmp_path):
     p = subprocess.run([cli, "trace", str(tmp_path / "nothing")], capture_output=True, text=True)
     assert p.returncode == 1 and "not a run directory" in p.stderr and "nothing was written" in p.stderr

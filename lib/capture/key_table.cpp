@@ -4,7 +4,7 @@ namespace lingprobe::capture {
 
 KeyTable::KeyTable() : slots_(64, Slot{0, 0, kEmpty, 0}), mask_(63) {}
 
-void KeyTable::insert(uint64_t hash, const uint64_t* key, size_t n, uint32_t value) {
+uint64_t KeyTable::insert(uint64_t hash, const uint64_t* key, size_t n, uint32_t value) {
   if ((size_ + 1) * 2 > slots_.size()) grow();
   const uint64_t offset = keys_.size();
   keys_.insert(keys_.end(), key, key + n);
@@ -12,6 +12,7 @@ void KeyTable::insert(uint64_t hash, const uint64_t* key, size_t n, uint32_t val
   while (slots_[i].words != kEmpty) i = (i + 1) & mask_;
   slots_[i] = Slot{hash, offset, static_cast<uint32_t>(n), value};
   ++size_;
+  return offset;
 }
 
 void KeyTable::grow() {

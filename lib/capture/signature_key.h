@@ -18,10 +18,13 @@ namespace lingprobe::capture {
 
 class KeyBuffer {
  public:
-  KeyBuffer() : words_(1024) {}
+  KeyBuffer() : words_(1024), capacity_(words_.size()) {}
   // Room for n more words at the end; write them, then commit(n).
   uint64_t* reserve(size_t n) {
-    if (size_ + n > words_.size()) words_.resize(2 * (size_ + n));
+    if (C10_UNLIKELY(size_ + n > capacity_)) {
+      words_.resize(2 * (size_ + n));
+      capacity_ = words_.size();
+    }
     return words_.data() + size_;
   }
   void commit(size_t n) { size_ += n; }
@@ -35,6 +38,7 @@ class KeyBuffer {
 
  private:
   std::vector<uint64_t> words_;
+  size_t capacity_;  // words_.size(), kept: no division per reserve
   size_t size_ = 0;
 };
 

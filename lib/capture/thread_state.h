@@ -60,6 +60,10 @@ struct InputEntry {
   format::JsonValue arguments;
   std::vector<std::pair<std::vector<uint64_t>, uint32_t>> outputs;
   SampleKey* sample = nullptr;  // shared by every thread that sees this input key; null: never sampled
+  uint64_t key_offset = 0;      // its input key in the thread's KeyTable (key_at), of key_words words
+  uint32_t key_words = 0;
+  uint32_t next = kNoEntry;  // the entry of the call that followed this one last time on the thread
+  static constexpr uint32_t kNoEntry = UINT32_MAX;
 };
 
 // A thread's top-level c10d calls per stage and their time, each from its
@@ -99,6 +103,7 @@ struct ThreadState {
   OpCache ops;
   KeyTable inputs;  // input key -> index in entries
   std::vector<InputEntry> entries;
+  uint32_t last_entry = InputEntry::kNoEntry;  // the thread's last recorded call's (its next call's guess)
   Counter calls_seen{0};
   Counter nested_seen{0};        // nested calls that reached the callback (added at each top-level call's end)
   Counter nested_suppressed{0};  // top-level calls below which RecordFunction was switched off

@@ -7,6 +7,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -135,4 +136,29 @@ TEST_CASE("recorder: one signature per distinct call, counted per call, a record
   const RecorderStats stats = recorder_stats();
   CHECK(stats.calls_seen >= 9);
   CHECK(stats.dropped == 0);
+
+  // A loop repeats its calls in order, so each call's input entry is guessed from the call before it
+  // (enter_inputs); a wrong guess falls back to the table: every call keeps its own signature.
+  const at::Tensor c = at::ones({5});
+  set_recording(true);
+  for (int i = 0; i < 3; ++i) {
+    at::add(a, a);
+    at::add(b, b);
+  }
+  at::add(a, a);
+  at::add(c, c);  // the guess after [2,3] is [4]
+  at::add(b, b);  // no guess after [5] yet
+  at::add(a, a);
+  at::add(b, b);
+  set_recording(false);
+  std::map<uint32_t, std::string> json_of;
+  for (const auto& [id, json] : sink.signatures) json_of[id] = json;
+  const std::vector<format::CallRecord> loop = sink.drain();
+  const std::vector<std::string> shapes = {"[2,3]", "[4]", "[2,3]", "[4]", "[2,3]", "[4]",
+                                           "[2,3]", "[5]", "[4]",   "[2,3]", "[4]"};
+  REQUIRE(loop.size() == shapes.size());
+  for (size_t i = 0; i < loop.size(); ++i) {
+    INFO("call " << i);
+    CHECK(json_of[loop[i].signature_id].find("\"shape\":" + shapes[i]) != std::string::npos);
+  }
 }

@@ -34,6 +34,7 @@ struct Signature {
   std::vector<Evidence> profiles;         // with counters
   std::optional<double> kernel_time_us;   // measured, per call: the timed call's, else the first profile's counters
   std::optional<double> timed_kernel_us;  // the key's timed call (kernel_timing record, CUPTI Activity), per call
+  bool timed_call = false;                // a passed timed call, with kernels or none (an op that launched none)
   uint64_t timed_calls = 0;               // calls with a call record (top-level: their host time below)
   // The calls whose FLOPs count: every call, or with LINGPROBE_NESTED=1 and call records the top-level ones only (a
   // conv2d's convolution and _convolution run inside it: its FLOPs once, not three times).

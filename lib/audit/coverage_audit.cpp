@@ -118,6 +118,7 @@ void add_evidence_and_stalls(AuditRun& a, const FileSummary& f) {
     auto it = f.signature_sha.find(t.id);
     if (it == f.signature_sha.end() || t.status != "passed") continue;
     Signature& sig = a.sigs[it->second];
+    sig.timed_call = true;
     if (!sig.timed_kernel_us)
       if (const auto kernels = timed_kernels(t)) sig.timed_kernel_us = kernels_time_us(*kernels);
     WindowStall& st = a.stalls[f.rank];
@@ -258,11 +259,11 @@ std::string scope_text(const AuditRun& a) {
 std::map<std::string, HeldEvidence> held_evidence(const std::map<std::string, Signature>& sigs) {
   std::map<std::string, HeldEvidence> held;
   for (const auto& [sha, sig] : sigs) {
-    if (sig.snapshots.empty() && sig.profiles.empty() && !sig.timed_kernel_us) continue;
+    if (sig.snapshots.empty() && sig.profiles.empty() && !sig.timed_call) continue;
     HeldEvidence& h = held[format::input_key_sha256(sig.value)];
     h.snapshot = h.snapshot || !sig.snapshots.empty();
     for (const auto& p : sig.profiles) h.counters = h.counters || p.status == "passed";
-    h.timed = h.timed || sig.timed_kernel_us.has_value();
+    h.timed = h.timed || sig.timed_call;
   }
   return held;
 }

@@ -23,7 +23,7 @@ struct KeyEvidence {
 
 struct HeldEvidence {
   bool snapshot = false, counters = false;  // counters: a profile that passed
-  bool timed = false;                       // a timed call (a kernel_timing record; written only when it passed)
+  bool timed = false;                       // a passed timed call (a kernel_timing record), with kernels or none
 };
 
 // The keys of `refusals` (all ranks' files), with what `held` (input sha256

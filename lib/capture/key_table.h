@@ -48,7 +48,7 @@ class KeyTable {
     }
   }
 
-  // Stores a copy of the key (which must not be present yet); where it is kept (key_at).
+  // Stores a copy of the key (which must not be present yet); where it is kept (stored_equals' offset).
   uint64_t insert(uint64_t hash, const uint64_t* key, size_t n, uint32_t value);
   // Whether the key stored at `offset` (`words` words: insert's) equals `key` of n words.
   bool stored_equals(uint64_t offset, size_t words, const uint64_t* key, size_t n) const {

@@ -129,39 +129,25 @@ C10_ALWAYS_INLINE void input_key(ThreadState& ts, Frame& f, OpInfo* op, StageId 
   f.input_end = static_cast<uint32_t>(ts.key.size());
 }
 
-// The entry of a call's input key not met before on this thread: made now with the arguments' JSON (while the
-// boxed inputs exist) and the sampler's key.
-uint32_t add_entry(Global& G, ThreadState& ts, OpInfo* op, StageId stage, c10::ArrayRef<const c10::IValue> inputs,
-                   uint64_t hash, const uint64_t* key, size_t words) {
-  const auto entry = static_cast<uint32_t>(ts.entries.size());
-  ts.entries.emplace_back();
-  ts.entries.back().arguments = build_arguments(op->schema, inputs, op->fold.arguments);
-  if (Sampler* sampler = G.sampler.load(std::memory_order_acquire))
-    ts.entries.back().sample = sample_key(*sampler, *op, ts.entries.back().arguments, stage);
-  ts.entries.back().key_offset = ts.inputs.insert(hash, key, words, entry);
-  ts.entries.back().key_words = static_cast<uint32_t>(words);
-  return entry;
+// A key's first call on this thread: its entry, with the arguments' JSON (the boxed inputs exist now) and sample key.
+uint32_t new_entry(Global& G, ThreadState& ts, const Frame& f, OpInfo* op, StageId stage,
+                   c10::ArrayRef<const c10::IValue> inputs, uint64_t hash) {
+  format::JsonValue arguments = build_arguments(op->schema, inputs, op->fold.arguments);  // may throw: nothing added
+  Sampler* sampler = G.sampler.load(std::memory_order_acquire);
+  SampleKey* sample = sampler ? sample_key(*sampler, *op, arguments, stage) : nullptr;
+  return ts.add_entry(hash, ts.key.data() + f.key_begin, f.input_end - f.key_begin, std::move(arguments), sample);
 }
 
-// The call's InputEntry by its input key. A loop repeats its calls in order, so the entry that followed the
-// thread's last recorded call last time is tried first, by a whole-key comparison (no hashing, no probing);
-// else the thread's table, else a new entry.
+// The call's InputEntry by its input key: the guess from the call before (thread_state), the table, or new.
 C10_ALWAYS_INLINE void enter_inputs(Global& G, ThreadState& ts, Frame& f, OpInfo* op, StageId stage,
                                     c10::ArrayRef<const c10::IValue> inputs) {
   const uint64_t* key = ts.key.data() + f.key_begin;
   const size_t words = f.input_end - f.key_begin;
-  const uint32_t last = ts.last_entry;
-  const uint32_t guess = last != InputEntry::kNoEntry ? ts.entries[last].next : InputEntry::kNoEntry;
-  if (guess != InputEntry::kNoEntry &&
-      ts.inputs.stored_equals(ts.entries[guess].key_offset, ts.entries[guess].key_words, key, words)) {
-    f.entry = ts.last_entry = guess;
-    return;
-  }
-  const uint64_t h = hash_words(key, words);
-  const uint32_t* found = ts.inputs.find(h, key, words);
-  f.entry = found ? *found : add_entry(G, ts, op, stage, inputs, h, key, words);
-  if (last != InputEntry::kNoEntry) ts.entries[last].next = f.entry;
-  ts.last_entry = f.entry;
+  if (ts.guessed(key, words, f.entry)) return;
+  const uint64_t hash = hash_words(key, words);
+  const uint32_t* found = ts.inputs.find(hash, key, words);
+  f.entry = found ? *found : new_entry(G, ts, f, op, stage, inputs, hash);
+  ts.follow(f.entry);
 }
 
 // The hooks' token when this call of a sampled key is due and taken, else nullptr.

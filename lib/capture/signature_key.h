@@ -19,6 +19,8 @@ namespace lingprobe::capture {
 class KeyBuffer {
  public:
   KeyBuffer() : words_(1024), capacity_(words_.size()) {}
+  KeyBuffer(const KeyBuffer&) = delete;  // capacity_ caches words_.size(): one buffer per thread, never moved
+  KeyBuffer& operator=(const KeyBuffer&) = delete;
   // Room for n more words at the end; write them, then commit(n).
   uint64_t* reserve(size_t n) {
     if (C10_UNLIKELY(size_ + n > capacity_)) {

@@ -11,6 +11,17 @@ thread_local ThreadState** t_cache = nullptr;  // the caller's pointer to this t
 
 }  // namespace
 
+uint32_t ThreadState::add_entry(uint64_t hash, const uint64_t* key, size_t words, format::JsonValue arguments,
+                                SampleKey* sample) {
+  const auto entry = static_cast<uint32_t>(entries.size());
+  InputEntry& e = entries.emplace_back();
+  e.arguments = std::move(arguments);
+  e.sample = sample;
+  e.key_offset = inputs.insert(hash, key, words, entry);
+  e.key_words = static_cast<uint32_t>(words);
+  return entry;
+}
+
 SignatureCounts::~SignatureCounts() {
   for (auto& chunk : chunks_) delete[] chunk.load(std::memory_order_relaxed);
 }

@@ -60,7 +60,7 @@ struct InputEntry {
   format::JsonValue arguments;
   std::vector<std::pair<std::vector<uint64_t>, uint32_t>> outputs;
   SampleKey* sample = nullptr;  // shared by every thread that sees this input key; null: never sampled
-  uint64_t key_offset = 0;      // its input key in the thread's KeyTable (key_at), of key_words words
+  uint64_t key_offset = 0;      // its input key in the thread's KeyTable (stored_equals), of key_words words
   uint32_t key_words = 0;
   uint32_t next = kNoEntry;  // the entry of the call that followed this one last time on the thread
   static constexpr uint32_t kNoEntry = UINT32_MAX;
@@ -104,6 +104,26 @@ struct ThreadState {
   KeyTable inputs;  // input key -> index in entries
   std::vector<InputEntry> entries;
   uint32_t last_entry = InputEntry::kNoEntry;  // the thread's last recorded call's (its next call's guess)
+
+  // Whether a call's input key (`words` words) is the guessed one: the entry that followed the thread's last
+  // recorded call last time (a loop repeats its calls in order), checked by a whole-key comparison, no hashing
+  // and no probing. If so, `entry` is it and the thread's last entry; else the caller looks the key up in
+  // `inputs` (its hash), adds it if new (add_entry), and follows it.
+  bool guessed(const uint64_t* key, size_t words, uint32_t& entry) {
+    const uint32_t guess = last_entry != InputEntry::kNoEntry ? entries[last_entry].next : InputEntry::kNoEntry;
+    if (guess == InputEntry::kNoEntry ||
+        !inputs.stored_equals(entries[guess].key_offset, entries[guess].key_words, key, words))
+      return false;
+    entry = last_entry = guess;
+    return true;
+  }
+  // A new entry for that key, with its arguments' JSON and sampler key (null: never sampled).
+  uint32_t add_entry(uint64_t hash, const uint64_t* key, size_t words, format::JsonValue arguments, SampleKey* sample);
+  // This thread's recorded call is `entry`'s (not guessed): the guess after the call before it from now on.
+  void follow(uint32_t entry) {
+    if (last_entry != InputEntry::kNoEntry) entries[last_entry].next = entry;
+    last_entry = entry;
+  }
   Counter calls_seen{0};
   Counter nested_seen{0};        // nested calls that reached the callback (added at each top-level call's end)
   Counter nested_suppressed{0};  // top-level calls below which RecordFunction was switched off

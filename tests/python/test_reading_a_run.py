@@ -232,6 +232,31 @@ def test_trace_draws_a_timed_call_beside_its_thread(cli, tmp_path):
     assert "counter windows and timed calls of thread 100" in names
 
 
+def test_a_timed_call_without_kernels_settles_a_refused_timing(cli, tmp_path):
+    """A key refused its timed call (evidence timing) holds it once a timed call passed, whether or not its op
+    launched a kernel. Before, only a timed call with kernel times counted: a kernel-less op stayed 'missing'."""
+    import hashlib
+    sig = {"args": [{"dtype": "torch.float32", "shape": [4], "stride": [1]}], "kwargs": {}, "op": "aten.view.default",
+           "output": {"dtype": "torch.float32", "shape": [4], "stride": [1]}, "stage": "dit"}
+    canon = json.dumps(sig, sort_keys=True, separators=(",", ":"))
+    inputs = json.dumps({k: v for k, v in sig.items() if k != "output"}, sort_keys=True, separators=(",", ":"))
+    key = hashlib.sha256(inputs.encode()).hexdigest()
+    records = [header(), {"kind": "signature", "id": 0, "sha256": hashlib.sha256(canon.encode()).hexdigest(),
+                          "signature_json": canon},
+               {"depth": 0, "id": 0, "kind": "call", "seq": 0, "t0_ns": 5_000_001_000, "t1_ns": 5_000_002_000, "tid": 100},
+               {"depth": 0, "id": 0, "kind": "call", "seq": 1, "t0_ns": 5_000_003_000, "t1_ns": 5_000_004_000, "tid": 100},
+               {"kind": "refusal", "call": 1, "evidence": "timing", "input_sha256": key, "op": "aten::view",
+                "reason": "window_busy", "stage": "dit"},
+               {"kind": "kernel_timing", "id": 0, "seq": 1, "status": "passed", "window_s": 0.00001, "kernels": []},
+               {"kind": "counts", "final": True, "calls": {"0": 2}, "dropped": {}, "sampling": {"keys": 1}}]
+    write_run(tmp_path, records)
+    p = subprocess.run([cli, "audit", "--quiet", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert p.returncode in (0, 1), p.stderr
+    (row,) = json.loads((tmp_path / "reports" / "coverage_audit.json").read_text())["sampling"]["refusals"]
+    assert row["refused"] == {"timing": ["window_busy"]}, row
+    assert row["timed_call"] is True and row["complete"] is True, row
+
+
 def test_trace_refuses_malformed_input_clearly(cli, tmp_path):
     p = subprocess.run([cli, "trace", str(tmp_path / "nothing")], capture_output=True, text=True)
     assert p.returncode == 1 and "not a run directory" in p.stderr and "nothing was written" in p.stderr

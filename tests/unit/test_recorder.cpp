@@ -154,11 +154,24 @@ TEST_CASE("recorder: one signature per distinct call, counted per call, a record
   std::map<uint32_t, std::string> json_of;
   for (const auto& [id, json] : sink.signatures) json_of[id] = json;
   const std::vector<format::CallRecord> loop = sink.drain();
-  const std::vector<std::string> shapes = {"[2,3]", "[4]", "[2,3]", "[4]", "[2,3]", "[4]",
+  const std::vector<std::string> shapes = {"[2,3]", "[4]", "[2,3]", "[4]",   "[2,3]", "[4]",
                                            "[2,3]", "[5]", "[4]",   "[2,3]", "[4]"};
   REQUIRE(loop.size() == shapes.size());
   for (size_t i = 0; i < loop.size(); ++i) {
     INFO("call " << i);
-    CHECK(json_of[loop[i].signature_id].find("\"shape\":" + shapes[i]) != std::string::npos);
+    const std::string& json = json_of[loop[i].signature_id];
+    for (const std::string& shape : {"[2,3]", "[4]", "[5]"})  // the inputs' shape and the output's: no other
+      CHECK((json.find("\"shape\":" + shape) != std::string::npos) == (shape == shapes[i]));
   }
+  // Two keys whose outputs are alike (alpha 1 and 2): a wrong guess would give both one signature.
+  set_recording(true);
+  for (int i = 0; i < 3; ++i) {
+    at::add(a, a, 1);
+    at::add(a, a, 2);
+  }
+  set_recording(false);
+  const std::vector<format::CallRecord> alphas = sink.drain();
+  REQUIRE(alphas.size() == 6);
+  CHECK(alphas[0].signature_id != alphas[1].signature_id);
+  for (size_t i = 2; i < alphas.size(); ++i) CHECK(alphas[i].signature_id == alphas[i % 2].signature_id);
 }

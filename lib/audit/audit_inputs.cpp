@@ -1,10 +1,24 @@
 #include <cstdio>
+#include <cstdlib>
 
 #include "audit/audit_run.h"
 #include "audit/run_paths.h"
 #include "sink/run_directory.h"
 
 namespace lingprobe::audit {
+
+namespace {
+
+// The rank a metadata file's name gives (metadata_rank3_pid123.jsonl: 3), else -1.
+int64_t rank_in_file_name(const std::string& name) {
+  const size_t at = name.find("_rank");
+  if (at == std::string::npos) return -1;
+  char* end = nullptr;
+  const long long rank = std::strtoll(name.c_str() + at + 5, &end, 10);
+  return end != name.c_str() + at + 5 && *end == '_' ? rank : -1;
+}
+
+}  // namespace
 
 bool bad_input(AuditOutcome& outcome, std::string message) {
   outcome.status = format::Status(format::StatusCode::kBadInput, std::move(message));
@@ -79,6 +93,7 @@ bool read_inputs(AuditRun& a) {
     a.bytes_total += f.bytes;
     if (f.bytes == 0 || !f.has_header) {
       outcome.warnings.push_back(path + ": " + (f.bytes == 0 ? "empty file" : "no header record") + "; skipped");
+      if (const int64_t rank = rank_in_file_name(basename(path)); rank >= 0) a.ranks_never_written.insert(rank);
       continue;
     }
     if (f.format != "lingprobe.metadata/1")

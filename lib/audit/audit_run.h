@@ -62,6 +62,7 @@ struct AuditRun {
   std::string run_dir;
   // 2. the files read
   std::vector<FileSummary> summaries;
+  std::set<int64_t> ranks_never_written;  // ranks whose metadata file is empty or headerless (killed at once)
   uint64_t bytes_total = 0;
   std::set<std::string> run_ids;
   bool any_rank = false;

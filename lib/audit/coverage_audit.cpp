@@ -196,13 +196,16 @@ void keep_unaltered_profiles(AuditRun& a, Signature& sig) {
 // A complete file that a killed process renamed into place but did not
 // live to record (its record, even its signature's, was still queued):
 // its name says the rank, and a file of that rank ends without its final
-// counts. Listed apart (unrecorded_evidence), not counted, not a warning.
-bool killed_before_recording(const std::vector<FileSummary>& summaries, const std::string& name) {
+// counts, or is empty (killed before its first flush). Listed apart
+// (unrecorded_evidence), not counted, not a warning.
+bool killed_before_recording(const AuditRun& a, const std::string& name) {
   static const std::regex kWho("_rank([0-9]+)_[0-9a-f]{16}(_|\\.pt$|$)");
   std::smatch m;
   if (!std::regex_search(name, m, kWho)) return false;
   const int64_t rank = std::stoll(m[1].str());
-  return std::any_of(summaries.begin(), summaries.end(),
+  // its rank's file without final counts, or empty: killed before its metadata writer's first flush
+  return a.ranks_never_written.count(rank) ||
+         std::any_of(a.summaries.begin(), a.summaries.end(),
                      [rank](const FileSummary& f) { return f.role != "child" && f.rank == rank && !f.final_counts; });
 }
 
@@ -212,7 +215,7 @@ void list_unnamed_evidence(AuditRun& a, const std::set<std::string>& named) {
     for (const auto& name : list_dir(a.run_dir + "/" + sub)) {
       const std::string rel = std::string(sub) + "/" + name;
       if (named.count(rel)) continue;
-      if (killed_before_recording(a.summaries, name)) {
+      if (killed_before_recording(a, name)) {
         a.unrecorded.push_back(JsonValue::object(
             {{"path", JsonValue::string(rel)},
              {"reason", JsonValue::string("complete, but its process ended (killed) before recording it")}}));

@@ -120,6 +120,33 @@ def test_calls_only_one_side_has_shift_nothing():
     assert kernel_pairs(k("a", "b"), k("x", "y")) == [(0, 0), (1, 1)]
 
 
+def test_a_whole_microsecond_trace_reads_a_child_at_its_parents_rounded_end_by_the_run(tmp_path):
+    """torch without Kineto writes whole microseconds: a child starting in a 2-3 us parent's last microsecond starts
+    exactly at the parent's rounded end, as the next top-level call would. Read by the run's own sequence: where the
+    run has no such call there, it is the parent's child. The fresh-clone CI matched 138 of a resnet18 trace's 139
+    calls this way, where a 1 us parent's rule already held."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python_shim"))
+    from lingprobe.against_trace import validate
+    run = tmp_path / "run"
+    (run / "metadata").mkdir(parents=True)
+    sig = lambda i, op: {"kind": "signature", "id": i, "sha256": f"{i:064x}",
+                         "signature_json": json.dumps({"op": op, "args": [], "kwargs": {}, "stage": "unstaged"})}
+    lines = [{"kind": "header", "role": "single", "rank": 0}, sig(0, "aten.linear.default"),
+             sig(1, "aten.relu.default"), sig(2, "aten.add.Tensor")]
+    for seq, i in enumerate((0, 1, 2)):
+        lines.append({"kind": "call", "depth": 0, "id": i, "seq": seq, "t0_ns": 10 * seq, "t1_ns": 10 * seq + 5,
+                      "tid": 42})
+    (run / "metadata" / "metadata_rank0_pid1.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+    ev = lambda name, ts, dur: {"ph": "X", "pid": "CPU functions", "tid": 7, "name": name, "ts": ts, "dur": dur}
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        ev("aten::linear", 0, 3), ev("aten::t", 3, 1),  # the child, at the 3 us parent's rounded end
+        ev("aten::relu", 4, 2), ev("aten::add", 6, 1),  # add: a real call at relu's end, which the run has
+    ]}))
+    (thread,) = validate(run, trace)["threads"]
+    assert (thread["matched"], thread["trace_calls"], thread["edge_calls_read_as_nested"]) == (3, 3, 1), thread
+
+
 def test_a_trace_without_kernels_is_refused_in_one_line(cli, tmp_path):
     run, trace = fake_run(tmp_path, 102.0), fake_trace(tmp_path)
     events = [e for e in json.loads(trace.read_text())["traceEvents"] if e["cat"] == "cpu_op"]

@@ -257,6 +257,23 @@ def test_a_timed_call_without_kernels_settles_a_refused_timing(cli, tmp_path):
     assert row["timed_call"] is True and row["complete"] is True, row
 
 
+def test_a_snapshot_of_a_rank_killed_before_its_first_flush_is_unrecorded_not_foreign(cli, tmp_path):
+    """A rank killed after its snapshot writer renamed a file into place but before its metadata writer's first
+    flush leaves an empty metadata file beside that snapshot. The audit lists the snapshot as unrecorded (its rank's
+    file is empty), not as another run's evidence. Before, the fresh-clone CI's SIGKILL test failed on the warning."""
+    write_run(tmp_path, [header(rank=0, world=2, pid=100), {"kind": "counts", "final": True, "calls": {}, "dropped": {}}],
+              name="metadata_rank0_pid100.jsonl")
+    (tmp_path / "metadata" / "metadata_rank1_pid101.jsonl").write_text("")
+    (tmp_path / "snapshots").mkdir()
+    (tmp_path / "snapshots" / "dit_rank1_fedcba9876543210.pt").write_bytes(b"PK whole")
+    p = subprocess.run([cli, "audit", "--quiet", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "not this run's evidence" not in p.stderr, p.stderr
+    report = json.loads((tmp_path / "reports" / "coverage_audit.json").read_text())
+    assert report.get("foreign_evidence", []) == [], report["foreign_evidence"]
+    assert [u["path"] for u in report["unrecorded_evidence"]] == ["snapshots/dit_rank1_fedcba9876543210.pt"]
+
+
 def test_trace_refuses_malformed_input_clearly(cli, tmp_path):
     p = subprocess.run([cli, "trace", str(tmp_path / "nothing")], capture_output=True, text=True)
     assert p.returncode == 1 and "not a run directory" in p.stderr and "nothing was written" in p.stderr

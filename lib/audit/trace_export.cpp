@@ -244,11 +244,8 @@ class TraceVisitor final : public RecordVisitor {
     const uint64_t track = window_track(c.tid);
     const int64_t wait = e.lock_wait_seconds > 0 ? static_cast<int64_t>(std::llround(e.lock_wait_seconds * 1e9)) : 0;
     const int64_t length = e.window_seconds > 0 ? static_cast<int64_t>(std::llround(e.window_seconds * 1e9)) : 0;
-    // The drawn start is the call's start less the lock wait, which the setup before the call makes late: a
-    // window never starts before the previous one on its track ends (slices on one track must nest).
-    int64_t& previous_end = window_end_[track];
-    const int64_t start = std::max(t0 - wait, previous_end);
-    previous_end = start + std::max(length, wait);
+    // The drawn start is the call's start less the lock wait, which the setup before the call makes late.
+    const int64_t start = place_on_track(track, t0 - wait, std::max(length, wait));
     const std::string where = "\"pid\":" + std::to_string(pid_) + ",\"tid\":" + std::to_string(track) + ",\"ts\":";
     std::string s =
         "\"ph\":\"X\",\"name\":" + json_string("counter window (" + (e.status.empty() ? "unknown" : e.status) + ")") +
@@ -274,9 +271,7 @@ class TraceVisitor final : public RecordVisitor {
     ++outcome_.timed_calls;
     const uint64_t track = window_track(c.tid);
     const int64_t length = t.window_seconds > 0 ? static_cast<int64_t>(std::llround(t.window_seconds * 1e9)) : 0;
-    int64_t& previous_end = window_end_[track];
-    const int64_t start = std::max(t0, previous_end);
-    previous_end = start + length;
+    const int64_t start = place_on_track(track, t0, length);
     std::string s = "\"ph\":\"X\",\"name\":" + json_string("timed call (" + t.status + ")") +
                     ",\"cat\":\"lingprobe\",\"pid\":" + std::to_string(pid_) + ",\"tid\":" + std::to_string(track) +
                     ",\"ts\":";
@@ -287,6 +282,15 @@ class TraceVisitor final : public RecordVisitor {
     std::snprintf(secs, sizeof secs, ",\"window_s\":%.6f", std::max(t.window_seconds, 0.0));
     out_.event(s + ",\"args\":{\"seq\":" + std::to_string(c.seq) + secs +
                ",\"kernels\":" + (t.kernels.empty() ? "[]" : t.kernels) + "}");
+  }
+
+  // Where a slice of `length` ns wanted at `earliest` starts on a window track: never before the previous slice
+  // there ends (slices on one track must nest).
+  int64_t place_on_track(uint64_t track, int64_t earliest, int64_t length) {
+    int64_t& previous_end = window_end_[track];
+    const int64_t start = std::max(earliest, previous_end);
+    previous_end = start + length;
+    return start;
   }
 
   // The track beside thread `tid` that holds its counter windows and timed calls (named at its first use).

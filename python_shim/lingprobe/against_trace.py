@@ -54,7 +54,7 @@ def run_calls(run_dir, rank=0):
         raise BadInput(f"{run_dir} is not a run directory (no metadata/*.jsonl)")
     threads, profiles, timings, first_t0, chosen = {}, {}, {}, {}, None
     for f in files:
-        names, header, calls, file_profiles, file_timings = {}, None, {}, {}, {}
+        names, header, calls, file_profiles, file_timings, timed_ids = {}, None, {}, {}, {}, set()
         for line in f.read_text().splitlines():
             try:
                 r = json.loads(line)
@@ -70,8 +70,9 @@ def run_calls(run_dir, rank=0):
             elif kind == "profile":
                 file_profiles[r["seq"]] = r
             elif kind == "kernel_timing" and r.get("status") == "passed" and r.get("kernels") \
-                    and r["id"] not in {t["id"] for t in file_timings.values()}:
+                    and r["id"] not in timed_ids:
                 file_timings[r["seq"]] = r  # the report's time: a signature's first timed call with kernels
+                timed_ids.add(r["id"])
         role = (header or {}).get("role", "single")
         if role not in ("rank", "single") or (header or {}).get("rank", 0) != rank:
             continue

@@ -110,6 +110,7 @@ class CudaAccess : public capture::DeviceAccess {
   class Window : public capture::CounterWindow {
    public:
     explicit Window(std::unique_ptr<gpu::OpenCounterWindow> w) : w_(std::move(w)) {}
+    void stop() override { w_->stop(); }
     format::ProfileData close() override { return w_->close(); }
 
    private:

@@ -20,6 +20,10 @@ namespace lingprobe::capture {
 class CounterWindow {
  public:
   virtual ~CounterWindow() = default;
+  // At the op's end, on its thread, before close(): what must end with the
+  // op ends, nothing waits (a timing window stops naming launches); close()
+  // may then run on another thread. A counter window does all in close().
+  virtual void stop() {}
   // After the op: stop, wait for the device, evaluate. Always returns data
   // (its status says passed, failed, abandoned, contaminated, counters_unavailable).
   virtual format::ProfileData close() = 0;

@@ -43,6 +43,8 @@ struct SnapshotCapture::Captured {
 struct SnapshotCapture::Pending {
   std::unique_ptr<CounterWindow> window;  // open while the op runs
   uint8_t window_evidence = 0;            // kCounters or kTiming: what the window gives
+  // A timed call's status, set on the writer's thread when it completes (close_window): why it was not kept.
+  std::shared_ptr<std::string> timing_status;
   SampleKey* key = nullptr;
   bool snapshot = false;  // this call's tensors are copied
   bool setup = false;     // a set-up call (construction, loading): its share of the budgets
@@ -262,23 +264,39 @@ void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs,
   }
 }
 
+// A counter window closes here, on the op's thread. A timing window only
+// stops: the writer's thread completes it (gpu/counter_windows: nothing waits
+// for the device at the op's end), through job.complete_timing.
 void SnapshotCapture::close_window(Pending& p, runtime::SnapshotJob& job) {
-  const bool timing = p.window_evidence == kTiming;
-  (timing ? job.timed : job.profiled) = true;
-  format::ProfileData& data = timing ? job.timing : job.profile;
-  data = p.window->close();
+  format::JsonValue identity = format::JsonValue::object();
+  identity.set("math_policy", policy_json(p.math_policy));
+  identity.set("setup_call", format::JsonValue::boolean(p.setup));
+  if (p.window_evidence == kTiming) {
+    p.window->stop();
+    job.timed = true;
+    p.timing_status = std::make_shared<std::string>();
+    job.complete_timing = [this, window = std::shared_ptr<CounterWindow>(std::move(p.window)), setup = p.setup,
+                           identity = std::move(identity), status = p.timing_status] {
+      format::ProfileData data = window->close();
+      budgets_.charge_window(data.window_seconds, setup);
+      for (const auto& [k, v] : identity.members()) data.identity.set(k, v);
+      *status = data.status;
+      return data;
+    };
+    return;
+  }
+  job.profiled = true;
+  job.profile = p.window->close();
   p.window.reset();
-  budgets_.charge_window(data.window_seconds, p.setup);
-  data.identity.set("math_policy", policy_json(p.math_policy));
-  data.identity.set("setup_call", format::JsonValue::boolean(p.setup));
-  if (data.status != "passed") refuse(p, p.window_evidence, data.status);
+  budgets_.charge_window(job.profile.window_seconds, p.setup);
+  for (const auto& [k, v] : identity.members()) job.profile.identity.set(k, v);
+  if (job.profile.status != "passed") refuse(p, kCounters, job.profile.status);
 }
 
 void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs,
                              uint32_t signature_id, uint64_t seq) {
   runtime::SnapshotJob job;
   if (p->window) close_window(*p, job);  // first, so that lingprobe's own copies stay outside the window
-  if (job.timed && job.timing.status != "passed") job.timed = false;  // refused in close_window: nothing to keep
   job.snapshot = p->snapshot;
   if (!p->snapshot) {  // counters or timing only (a refused snapshot, or snapshots off)
     if (!job.profiled && !job.timed) return give_up(std::move(p));
@@ -400,8 +418,8 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
   const uint8_t asked =
       static_cast<uint8_t>((job.snapshot ? kSnapshot : 0) | (job.profiled ? kCounters : 0) | (job.timed ? kTiming : 0));
   const bool counters_passed = job.profiled && job.profile.status == "passed";
-  const bool timing_passed = job.timed && job.timing.status == "passed";
   SampleKey* key = p->key;
+  std::shared_ptr<std::string> timing_status = p->timing_status;
   Sampler* sampler = sampler_;
   SnapshotCapture* self = this;
   job.done = [=](runtime::SnapshotJob::Result r, const std::string& what, const std::string& sha, uint8_t kept) {
@@ -409,10 +427,15 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
     if (r == Result::Kept) {
       const bool snapshot_kept = kept & runtime::SnapshotJob::kKeptSnapshot;
       if (!snapshot_kept) self->budgets_.give_back(reserved, setup);
+      const bool timing_kept = kept & runtime::SnapshotJob::kKeptTiming;   // the writer keeps only a passed one
+      if ((asked & kTiming) && !timing_kept && !timing_status->empty()) {  // failed (a snapshot or counters kept)
+        self->count_profile(*timing_status, kTiming);
+        if (key) sampler->note_refusal(key, kTiming, *timing_status);
+      }
       const uint8_t got =
           static_cast<uint8_t>((snapshot_kept ? kSnapshot : 0) |
                                (counters_passed && (kept & runtime::SnapshotJob::kKeptProfile) ? kCounters : 0) |
-                               (timing_passed && (kept & runtime::SnapshotJob::kKeptTiming) ? kTiming : 0));
+                               (timing_kept ? kTiming : 0));
       sampler->finished(key, signature_id, sha, SampleResult::Kept, snapshot_kept ? reserved : 0, got, settled);
       return;
     }

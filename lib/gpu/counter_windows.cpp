@@ -1,7 +1,10 @@
 #include "gpu/counter_windows.h"
 
+#include "gpu/counter_windows_state.h"
+
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -24,32 +27,29 @@ std::condition_variable g_hold_cv;
 int g_holds = 0;
 bool g_window_busy = false;
 
-// Marks a window opening (refused while held); clears the mark unless kept by a Window.
-class WindowSlot {
- public:
-  // None, or ProfilerActive (held), WindowBusy (another window of this process is open).
-  WindowRefusal acquire() {
-    std::lock_guard<std::mutex> lock(g_hold_mu);
-    if (g_holds > 0) return WindowRefusal::ProfilerActive;
-    if (g_window_busy) return WindowRefusal::WindowBusy;
-    g_window_busy = owned_ = true;
-    return WindowRefusal::None;
-  }
-  void keep() { owned_ = false; }
-  static void release() {
-    {
-      std::lock_guard<std::mutex> lock(g_hold_mu);
-      g_window_busy = false;
-    }
-    g_hold_cv.notify_all();
-  }
-  ~WindowSlot() {
-    if (owned_) release();
-  }
+}  // namespace
 
- private:
-  bool owned_ = false;
-};
+WindowRefusal WindowSlot::acquire() {
+  std::lock_guard<std::mutex> lock(g_hold_mu);
+  if (g_holds > 0) return WindowRefusal::ProfilerActive;
+  if (g_window_busy) return WindowRefusal::WindowBusy;
+  g_window_busy = owned_ = true;
+  return WindowRefusal::None;
+}
+
+void WindowSlot::release() {
+  {
+    std::lock_guard<std::mutex> lock(g_hold_mu);
+    g_window_busy = false;
+  }
+  g_hold_cv.notify_all();
+}
+
+WindowSlot::~WindowSlot() {
+  if (owned_) release();
+}
+
+namespace {
 
 [[maybe_unused]] std::string demangle(const std::string& mangled) {
   int status = 0;
@@ -82,38 +82,6 @@ class WindowSlot {
 }
 
 }  // namespace
-
-struct CounterWindows::State {
-  explicit State(Options o) : options(std::move(o)), lock(options.open_lock_directory) {}
-  Options options;
-  CounterLock lock;
-  std::mutex mu;  // one open() at a time; the probe's state
-  std::string unavailable;
-  std::atomic<uint64_t> windows{0}, stall_us{0};
-  std::atomic<uint64_t> local_epoch{0};  // this process's windows (see window_epoch)
-#ifdef LINGPROBE_HAVE_CUPTI
-  Cupti* cupti = nullptr;
-  MetricSet set;
-  bool set_ready = false;
-  format::JsonValue identity;
-  bool prepare(CudaDriver* d, int device, void* ctx);
-  // What claim_gpu took for a window about to begin.
-  struct Claimed {
-    CudaDriver* d = nullptr;
-    void* ctx = nullptr;
-    std::chrono::steady_clock::time_point t0, t_locked;
-    int lock_fd = -1;
-  };
-  bool claim_gpu(int device, WindowSlot& slot, Claimed& c, WindowRefusal& refusal, std::string& detail);
-  // A window whose begin failed: the GPU's lock given back, the wait charged, the refusal and its detail set.
-  void begin_failed(const Claimed& c, const format::Status& began, WindowRefusal& refusal, std::string& detail);
-#endif
-  // `window`: a window that opened (else a refused attempt's wait).
-  void add_stall(std::chrono::steady_clock::duration d, bool window = false) {
-    if (window) windows.fetch_add(1);
-    stall_us.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count()));
-  }
-};
 
 #ifdef LINGPROBE_HAVE_CUPTI
 namespace {
@@ -167,8 +135,6 @@ bool CounterWindows::State::prepare(CudaDriver* d, int device, void* ctx) {
   return true;
 }
 
-namespace {
-
 // A launch's attributes as the profile files hold them (no values yet).
 format::ProfiledKernel profiled_kernel(const KernelLaunch& k, int device) {
   format::ProfiledKernel pk;
@@ -180,6 +146,17 @@ format::ProfiledKernel profiled_kernel(const KernelLaunch& k, int device) {
   pk.shared_bytes_per_block = static_cast<int64_t>(k.static_shared) + k.dynamic_shared + 1024;
   return pk;
 }
+
+WindowRefusal refusal_of(const format::Status& s) {
+  switch (s.code()) {
+    case format::StatusCode::kUnsupported: return WindowRefusal::Unavailable;
+    case format::StatusCode::kBusy: return WindowRefusal::HardwareBusy;
+    case format::StatusCode::kHeld: return WindowRefusal::SubscriberHeld;
+    default: return WindowRefusal::NotOpened;
+  }
+}
+
+namespace {
 
 class Window : public OpenCounterWindow {
  public:
@@ -263,69 +240,6 @@ class Window : public OpenCounterWindow {
   bool closed_ = false;
 };
 
-// A timing window: the durations of the op's kernels by CUPTI Activity, as
-// ProfileData with the one metric gpu__time_duration.sum (no passes).
-class TimingWindow : public OpenCounterWindow {
- public:
-  TimingWindow(CounterWindows::State* owner, CudaDriver* d, int device, void* ctx,
-               std::chrono::steady_clock::time_point t0, int lock_fd)
-      : owner_(owner), d_(d), device_(device), ctx_(ctx), t0_(t0), lock_fd_(lock_fd) {}
-  ~TimingWindow() override {
-    if (closed_) return;
-    try {
-      owner_->cupti->end_timing([this] { return d_->synchronize(ctx_); });
-    } catch (...) {  // nothing escapes into the op's unwinding
-    }
-    finish();
-  }
-  format::ProfileData close() override {
-    const TimingResult t = owner_->cupti->end_timing([this] { return d_->synchronize(ctx_); });
-    const double seconds = finish();
-    format::ProfileData p;
-    p.status = t.passed ? "passed" : "failed";
-    p.reason = t.reason;
-    p.metrics = {"gpu__time_duration.sum"};
-    p.compute_capability = d_->compute_capability(device_);
-    for (const KernelLaunch& k : t.kernels) {
-      p.kernels.push_back(profiled_kernel(k, device_));
-      p.kernels.back().values = {static_cast<double>(k.end_ns - k.start_ns)};  // ns, the metric's base unit
-    }
-    p.window_seconds = seconds;
-    p.identity = owner_->identity;
-    p.identity.set("cuda_device", format::JsonValue::string(std::to_string(device_)));
-    p.identity.set("launches", format::JsonValue::integer(t.launches));
-    return p;
-  }
-
- private:
-  // The lock, the epoch and the slot given back; the window's seconds charged as stall.
-  double finish() {
-    closed_ = true;
-    owner_->lock.unlock(lock_fd_);
-    owner_->local_epoch.fetch_add(1);
-    WindowSlot::release();
-    const auto d = std::chrono::steady_clock::now() - t0_;
-    owner_->add_stall(d, true);
-    return std::chrono::duration<double>(d).count();
-  }
-  CounterWindows::State* owner_;
-  CudaDriver* d_;
-  int device_;
-  void* ctx_;
-  std::chrono::steady_clock::time_point t0_;
-  int lock_fd_;
-  bool closed_ = false;
-};
-
-WindowRefusal refusal_of(const format::Status& s) {
-  switch (s.code()) {
-    case format::StatusCode::kUnsupported: return WindowRefusal::Unavailable;
-    case format::StatusCode::kBusy: return WindowRefusal::HardwareBusy;
-    case format::StatusCode::kHeld: return WindowRefusal::SubscriberHeld;
-    default: return WindowRefusal::NotOpened;
-  }
-}
-
 }  // namespace
 #endif
 
@@ -385,6 +299,7 @@ std::unique_ptr<OpenCounterWindow> CounterWindows::open(int device, void* stream
 #ifdef LINGPROBE_HAVE_CUPTI
   State& s = *s_;
   std::lock_guard<std::mutex> lock(s.mu);
+  s.complete_pending_timings();
   WindowSlot slot;
   State::Claimed c;
   if (!s.claim_gpu(device, slot, c, refusal, detail)) return nullptr;
@@ -406,30 +321,6 @@ std::unique_ptr<OpenCounterWindow> CounterWindows::open(int device, void* stream
 #else
   (void)device;
   (void)stream;
-  (void)detail;
-  refusal = WindowRefusal::NotBuilt;
-  return nullptr;
-#endif
-}
-
-std::unique_ptr<OpenCounterWindow> CounterWindows::open_timing(int device, WindowRefusal& refusal,
-                                                               std::string& detail) {
-#ifdef LINGPROBE_HAVE_CUPTI
-  State& s = *s_;
-  std::lock_guard<std::mutex> lock(s.mu);
-  WindowSlot slot;
-  State::Claimed c;
-  if (!s.claim_gpu(device, slot, c, refusal, detail)) return nullptr;
-  if (const format::Status began = s.cupti->begin_timing(c.ctx); !began.ok()) {
-    s.begin_failed(c, began, refusal, detail);
-    return nullptr;
-  }
-  slot.keep();
-  s.local_epoch.fetch_add(1);
-  refusal = WindowRefusal::None;
-  return std::make_unique<TimingWindow>(&s, c.d, device, c.ctx, c.t0, c.lock_fd);
-#else
-  (void)device;
   (void)detail;
   refusal = WindowRefusal::NotBuilt;
   return nullptr;

@@ -34,6 +34,10 @@ enum class WindowRefusal {
 class OpenCounterWindow {
  public:
   virtual ~OpenCounterWindow() = default;
+  // At the op's end, on its thread, before close(): a timing window stops
+  // naming launches and nothing waits; close() may then run on another
+  // thread. A counter window does all in close(), on the op's thread.
+  virtual void stop() {}
   virtual format::ProfileData close() = 0;
 };
 

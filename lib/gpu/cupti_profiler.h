@@ -69,15 +69,23 @@ class Cupti {
   // the launches. `synchronize` makes the context idle first (the caller's
   // CUDA driver call, e.g. cuCtxSynchronize).
   WindowResult end_window(const std::function<bool()>& synchronize);
-  // A timing window on the calling thread (Activity alone: no range
-  // profiler, nothing replayed, no other thread's launch held): the
-  // durations of the kernels this thread launches (graphs included) until
-  // end_timing, as torch.profiler's trace times them. One window of either
-  // kind at a time per process. kHeld when another tool holds CUPTI's
-  // subscriber (the callback names the thread's launches), else kFailed.
+  // A timed call on the calling thread (Activity alone: no range profiler,
+  // nothing replayed, no other thread's launch held): the durations of the
+  // kernels this thread launches (graphs included) until stop_timing, as
+  // torch.profiler's trace times them. Several calls may be pending (stopped,
+  // their records not yet read) and share one session; one is open at a
+  // time, on one context, and none while a counter window is open (kFailed).
+  // kHeld when another tool holds CUPTI's subscriber (the callback names the
+  // thread's launches).
   format::Status begin_timing(void* ctx);
-  // After the op: `synchronize` (the context idle), then the records.
-  TimingResult end_timing(const std::function<bool()>& synchronize);
+  // At the op's end, on its thread: no later launch of it is named. Returns
+  // the call's launches (correlation ids) for end_timing. Nothing waits: its
+  // kernels may still run.
+  std::vector<uint32_t> stop_timing();
+  // Then, on any thread (the writer's): `synchronize` (the context's work so
+  // far done), then the records of the launches `own`. The last pending call
+  // ends the session (the kind disabled, the callback unsubscribed).
+  TimingResult end_timing(const std::vector<uint32_t>& own, const std::function<bool()>& synchronize);
   // Whether a torch.profiler-like tool holds CUPTI's subscriber right now.
   bool subscriber_held_elsewhere();
 
@@ -92,6 +100,8 @@ class Cupti {
   bool load(std::string& error);
   void evaluate_ranges(const std::vector<uint8_t>& counter_data, const std::vector<std::string>& metrics,
                        WindowResult& res);
+  format::Status start_timing_session(void* ctx);  // cupti_timing.cpp, under the window's session_mu
+  void end_timing_session();
   Api* api_ = nullptr;
   std::mutex host_mu_;
   void* host_object_ = nullptr;  // kept for evaluation; rebuilt when the metric set changes

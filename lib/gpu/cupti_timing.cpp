@@ -1,8 +1,12 @@
-// Timing windows (cupti_profiler.h: begin_timing, end_timing): CUPTI
-// Activity's kernel records of one op call, without the range profiler.
-// The kernels run as they would without lingprobe (nothing replayed, no
-// memory saved and restored, no other thread held), so their durations are
-// the ones torch.profiler's trace shows for the same call.
+// Timed calls (cupti_profiler.h: begin_timing, stop_timing, end_timing):
+// CUPTI Activity's kernel records of one op call, without the range
+// profiler. The kernels run as they would without lingprobe: nothing
+// replayed, no memory saved and restored, no other thread held, and no wait
+// at the op's end (the next op's kernels queue behind its own; its records
+// are read later, on the writer's thread), so their durations are the ones
+// torch.profiler's trace shows for the same call. Calls whose records are
+// still to be read share one session: Activity stays enabled until the last
+// of them ends.
 #include "gpu/cupti_profiler.h"
 
 #include "gpu/cupti_api.h"
@@ -10,24 +14,29 @@
 
 #include "format/scope_guard.h"
 
+#include <algorithm>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
 namespace lingprobe::gpu {
 
-format::Status Cupti::begin_timing(void* ctx) {
+// The session's start (under w.session_mu, no call pending): the window
+// claimed, the launch callbacks subscribed, the kernel kind enabled.
+format::Status Cupti::start_timing_session(void* ctx) {
   Window& w = window();
   {
     std::lock_guard<std::mutex> lock(w.mu);
-    if (w.open) return {format::StatusCode::kFailed, "another window is open"};
+    if (w.open) return {format::StatusCode::kFailed, "a counter window is open"};
     w.open = true;
     w.records.clear();
   }
   {
     std::lock_guard<std::mutex> lock(w.correlations_mu);
     w.own_correlations.clear();
+    w.noted.clear();
   }
   format::ScopeGuard not_open([&] {
     w.timing.store(false);
@@ -35,8 +44,9 @@ format::Status Cupti::begin_timing(void* ctx) {
     w.open = false;
   });
   w.ctx = static_cast<CUcontext>(ctx);
-  w.owner.store(std::this_thread::get_id());
-  w.timing.store(true);  // before the callback can run: nothing is held, the owner's launches are noted
+  w.owner.store(std::thread::id());
+  w.timing.store(true);  // before the callback can run: nothing is held
+  w.timing_taken_over = false;
   w.subscriber = nullptr;
   if (const CUptiResult r = api_->Subscribe(&w.subscriber, on_driver_api, nullptr); r != CUPTI_SUCCESS) {
     w.subscriber = nullptr;
@@ -65,34 +75,80 @@ format::Status Cupti::begin_timing(void* ctx) {
   return format::Status::Ok();
 }
 
-TimingResult Cupti::end_timing(const std::function<bool()>& synchronize) {
+format::Status Cupti::begin_timing(void* ctx) {
   Window& w = window();
-  TimingResult res;
-  if (synchronize && !synchronize()) res.reason = "synchronizing the context failed";
-  api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-  std::vector<KernelLaunch> records;
-  std::vector<uint32_t> own;
-  {
-    std::lock_guard<std::mutex> lock(w.mu);
-    w.collecting = false;
-    records.swap(w.records);
+  std::lock_guard<std::mutex> session(w.session_mu);
+  if (w.timing_pending == 0) {
+    if (format::Status started = start_timing_session(ctx); !started.ok()) return started;
+  } else if (w.owner.load() != std::thread::id()) {
+    return {format::StatusCode::kFailed, "another timed call is open"};
+  } else if (w.ctx != static_cast<CUcontext>(ctx)) {
+    return {format::StatusCode::kFailed, "the pending timed calls are on another device"};
   }
   {
     std::lock_guard<std::mutex> lock(w.correlations_mu);
-    own.swap(w.own_correlations);
+    w.own_correlations.clear();
   }
-  // Another client that registered its Activity callbacks during the window
+  ++w.timing_pending;
+  w.owner.store(std::this_thread::get_id());
+  return format::Status::Ok();
+}
+
+std::vector<uint32_t> Cupti::stop_timing() {
+  Window& w = window();
+  w.owner.store(std::thread::id());
+  std::vector<uint32_t> own;
+  std::lock_guard<std::mutex> lock(w.correlations_mu);
+  own.swap(w.own_correlations);
+  return own;
+}
+
+// The session's end (under w.session_mu, the last call ended).
+void Cupti::end_timing_session() {
+  Window& w = window();
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
+    w.collecting = false;
+    w.records.clear();
+  }
+  // Another client that registered its Activity callbacks during the session
   // keeps the kind enabled (as at a counter window's end): its trace goes on.
-  const bool taken_over = !own.empty() && records.empty();
-  if (!taken_over) api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (!w.timing_taken_over) api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   if (w.subscriber) api_->Unsubscribe(w.subscriber);
   w.subscriber = nullptr;
   w.timing.store(false);
   {
-    std::lock_guard<std::mutex> lock(w.mu);
-    w.open = false;
+    std::lock_guard<std::mutex> lock(w.correlations_mu);
+    w.noted.clear();
   }
-  decide_timing(std::move(records), own, res);
+  std::lock_guard<std::mutex> lock(w.mu);
+  w.open = false;
+}
+
+TimingResult Cupti::end_timing(const std::vector<uint32_t>& own, const std::function<bool()>& synchronize) {
+  Window& w = window();
+  TimingResult res;
+  if (synchronize && !synchronize()) res.reason = "synchronizing the context failed";
+  api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  std::vector<KernelLaunch> mine;
+  const std::unordered_set<uint32_t> ids(own.begin(), own.end());
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
+    auto others = std::stable_partition(w.records.begin(), w.records.end(),
+                                        [&](const KernelLaunch& k) { return !ids.count(k.correlation); });
+    std::move(others, w.records.end(), std::back_inserter(mine));
+    w.records.erase(others, w.records.end());
+  }
+  {
+    std::lock_guard<std::mutex> lock(w.correlations_mu);
+    for (uint32_t id : own) w.noted.erase(id);
+  }
+  {
+    std::lock_guard<std::mutex> session(w.session_mu);
+    if (!own.empty() && mine.empty()) w.timing_taken_over = true;
+    if (w.timing_pending > 0 && --w.timing_pending == 0) end_timing_session();
+  }
+  decide_timing(std::move(mine), own, res);
   return res;
 }
 

@@ -69,7 +69,12 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   while (valid && g_api && g_api->ActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
     if (!w.collecting) continue;
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
-    w.records.push_back(launch_of(*reinterpret_cast<const CUpti_ActivityKernel10*>(record)));
+    const auto& kernel = *reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+    if (w.timing.load()) {  // timed calls: only the pending calls' kernels (the session sees every launch)
+      std::lock_guard<std::mutex> noted(w.correlations_mu);
+      if (!w.noted.count(kernel.correlationId)) continue;
+    }
+    w.records.push_back(launch_of(kernel));
   }
   std::free(buffer);
 }
@@ -81,8 +86,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 // the window has closed: under kernel replay it would be replayed inside the
 // window (and a RangeStop from that thread, tried first, crashed the process
 // on the H200). After kHoldSeconds it proceeds and the window is abandoned.
-// While a timing window is open, the owner thread's launches (graphs too)
-// are noted by correlation id and nothing is held.
+// While timed calls are pending, the open call's thread's launches (graphs
+// too) are noted by correlation id and nothing is held.
 
 void release_held_launches(Window& w) {
   {
@@ -127,6 +132,7 @@ void CUPTIAPI on_driver_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId
     if (!own_thread) return;
     std::lock_guard<std::mutex> lock(w.correlations_mu);  // not mu: a buffer being read must not hold the launch
     w.own_correlations.push_back(cb->correlationId);
+    w.noted.insert(cb->correlationId);
     return;
   }
   if (!own_thread) {

@@ -11,12 +11,13 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 namespace lingprobe::gpu {
 
 // The one window of the process (kernel replay serialises the device
-// anyway): a counter window (cupti_profiler.cpp) or a timing window
+// anyway): a counter window (cupti_profiler.cpp) or a session of timed calls
 // (cupti_timing.cpp), never both at once.
 struct Window {
   std::mutex mu;  // records, open
@@ -40,11 +41,19 @@ struct Window {
   uint64_t generation = 0;
   std::atomic<uint32_t> launches_held{0}, hold_timeouts{0};
   std::vector<KernelLaunch> records;
-  // A timing window: Activity alone (no range profiler, no launch guard);
-  // the correlation ids of the owner thread's launches name the op's kernels.
+  // Timed calls: Activity alone (no range profiler, no launch guard). The
+  // session (the kind enabled, the callback subscribed) lasts while any
+  // timed call is pending: begun, and not yet ended on the writer's thread.
+  // One call at a time is open (its thread is `owner`); the correlation ids
+  // of the owner's launches name its kernels, and only the pending calls'
+  // records are kept.
   std::atomic<bool> timing{false};
-  std::mutex correlations_mu;
-  std::vector<uint32_t> own_correlations;  // under correlations_mu
+  std::mutex session_mu;           // the session's start and end, and the count below
+  uint32_t timing_pending = 0;     // under session_mu
+  bool timing_taken_over = false;  // under session_mu: a call had launches and no records (another client's buffers)
+  std::mutex correlations_mu;      // not mu: a buffer being read must not hold a launch
+  std::vector<uint32_t> own_correlations;  // under correlations_mu: the open call's launches
+  std::unordered_set<uint32_t> noted;      // under correlations_mu: every pending call's launches
   size_t dropped_records = 0;
 };
 

@@ -37,9 +37,13 @@ struct SnapshotJob {
   ProfileData profile;
   bool timed = false;  // a kernel_timing record (the key's timed call: CUPTI Activity's durations)
   ProfileData timing;
+  // With `timed`: completes the timing on the writer's thread (it waits for
+  // the device there, not on the op's thread) and gives its data; the writer
+  // keeps a passed one. Unset: `timing` is complete already.
+  std::function<ProfileData()> complete_timing;
   uint64_t bytes = 0;  // of the tensors
   // Called once, on the writer thread: kept (path relative to the run
-  // directory; `kept` says which files: kKeptSnapshot, kKeptProfile), a
+  // directory; `kept` says which files: kKeptSnapshot, kKeptProfile, kKeptTiming), a
   // duplicate of a signature sampled elsewhere, or dropped (reason; kept 0).
   static constexpr uint8_t kKeptSnapshot = 1, kKeptProfile = 2, kKeptTiming = 4;
   std::function<void(Result, const std::string& path_or_reason, const std::string& signature_sha, uint8_t kept)> done;

@@ -254,6 +254,41 @@ def test_graph_launches_inside_a_window_and_results_are_correct(build_dir, tmp_p
     assert last_counts(run_dir)["dropped"]["profiles"]["abandoned"] >= 1
 
 
+NO_WAIT_JOB = """
+    import json, time, torch
+    dev = torch.device("cuda")
+    x = torch.randn(8192, 8192, device=dev)          # fp32: GEMMs of tens of milliseconds
+    v = torch.randn(4096, 8192, device=dev)
+    torch.mm(x, x)                                   # two keys' counters
+    torch.mm(v, x)
+    torch.cuda.synchronize()
+    time.sleep(1.0)                                  # the writer reports them: each key's next call is timed
+    t0 = time.perf_counter()
+    y = torch.mm(x, x)                               # timed: the op returns before its kernel ends
+    host_s = time.perf_counter() - t0
+    w = torch.mm(v, x)                               # timed too, queued behind it, while the first is pending
+    z = y[:2, :2].sum() + w[:2, :2].sum()
+    torch.cuda.synchronize()
+    print("ok", json.dumps({"host_s": host_s}))
+"""
+
+
+def test_timed_calls_do_not_wait_for_their_kernels(build_dir, tmp_path):
+    """A timed call's records are read on the writer's thread: the op's thread does not wait for the device, so the
+    next op's kernels queue behind the timed ones as without lingprobe (an idle start moved kernels by up to 8%:
+    bench/idle_start_probe.py), and the next key's timed call begins while the first is pending. Before, the timed
+    call synchronised the context at the op's end."""
+    run_dir, out = run_script(tmp_path, build_dir, NO_WAIT_JOB, LINGPROBE_OPS="aten::mm", LINGPROBE_SAMPLE_OPS="aten::mm")
+    host_s = json.loads(out.split("ok", 1)[1].strip().splitlines()[0])["host_s"]
+    timings = sorted((r for f in metadata.files(run_dir) for r in metadata.read(f) if r["kind"] == "kernel_timing"),
+                     key=lambda r: r["seq"])
+    assert [t["status"] for t in timings] == ["passed", "passed"], timings
+    kernel_s = [sum(k["metrics"]["gpu__time_duration.sum"]["value"] for k in t["kernels"]) / 1e6 for t in timings]  # us
+    assert min(kernel_s) > 0.005, timings
+    assert host_s < kernel_s[0] / 2, (host_s, kernel_s)
+    assert timings[0]["window_s"] < kernel_s[0] / 2, timings
+
+
 OTHER_THREAD_JOB = """
     import sys, threading, time, torch, torch.nn.functional as F
     dev = torch.device("cuda")

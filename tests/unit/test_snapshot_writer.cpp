@@ -105,6 +105,65 @@ TEST_CASE("a timed call's job is one kernel_timing record: no file, no claim, no
   REQUIRE(std::system(("rm -rf " + run).c_str()) == 0);
 }
 
+// A timed call's window is completed on the writer's thread (the op's thread
+// does not wait for the device): first, whatever else becomes of the job, so
+// that the window is given back; a failed timing is dropped with its status.
+TEST_CASE("the writer completes a timed call: a passed one is written, a failed one dropped with its status",
+          "[sink][snapshot]") {
+  char dir[] = "/tmp/lingprobe-evidence-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  const std::string run = dir;
+  REQUIRE(std::system(("mkdir -p " + run + "/metadata").c_str()) == 0);
+  sink::MetadataWriter metadata({run + "/metadata/m.jsonl", "{\"kind\":\"header\"}", 10000, {}, run},
+                                [] { return format::CountsSnapshot{}; });
+  sink::SnapshotWriter writer(run, "rank0", &metadata, nullptr);
+  writer.add_signature(5, std::string(64, 'e'), "{\"op\":\"aten.mm.default\"}");
+  struct Outcome {
+    int completed = 0;
+    runtime::SnapshotJob::Result result = runtime::SnapshotJob::Result::Duplicate;
+    std::string what;
+    uint8_t kept = 0;
+  } passed, failed, unknown;
+  auto timed_job = [](Outcome& o, uint32_t id, const char* status) {
+    runtime::SnapshotJob job;
+    job.signature_id = id;
+    job.seq = 7;
+    job.stage = "dit";
+    job.snapshot = false;
+    job.timed = true;
+    job.complete_timing = [&o, status] {
+      ++o.completed;
+      format::ProfileData d;
+      d.status = status;
+      d.metrics = {"gpu__time_duration.sum"};
+      return d;
+    };
+    job.done = [&o](runtime::SnapshotJob::Result r, const std::string& what, const std::string&, uint8_t kept) {
+      o.result = r, o.what = what, o.kept = kept;
+    };
+    return job;
+  };
+  writer.submit(timed_job(passed, 5, "passed"));
+  writer.submit(timed_job(failed, 5, "failed"));
+  writer.submit(timed_job(unknown, 6, "passed"));  // a signature the writer does not know: dropped, yet completed
+  writer.finalize();
+  metadata.finalize();
+  CHECK(passed.completed == 1);
+  CHECK(passed.result == runtime::SnapshotJob::Result::Kept);
+  CHECK(passed.kept == runtime::SnapshotJob::kKeptTiming);
+  CHECK(failed.completed == 1);
+  CHECK(failed.result == runtime::SnapshotJob::Result::Dropped);
+  CHECK(failed.what == "failed");
+  CHECK(unknown.completed == 1);
+  CHECK(unknown.result == runtime::SnapshotJob::Result::Dropped);
+  std::ifstream in(run + "/metadata/m.jsonl");
+  std::string line;
+  int records = 0;
+  while (std::getline(in, line)) records += line.find("\"kind\":\"kernel_timing\"") != std::string::npos;
+  CHECK(records == 1);
+  REQUIRE(std::system(("rm -rf " + run).c_str()) == 0);
+}
+
 TEST_CASE("a timed call that also took a snapshot keeps its timing when another process owns the signature",
           "[sink][snapshot]") {
   char dir[] = "/tmp/lingprobe-evidence-XXXXXX";

@@ -1,0 +1,163 @@
+// Timed calls (counter_windows.h: open_timing): a key's call timed by CUPTI
+// Activity alone, completed on the writer's thread. The calls pending at
+// once share the window slot and the GPU's lock (counter_windows_state.h).
+#include "gpu/counter_windows.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gpu/counter_windows_state.h"
+
+namespace lingprobe::gpu {
+
+#ifdef LINGPROBE_HAVE_CUPTI
+namespace {
+
+// A timed call: the durations of the op's kernels by CUPTI Activity, as
+// ProfileData with the one metric gpu__time_duration.sum (no passes). stop()
+// ends it on the op's thread without waiting, so that the next op's kernels
+// queue behind its own as they would without lingprobe (a kernel started on
+// an idle GPU can run up to 8% longer: docs/COUNTERS.md). It is completed
+// once (waiting for the context's work so far, then its records): by close()
+// on the writer's thread, or before a counter window opens; meanwhile later
+// timed calls begin and end as usual. Its seconds are the op's own inside it
+// (open to stop): the stall it cost.
+class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTiming {
+ public:
+  TimingWindow(CounterWindows::State* owner, CudaDriver* d, int device, void* ctx,
+               std::chrono::steady_clock::time_point t0)
+      : owner_(owner), d_(d), device_(device), ctx_(ctx), t0_(t0) {}
+  ~TimingWindow() override {
+    try {
+      complete();
+    } catch (...) {  // nothing escapes into the op's unwinding
+    }
+  }
+  void stop() override {
+    std::lock_guard<std::mutex> lock(owner_->pending_mu);
+    if (stopped_) return;
+    stop_noting();
+    owner_->pending_timings.push_back(this);
+  }
+  format::ProfileData close() override {
+    complete();
+    return data_;
+  }
+
+ private:
+  void complete() {
+    std::lock_guard<std::mutex> lock(owner_->pending_mu);
+    complete_locked();
+  }
+  void complete_locked() override {
+    if (closed_) return;
+    if (!stopped_) stop_noting();
+    const TimingResult t = owner_->cupti->end_timing(own_, [this] { return d_->synchronize(ctx_); });
+    closed_ = true;
+    auto& pending = owner_->pending_timings;
+    const PendingTiming* me = this;
+    pending.erase(std::remove(pending.begin(), pending.end(), me), pending.end());
+    if (--owner_->timing_calls == 0) {  // the last: the lock, the epoch and the slot given back
+      owner_->lock.unlock(owner_->timing_lock_fd);
+      owner_->timing_lock_fd = -1;
+      owner_->local_epoch.fetch_add(1);
+      WindowSlot::release();
+    }
+    data_ = profile_of(t);
+  }
+  void stop_noting() {
+    own_ = owner_->cupti->stop_timing();
+    stopped_ = true;
+    const auto d = std::chrono::steady_clock::now() - t0_;
+    owner_->add_stall(d, true);
+    seconds_ = std::chrono::duration<double>(d).count();
+  }
+  format::ProfileData profile_of(const TimingResult& t) const {
+    format::ProfileData p;
+    p.status = t.passed ? "passed" : "failed";
+    p.reason = t.reason;
+    p.metrics = {"gpu__time_duration.sum"};
+    p.compute_capability = d_->compute_capability(device_);
+    for (const KernelLaunch& k : t.kernels) {
+      p.kernels.push_back(profiled_kernel(k, device_));
+      p.kernels.back().values = {static_cast<double>(k.end_ns - k.start_ns)};  // ns, the metric's base unit
+    }
+    p.window_seconds = seconds_;
+    p.identity = owner_->identity;
+    p.identity.set("cuda_device", format::JsonValue::string(std::to_string(device_)));
+    p.identity.set("launches", format::JsonValue::integer(t.launches));
+    return p;
+  }
+  CounterWindows::State* owner_;
+  CudaDriver* d_;
+  int device_;
+  void* ctx_;
+  std::chrono::steady_clock::time_point t0_;
+  std::vector<uint32_t> own_;              // the call's launches, from stop_noting
+  bool stopped_ = false, closed_ = false;  // under owner_->pending_mu
+  double seconds_ = 0;
+  format::ProfileData data_;
+};
+
+}  // namespace
+
+std::unique_ptr<OpenCounterWindow> CounterWindows::State::join_timing(int device, WindowRefusal& refusal,
+                                                                      std::string& detail) {
+  if (device != timing_device) {
+    detail = "timed calls on another device are pending";
+    return refusal = WindowRefusal::WindowBusy, nullptr;
+  }
+  CudaDriver* d = CudaDriver::get(&detail);
+  if (!d) return refusal = WindowRefusal::NoDriver, nullptr;
+  void* ctx = d->primary_context(device);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (const format::Status began = cupti->begin_timing(ctx); !began.ok()) {  // another call open: busy
+    detail = began.message();
+    return refusal =
+               began.code() == format::StatusCode::kHeld ? WindowRefusal::SubscriberHeld : WindowRefusal::WindowBusy,
+           nullptr;
+  }
+  ++timing_calls;
+  refusal = WindowRefusal::None;
+  return std::make_unique<TimingWindow>(this, d, device, ctx, t0);
+}
+
+#endif
+
+std::unique_ptr<OpenCounterWindow> CounterWindows::open_timing(int device, WindowRefusal& refusal,
+                                                               std::string& detail) {
+#ifdef LINGPROBE_HAVE_CUPTI
+  State& s = *s_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  {  // timed calls pending: this one joins them (their slot and lock), on their device only
+    std::lock_guard<std::mutex> pending(s.pending_mu);
+    if (s.timing_calls > 0) return s.join_timing(device, refusal, detail);
+  }
+  WindowSlot slot;
+  State::Claimed c;
+  if (!s.claim_gpu(device, slot, c, refusal, detail)) return nullptr;
+  if (const format::Status began = s.cupti->begin_timing(c.ctx); !began.ok()) {
+    s.begin_failed(c, began, refusal, detail);
+    return nullptr;
+  }
+  slot.keep();
+  s.local_epoch.fetch_add(1);  // odd while timed calls are pending (the last one bumps it back)
+  std::lock_guard<std::mutex> pending(s.pending_mu);
+  s.timing_calls = 1;
+  s.timing_device = device;
+  s.timing_lock_fd = c.lock_fd;
+  refusal = WindowRefusal::None;
+  return std::make_unique<TimingWindow>(&s, c.d, device, c.ctx, c.t0);
+#else
+  (void)device;
+  (void)detail;
+  refusal = WindowRefusal::NotBuilt;
+  return nullptr;
+#endif
+}
+
+}  // namespace lingprobe::gpu

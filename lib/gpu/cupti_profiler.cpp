@@ -48,6 +48,13 @@ Cupti* Cupti::get(std::string* error) {
   return cupti;
 }
 
+Cupti* Cupti::with_api(Api* api) {
+  auto* c = new Cupti;
+  c->api_ = api;
+  g_api = api;
+  return c;
+}
+
 bool Cupti::subscriber_held_elsewhere() {
   CUpti_SubscriberHandle s = nullptr;
   const CUptiResult r = api_->Subscribe(&s, on_driver_api, nullptr);

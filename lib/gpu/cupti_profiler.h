@@ -94,6 +94,10 @@ class Cupti {
 
   std::string describe(int result) const;
   struct Api;
+  // Tests: a Cupti over `api` (fakes of CUPTI's functions; no library
+  // loaded), through which the window's buffer callbacks read too, until the
+  // next with_api. Never freed.
+  static Cupti* with_api(Api* api);
 
  private:
   Cupti() = default;

@@ -83,10 +83,10 @@ class CudaAccess : public capture::DeviceAccess {
     }
     return std::make_unique<Window>(std::move(w));
   }
-  std::unique_ptr<capture::CounterWindow> open_timing(int device, std::string& reason) override {
+  std::unique_ptr<capture::CounterWindow> open_timing(int device, void* stream, std::string& reason) override {
     gpu::WindowRefusal refusal = gpu::WindowRefusal::None;
     std::string detail;
-    std::unique_ptr<gpu::OpenCounterWindow> w = windows_.open_timing(device, refusal, detail);
+    std::unique_ptr<gpu::OpenCounterWindow> w = windows_.open_timing(device, stream, refusal, detail);
     if (!w) {
       reason = refusal_reason(refusal, detail);
       return nullptr;

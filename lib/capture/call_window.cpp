@@ -62,7 +62,8 @@ CallWindow open_call_window(const SampledCall& call, bool timing, bool setup, bo
   CallWindow w;
   std::string reason;
   const auto t0 = std::chrono::steady_clock::now();
-  w.window = timing ? device.open_timing(cuda->index(), reason) : device.open_counters(cuda->index(), stream, reason);
+  w.window =
+      timing ? device.open_timing(cuda->index(), stream, reason) : device.open_counters(cuda->index(), stream, reason);
   if (!w.window) {  // a refused window's wait (the counter lock, the probe) is stall too
     budgets.charge_window(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), setup);
     w.refusal = reason.empty() ? "window_not_opened" : reason;

@@ -63,10 +63,11 @@ class DeviceAccess {
   // (counters unavailable, held by another tool, another window open...).
   virtual std::unique_ptr<CounterWindow> open_counters(int device, void* stream, std::string& reason) = 0;
   // Opens a timing window on `device` for the kernels the calling thread
-  // launches until close() (CUPTI Activity alone: they run as without
-  // lingprobe); its profile has the one metric gpu__time_duration.sum.
-  // nullptr and `reason` as for counters.
-  virtual std::unique_ptr<CounterWindow> open_timing(int device, std::string& reason) = 0;
+  // launches until stop() (CUPTI Activity alone: they run as without
+  // lingprobe), on `stream` (the op's current stream) and others; its
+  // profile has the one metric gpu__time_duration.sum. nullptr and `reason`
+  // as for counters.
+  virtual std::unique_ptr<CounterWindow> open_timing(int device, void* stream, std::string& reason) = 0;
 };
 
 }  // namespace lingprobe::capture

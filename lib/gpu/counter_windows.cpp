@@ -45,6 +45,11 @@ void WindowSlot::release() {
   g_hold_cv.notify_all();
 }
 
+bool WindowSlot::held() {
+  std::lock_guard<std::mutex> lock(g_hold_mu);
+  return g_holds > 0;
+}
+
 WindowSlot::~WindowSlot() {
   if (owned_) release();
 }

@@ -55,12 +55,14 @@ class CounterWindows {
   // A window on `device`'s primary context for the op's kernels on `stream`
   // (a CUstream), or nullptr with the refusal and its detail.
   std::unique_ptr<OpenCounterWindow> open(int device, void* stream, WindowRefusal& refusal, std::string& detail);
-  // A timing window on `device`'s primary context for the kernels the
-  // calling thread launches until close(): CUPTI Activity alone, so they run
-  // as without lingprobe (no replay, no launch held). The same refusals and
-  // the same one window at a time; its profile has the one metric
-  // gpu__time_duration.sum, each kernel's Activity duration.
-  std::unique_ptr<OpenCounterWindow> open_timing(int device, WindowRefusal& refusal, std::string& detail);
+  // A timed call on `device`'s primary context: the kernels the calling
+  // thread launches until stop(), by CUPTI Activity alone, so they run as
+  // without lingprobe (no replay, no launch held, no wait at the op's end).
+  // close(), on any thread, waits for `stream` (the op's CUstream) to pass the
+  // op's end without a context synchronisation (capture-safe). Timed calls may
+  // be pending several at once; the same refusals as a counter window
+  // otherwise. Its profile has the one metric gpu__time_duration.sum.
+  std::unique_ptr<OpenCounterWindow> open_timing(int device, void* stream, WindowRefusal& refusal, std::string& detail);
   // The window epoch of `device`'s GPU for the stage clock: the lock file's
   // counter (every process's windows on the GPU) in the high half, this
   // process's own windows in the low half; odd halves while a window is open.

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,7 @@ class WindowSlot {
   WindowRefusal acquire();
   void keep() { owned_ = false; }
   static void release();
+  static bool held();  // a hold is waiting for the windows to end (hold_counters)
   ~WindowSlot();
 
  private:
@@ -59,8 +61,8 @@ struct CounterWindows::State {
   bool claim_gpu(int device, WindowSlot& slot, Claimed& c, WindowRefusal& refusal, std::string& detail);
   // A window whose begin failed: the GPU's lock given back, the wait charged, the refusal and its detail set.
   void begin_failed(const Claimed& c, const format::Status& began, WindowRefusal& refusal, std::string& detail);
-  // A timed call joining the pending ones (under mu and pending_mu).
-  std::unique_ptr<OpenCounterWindow> join_timing(int device, WindowRefusal& refusal, std::string& detail);
+  // A timed call joining the pending ones (under mu and pending_mu); refused while torch.profiler starts.
+  std::unique_ptr<OpenCounterWindow> join_timing(int device, void* stream, WindowRefusal& refusal, std::string& detail);
 #endif
   // Timed calls stopped at their op's end and not yet completed (by the
   // writer's thread): a counter window about to open completes them first,
@@ -68,18 +70,29 @@ struct CounterWindows::State {
   // refused. The timed calls begun and not completed share the window slot
   // and the GPU's lock, taken by the first and given back by the last.
   struct PendingTiming {
-    virtual void complete_locked() = 0;  // under pending_mu
+    virtual void claim_locked() = 0;    // under pending_mu: this completion is under way, off the list
+    virtual void finish_claimed() = 0;  // without pending_mu: waits for the device, reads the records
 
    protected:
     ~PendingTiming() = default;
   };
   std::mutex pending_mu;
-  std::vector<PendingTiming*> pending_timings;  // under pending_mu: stopped, not completed
+  std::condition_variable pending_cv;           // a completion finished
+  std::vector<PendingTiming*> pending_timings;  // under pending_mu: stopped, not yet claimed by a completion
   uint32_t timing_calls = 0;                    // under pending_mu: begun, not completed
+  uint32_t completing = 0;                      // under pending_mu: completions under way
   int timing_device = -1, timing_lock_fd = -1;  // under pending_mu: while timing_calls > 0
+  // Every stopped timed call completed, by this thread or the one already at it (bounded: 10 s).
   void complete_pending_timings() {
-    std::lock_guard<std::mutex> lock(pending_mu);
-    while (!pending_timings.empty()) pending_timings.back()->complete_locked();
+    std::unique_lock<std::mutex> lock(pending_mu);
+    while (!pending_timings.empty()) {
+      PendingTiming* t = pending_timings.back();
+      t->claim_locked();  // its other completer (the writer's close, its destructor) now waits for this one
+      lock.unlock();
+      t->finish_claimed();
+      lock.lock();
+    }
+    pending_cv.wait_for(lock, std::chrono::seconds(10), [&] { return completing == 0; });
   }
   // `window`: a window that opened (else a refused attempt's wait).
   void add_stall(std::chrono::steady_clock::duration d, bool window = false) {

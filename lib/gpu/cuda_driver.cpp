@@ -224,6 +224,31 @@ void* CudaDriver::own_stream(int device) {
   return streams_[device];
 }
 
+// Polls `event` until it completes (capture-safe when this thread's capture mode is relaxed), with a deadline
+// once the process is exiting. "" or why it stopped.
+std::string CudaDriver::poll_event(void* event) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    const CUresult r = api_->cuEventQuery(event);
+    if (r == 0) return "";
+    if (r != kNotReady) return "waiting for the op's stream: " + describe(r);
+    if (finishing_.load() && std::chrono::steady_clock::now() > deadline)
+      return "the op's stream did not finish within 5 s of exit";
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+bool CudaDriver::wait_event(int device, void* event) {
+  CUcontext ctx = context(device);
+  if (!ctx || !event || api_->cuCtxPushCurrent(ctx) != 0) return false;
+  const int previous = relax_capture_mode();
+  const bool done = poll_event(event).empty();
+  restore_capture_mode(previous);
+  CUcontext popped = nullptr;
+  api_->cuCtxPopCurrent(&popped);
+  return done;
+}
+
 std::string CudaDriver::copy_to_host(int device, void* event, const void* device_ptr, size_t nbytes,
                                      const std::function<bool(const void*, size_t)>& out) {
   CUcontext ctx = context(device);
@@ -232,22 +257,7 @@ std::string CudaDriver::copy_to_host(int device, void* event, const void* device
   if (api_->cuCtxPushCurrent(ctx) != 0) return "cannot make device " + std::to_string(device) + "'s context current";
   std::string err;
   const int previous = relax_capture_mode();
-  // The op's stream must have made the copy: poll its event (capture-safe),
-  // with a deadline once the process is exiting.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  for (;;) {
-    const CUresult r = api_->cuEventQuery(event);
-    if (r == 0) break;
-    if (r != kNotReady) {
-      err = "waiting for the op's stream: " + describe(r);
-      break;
-    }
-    if (finishing_.load() && std::chrono::steady_clock::now() > deadline) {
-      err = "the op's stream did not finish within 5 s of exit";
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
+  err = poll_event(event);  // the op's stream must have made the copy
   CUstream s = err.empty() ? own_stream(device) : nullptr;
   if (err.empty() && !staging_ && api_->cuMemHostAlloc(&staging_, kStagingBytes, 0) != 0) staging_ = nullptr;
   if (!err.empty()) {

@@ -42,6 +42,10 @@ class CudaDriver {
   void destroy_event(int device, void* event);
   enum class EventState { Done, Pending, Failed };
   EventState query_event(int device, void* event);
+  // Waits for `event` by polling it in relaxed capture mode (legal while another thread captures a graph, where a
+  // context synchronisation would invalidate the capture); once the process is finishing, for at most 5 s. False on
+  // error or that deadline.
+  bool wait_event(int device, void* event);
   // Milliseconds between two completed timing events of `device`; false on error.
   bool elapsed_ms(int device, void* start, void* end, float& ms);
   // Waits for `event` on lingprobe's own stream of `device`, then copies
@@ -76,6 +80,7 @@ class CudaDriver {
   CudaDriver() = default;
   bool load(std::string& error);
   void* context(int device);  // the device's primary context (retained once)
+  std::string poll_event(void* event);
   void* own_stream(int device);
   std::string describe(int code) const;
 

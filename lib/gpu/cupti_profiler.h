@@ -82,10 +82,11 @@ class Cupti {
   // the call's launches (correlation ids) for end_timing. Nothing waits: its
   // kernels may still run.
   std::vector<uint32_t> stop_timing();
-  // Then, on any thread (the writer's): `synchronize` (the context's work so
-  // far done), then the records of the launches `own`. The last pending call
-  // ends the session (the kind disabled, the callback unsubscribed).
-  TimingResult end_timing(const std::vector<uint32_t>& own, const std::function<bool()>& synchronize);
+  // Then, on any thread (the writer's): `ended` (waits until the op's
+  // kernels ran: the caller polls an event on its stream), then the records
+  // of the launches `own`. The last pending call ends the session (the kind
+  // disabled, the callback unsubscribed).
+  TimingResult end_timing(const std::vector<uint32_t>& own, const std::function<bool()>& ended);
   // Whether a torch.profiler-like tool holds CUPTI's subscriber right now.
   bool subscriber_held_elsewhere();
 

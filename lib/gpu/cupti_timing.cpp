@@ -125,10 +125,10 @@ void Cupti::end_timing_session() {
   w.open = false;
 }
 
-TimingResult Cupti::end_timing(const std::vector<uint32_t>& own, const std::function<bool()>& synchronize) {
+TimingResult Cupti::end_timing(const std::vector<uint32_t>& own, const std::function<bool()>& ended) {
   Window& w = window();
   TimingResult res;
-  if (synchronize && !synchronize()) res.reason = "synchronizing the context failed";
+  if (ended && !ended()) res.reason = "the op's stream did not reach the call's end (error, or 5 s at exit)";
   api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::vector<KernelLaunch> mine;
   const std::unordered_set<uint32_t> ids(own.begin(), own.end());

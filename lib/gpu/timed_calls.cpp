@@ -21,25 +21,32 @@ namespace {
 // ProfileData with the one metric gpu__time_duration.sum (no passes). stop()
 // ends it on the op's thread without waiting, so that the next op's kernels
 // queue behind its own as they would without lingprobe (a kernel started on
-// an idle GPU can run up to 8% longer: docs/COUNTERS.md). It is completed
-// once (waiting for the context's work so far, then its records): by close()
-// on the writer's thread, or before a counter window opens; meanwhile later
-// timed calls begin and end as usual. Its seconds are the op's own inside it
-// (open to stop): the stall it cost.
+// an idle GPU can run up to 8% longer: docs/COUNTERS.md), and records an
+// event on the op's stream. It is completed once, by close() on the writer's
+// thread or before a counter window opens, whichever claims it first (the
+// other waits): the event polled in relaxed capture mode (no context
+// synchronisation, which would invalidate another thread's graph capture),
+// then its records. A kernel of the op on another stream that has not ended
+// by then has no record yet: the call fails and the key is timed later.
+// Meanwhile later timed calls begin and end as usual. Its seconds are the
+// op's own inside it (open to stop): the stall it cost.
 class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTiming {
  public:
-  TimingWindow(CounterWindows::State* owner, CudaDriver* d, int device, void* ctx,
+  TimingWindow(CounterWindows::State* owner, CudaDriver* d, int device, void* stream,
                std::chrono::steady_clock::time_point t0)
-      : owner_(owner), d_(d), device_(device), ctx_(ctx), t0_(t0) {}
+      : owner_(owner), d_(d), device_(device), stream_(stream), t0_(t0) {}
+  // Made before CUPTI's begin (nothing to undo if it cannot be made), open once it began.
+  void began() { state_ = State::Open; }
   ~TimingWindow() override {
     try {
       complete();
     } catch (...) {  // nothing escapes into the op's unwinding
     }
+    if (event_) d_->destroy_event(device_, event_);
   }
   void stop() override {
     std::lock_guard<std::mutex> lock(owner_->pending_mu);
-    if (stopped_) return;
+    if (state_ != State::Open) return;
     stop_noting();
     owner_->pending_timings.push_back(this);
   }
@@ -49,18 +56,31 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
   }
 
  private:
+  enum class State { Open, Stopped, Completing, Closed };
   void complete() {
-    std::lock_guard<std::mutex> lock(owner_->pending_mu);
-    complete_locked();
+    std::unique_lock<std::mutex> lock(owner_->pending_mu);
+    if (state_ == State::Completing) owner_->pending_cv.wait(lock, [&] { return state_ == State::Closed; });
+    if (state_ == State::Closed) return;
+    claim_locked();
+    lock.unlock();
+    finish_claimed();
   }
-  void complete_locked() override {
-    if (closed_) return;
-    if (!stopped_) stop_noting();
-    const TimingResult t = owner_->cupti->end_timing(own_, [this] { return d_->synchronize(ctx_); });
-    closed_ = true;
+  void claim_locked() override {
+    if (state_ == State::Open) stop_noting();
+    state_ = State::Completing;
+    ++owner_->completing;
     auto& pending = owner_->pending_timings;
     const PendingTiming* me = this;
     pending.erase(std::remove(pending.begin(), pending.end(), me), pending.end());
+  }
+  void finish_claimed() override {
+    TimingResult t;
+    try {  // the device awaited without the lock: other timed calls go on meanwhile
+      t = owner_->cupti->end_timing(own_, [this] { return event_ && d_->wait_event(device_, event_); });
+    } catch (...) {
+      t.reason = "internal error reading the records";
+    }
+    std::lock_guard<std::mutex> lock(owner_->pending_mu);
     if (--owner_->timing_calls == 0) {  // the last: the lock, the epoch and the slot given back
       owner_->lock.unlock(owner_->timing_lock_fd);
       owner_->timing_lock_fd = -1;
@@ -68,10 +88,16 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
       WindowSlot::release();
     }
     data_ = profile_of(t);
+    state_ = State::Closed;  // a completer waiting for it may destroy it once the lock is given back
+    --owner_->completing;
+    owner_->pending_cv.notify_all();
   }
+  // Under pending_mu: the call's launches taken, its end marked on the op's stream, its stall charged.
   void stop_noting() {
     own_ = owner_->cupti->stop_timing();
-    stopped_ = true;
+    std::string error;
+    event_ = d_->record_event(device_, stream_, error);
+    state_ = State::Stopped;
     const auto d = std::chrono::steady_clock::now() - t0_;
     owner_->add_stall(d, true);
     seconds_ = std::chrono::duration<double>(d).count();
@@ -95,51 +121,54 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
   CounterWindows::State* owner_;
   CudaDriver* d_;
   int device_;
-  void* ctx_;
+  void* stream_;
   std::chrono::steady_clock::time_point t0_;
-  std::vector<uint32_t> own_;              // the call's launches, from stop_noting
-  bool stopped_ = false, closed_ = false;  // under owner_->pending_mu
+  std::vector<uint32_t> own_;    // the call's launches, from stop_noting
+  void* event_ = nullptr;        // recorded on the op's stream at its end
+  State state_ = State::Closed;  // under owner_->pending_mu; Open once began()
   double seconds_ = 0;
   format::ProfileData data_;
 };
 
 }  // namespace
 
-std::unique_ptr<OpenCounterWindow> CounterWindows::State::join_timing(int device, WindowRefusal& refusal,
+std::unique_ptr<OpenCounterWindow> CounterWindows::State::join_timing(int device, void* stream, WindowRefusal& refusal,
                                                                       std::string& detail) {
+  if (WindowSlot::held()) return refusal = WindowRefusal::ProfilerActive, nullptr;  // torch.profiler is starting
   if (device != timing_device) {
     detail = "timed calls on another device are pending";
     return refusal = WindowRefusal::WindowBusy, nullptr;
   }
   CudaDriver* d = CudaDriver::get(&detail);
   if (!d) return refusal = WindowRefusal::NoDriver, nullptr;
-  void* ctx = d->primary_context(device);
-  const auto t0 = std::chrono::steady_clock::now();
-  if (const format::Status began = cupti->begin_timing(ctx); !began.ok()) {  // another call open: busy
-    detail = began.message();
+  auto w = std::make_unique<TimingWindow>(this, d, device, stream, std::chrono::steady_clock::now());
+  if (const format::Status began = cupti->begin_timing(d->primary_context(device)); !began.ok()) {
+    detail = began.message();  // another call open: busy
     return refusal =
                began.code() == format::StatusCode::kHeld ? WindowRefusal::SubscriberHeld : WindowRefusal::WindowBusy,
            nullptr;
   }
+  w->began();
   ++timing_calls;
   refusal = WindowRefusal::None;
-  return std::make_unique<TimingWindow>(this, d, device, ctx, t0);
+  return w;
 }
 
 #endif
 
-std::unique_ptr<OpenCounterWindow> CounterWindows::open_timing(int device, WindowRefusal& refusal,
+std::unique_ptr<OpenCounterWindow> CounterWindows::open_timing(int device, void* stream, WindowRefusal& refusal,
                                                                std::string& detail) {
 #ifdef LINGPROBE_HAVE_CUPTI
   State& s = *s_;
   std::lock_guard<std::mutex> lock(s.mu);
   {  // timed calls pending: this one joins them (their slot and lock), on their device only
     std::lock_guard<std::mutex> pending(s.pending_mu);
-    if (s.timing_calls > 0) return s.join_timing(device, refusal, detail);
+    if (s.timing_calls > 0) return s.join_timing(device, stream, refusal, detail);
   }
   WindowSlot slot;
   State::Claimed c;
   if (!s.claim_gpu(device, slot, c, refusal, detail)) return nullptr;
+  auto w = std::make_unique<TimingWindow>(&s, c.d, device, stream, c.t0);
   if (const format::Status began = s.cupti->begin_timing(c.ctx); !began.ok()) {
     s.begin_failed(c, began, refusal, detail);
     return nullptr;
@@ -147,13 +176,15 @@ std::unique_ptr<OpenCounterWindow> CounterWindows::open_timing(int device, Windo
   slot.keep();
   s.local_epoch.fetch_add(1);  // odd while timed calls are pending (the last one bumps it back)
   std::lock_guard<std::mutex> pending(s.pending_mu);
+  w->began();
   s.timing_calls = 1;
   s.timing_device = device;
   s.timing_lock_fd = c.lock_fd;
   refusal = WindowRefusal::None;
-  return std::make_unique<TimingWindow>(&s, c.d, device, c.ctx, c.t0);
+  return w;
 #else
   (void)device;
+  (void)stream;
   (void)detail;
   refusal = WindowRefusal::NotBuilt;
   return nullptr;

@@ -15,6 +15,7 @@
 #include "format/scope_guard.h"
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
@@ -125,11 +126,39 @@ void Cupti::end_timing_session() {
   w.open = false;
 }
 
+// The records of the launches `own` (their kernels ended), flushed unforced
+// while they can come that way: a forced flush hands over a buffer with the
+// records of kernels still running too (a later pending call's, queued
+// behind this one's), which come without timestamps and never again, so
+// that call would fail. Unforced, CUPTI returns only buffers whose records
+// are complete. Forced after kUnforcedFlushWait (a later kernel still
+// running by then: that call fails and its key is timed at a later call).
+void Cupti::flush_records_of(const std::vector<uint32_t>& own) {
+  constexpr auto kUnforcedFlushWait = std::chrono::milliseconds(50);
+  Window& w = window();
+  const auto deadline = std::chrono::steady_clock::now() + kUnforcedFlushWait;
+  const std::unordered_set<uint32_t> wanted(own.begin(), own.end());
+  auto all_arrived = [&] {
+    std::unordered_set<uint32_t> arrived;
+    std::lock_guard<std::mutex> lock(w.mu);
+    for (const KernelLaunch& k : w.records)
+      if (wanted.count(k.correlation)) arrived.insert(k.correlation);
+    return arrived.size() == wanted.size();
+  };
+  while (!wanted.empty()) {
+    api_->ActivityFlushAll(0);
+    if (all_arrived()) return;
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
 TimingResult Cupti::end_timing(const std::vector<uint32_t>& own, const std::function<bool()>& ended) {
   Window& w = window();
   TimingResult res;
   if (ended && !ended()) res.reason = "the op's stream did not reach the call's end (error, or 5 s at exit)";
-  api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  flush_records_of(own);
   std::vector<KernelLaunch> mine;
   const std::unordered_set<uint32_t> ids(own.begin(), own.end());
   {

@@ -66,10 +66,15 @@ void decide_timing(std::vector<KernelLaunch> records, const std::vector<uint32_t
   std::set<std::pair<uint32_t, uint64_t>> once;  // (correlation, start): a record delivered twice counts once
   res.launches = static_cast<uint32_t>(own.size());
   bool untimed = false;
+  auto has_times = [](const KernelLaunch& k) { return k.start_ns != 0 && k.end_ns > k.start_ns; };
+  std::set<uint32_t> timed;  // a launch with a record that has timestamps: another one without them is ignored
+  for (const auto& k : records)
+    if (has_times(k)) timed.insert(k.correlation);
   for (auto& k : records) {
     if (!wanted.count(k.correlation) || !once.insert({k.correlation, k.start_ns}).second) continue;
+    if (!has_times(k) && timed.count(k.correlation)) continue;
     seen.insert(k.correlation);
-    untimed = untimed || k.start_ns == 0 || k.end_ns <= k.start_ns;
+    untimed = untimed || !has_times(k);
     res.kernels.push_back(std::move(k));
   }
   std::sort(res.kernels.begin(), res.kernels.end(),

@@ -255,14 +255,20 @@ def test_graph_launches_inside_a_window_and_results_are_correct(build_dir, tmp_p
 
 
 NO_WAIT_JOB = """
-    import json, time, torch
+    import glob, json, os, time, torch
     dev = torch.device("cuda")
     x = torch.randn(8192, 8192, device=dev)          # fp32: GEMMs of tens of milliseconds
     v = torch.randn(4096, 8192, device=dev)
     torch.mm(x, x)                                   # two keys' counters
     torch.mm(v, x)
     torch.cuda.synchronize()
-    time.sleep(1.0)                                  # the writer reports them: each key's next call is timed
+    def profiles_on_disk():                          # written by the writer's thread, which then reports them
+        files = glob.glob(os.path.join(os.environ["LINGPROBE_OUT"], "*", "metadata", "*.jsonl"))
+        return sum(json.loads(l).get("kind") == "profile" for f in files for l in open(f) if l.strip())
+    deadline = time.time() + 60                      # a fixed sleep was too short on a cold first run
+    while profiles_on_disk() < 2 and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.2)                                  # each key's next call is timed
     t0 = time.perf_counter()
     y = torch.mm(x, x)                               # timed: the op returns before its kernel ends
     host_s = time.perf_counter() - t0
@@ -282,7 +288,9 @@ def test_timed_calls_do_not_wait_for_their_kernels(build_dir, tmp_path):
     host_s = json.loads(out.split("ok", 1)[1].strip().splitlines()[0])["host_s"]
     timings = sorted((r for f in metadata.files(run_dir) for r in metadata.read(f) if r["kind"] == "kernel_timing"),
                      key=lambda r: r["seq"])
-    assert [t["status"] for t in timings] == ["passed", "passed"], timings
+    records = [r for f in metadata.files(run_dir) for r in metadata.read(f)]
+    told = [r for r in records if r["kind"] not in ("call", "signature", "config", "kernel_timing", "profile")]
+    assert [t["status"] for t in timings] == ["passed", "passed"], (timings, told)
     kernel_s = [sum(k["metrics"]["gpu__time_duration.sum"]["value"] for k in t["kernels"]) / 1e6 for t in timings]  # us
     assert min(kernel_s) > 0.005, timings
     assert host_s < kernel_s[0] / 2, (host_s, kernel_s)

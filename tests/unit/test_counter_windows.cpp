@@ -146,6 +146,11 @@ TEST_CASE("timing verdict: a launch without its record, or a record without time
   decide_timing({timed(30, "k", 0, 0)}, {30}, untimed);
   CHECK_FALSE(untimed.passed);
   CHECK(untimed.reason == "CUPTI gave a kernel record without timestamps");
+  TimingResult both;  // a forced flush's record without timestamps, then the kernel's whole record: the latter
+  decide_timing({timed(30, "k", 0, 0), timed(30, "k", 100, 200)}, {30}, both);
+  CHECK(both.passed);
+  REQUIRE(both.kernels.size() == 1);
+  CHECK(both.kernels[0].end_ns == 200);
   TimingResult none;  // an op that launched nothing (a view) passes with no kernel
   decide_timing({timed(40, "other", 1, 2)}, {}, none);
   CHECK(none.passed);

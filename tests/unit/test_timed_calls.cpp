@@ -55,7 +55,20 @@ struct FakeCupti {
     ++disables;
     return CUPTI_SUCCESS;
   }
-  static CUptiResult ActivityFlushAll(uint32_t) {
+  // Kernels still running: their records share the buffer, so an unforced flush returns nothing until they
+  // end (after `unforced_flushes_left` more such flushes); a forced one returns them without timestamps.
+  static inline std::vector<CUpti_ActivityKernel10> running;
+  static inline int unforced_flushes_left = 0, forced_flushes = 0;
+  static CUptiResult ActivityFlushAll(uint32_t flag) {
+    if (flag == CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) {
+      ++forced_flushes;
+      for (auto k : running) delivered.push_back((k.start = k.end = 0, k));
+      running.clear();
+    } else if (!running.empty()) {
+      if (--unforced_flushes_left > 0) return CUPTI_SUCCESS;
+      delivered.insert(delivered.end(), running.begin(), running.end());
+      running.clear();
+    }
     if (delivered.empty()) return CUPTI_SUCCESS;
     uint8_t* buffer = nullptr;
     size_t size = 0, max_records = 0;
@@ -156,5 +169,40 @@ TEST_CASE("timed calls: pending together, each ended with its own kernels; the l
   const TimingResult c = cupti.end_timing(third, nullptr);  // no record for 30: failed, and the session ends
   CHECK_FALSE(c.passed);
   CHECK(FakeCupti::disables == disables + 1);  // launches without records: another client took the callbacks
+}
+
+TEST_CASE("timed calls: a call's end does not flush a later pending call's running kernel without its timestamps",
+          "[gpu][timing]") {
+  Cupti& cupti = fake_cupti();
+  void* ctx = reinterpret_cast<void*>(uintptr_t{0x10});
+  REQUIRE(cupti.begin_timing(ctx).ok());
+  launch(40);
+  const std::vector<uint32_t> first = cupti.stop_timing();
+  REQUIRE(cupti.begin_timing(ctx).ok());
+  launch(41);  // queued behind the first call's kernel: still running when the writer ends the first
+  const std::vector<uint32_t> second = cupti.stop_timing();
+
+  SECTION("it ends soon: the first call's flush waits for it, unforced") {
+    FakeCupti::delivered = {kernel(40, 100, 200)};
+    FakeCupti::running = {kernel(41, 210, 400)};
+    FakeCupti::unforced_flushes_left = 3;
+    const int forced = FakeCupti::forced_flushes;
+    CHECK(cupti.end_timing(first, nullptr).passed);
+    CHECK(FakeCupti::forced_flushes == forced);  // before: forced, and the second call's record came without times
+    const TimingResult b = cupti.end_timing(second, nullptr);
+    REQUIRE(b.passed);
+    CHECK(b.kernels.at(0).end_ns - b.kernels.at(0).start_ns == 190);
+  }
+  SECTION("it runs past the wait: forced, the first passes and the second fails (its key is timed later)") {
+    FakeCupti::delivered = {kernel(40, 100, 200)};
+    FakeCupti::running = {kernel(41, 210, 400)};
+    FakeCupti::unforced_flushes_left = 1 << 30;
+    CHECK(cupti.end_timing(first, nullptr).passed);
+    const TimingResult b = cupti.end_timing(second, nullptr);
+    CHECK_FALSE(b.passed);
+    CHECK(b.reason == "CUPTI gave a kernel record without timestamps");
+  }
+  FakeCupti::running.clear();
+  FakeCupti::delivered.clear();
 }
 #endif

@@ -64,13 +64,18 @@ JsonValue kernels_json(const ProfileData& p) {
         JsonValue::array({JsonValue::integer(k.grid[0]), JsonValue::integer(k.grid[1]), JsonValue::integer(k.grid[2])});
     JsonValue block = JsonValue::array(
         {JsonValue::integer(k.block[0]), JsonValue::integer(k.block[1]), JsonValue::integer(k.block[2])});
-    list.push_back(JsonValue::object({{"id", JsonValue::string(std::to_string(i))},
-                                      {"name", JsonValue::string(k.name)},
-                                      {"mangled_name", JsonValue::string(k.mangled_name)},
-                                      {"device", JsonValue::string(std::to_string(k.device))},
-                                      {"grid", std::move(grid)},
-                                      {"block", std::move(block)},
-                                      {"metrics", std::move(m)}}));
+    JsonValue kernel = JsonValue::object({{"id", JsonValue::string(std::to_string(i))},
+                                          {"name", JsonValue::string(k.name)},
+                                          {"mangled_name", JsonValue::string(k.mangled_name)},
+                                          {"device", JsonValue::string(std::to_string(k.device))},
+                                          {"grid", std::move(grid)},
+                                          {"block", std::move(block)},
+                                          {"metrics", std::move(m)}});
+    if (k.gpu_end_ns > k.gpu_start_ns && k.gpu_start_ns > 0) {
+      kernel.set("gpu_start_ns", JsonValue::integer(static_cast<int64_t>(k.gpu_start_ns)));
+      kernel.set("gpu_end_ns", JsonValue::integer(static_cast<int64_t>(k.gpu_end_ns)));
+    }
+    list.push_back(std::move(kernel));
   }
   return list;
 }

@@ -22,6 +22,9 @@ struct ProfiledKernel {
   uint32_t registers_per_thread = 0;
   int64_t shared_bytes_per_block = 0;  // static + dynamic + the 1 KiB the driver reserves (as ncu reports it)
   std::vector<double> values;          // one per metric of ProfileData::metrics, as CUPTI evaluates them (base units)
+  // A timed call's kernel: its start and end on the GPU's clock (CUPTI Activity, ns), so that a reader sees how long
+  // the GPU idled before it (validate --against-trace); 0 elsewhere (a counter window's replayed kernels).
+  uint64_t gpu_start_ns = 0, gpu_end_ns = 0;
 };
 
 struct ProfileData {

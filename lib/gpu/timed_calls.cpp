@@ -111,6 +111,8 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
     for (const KernelLaunch& k : t.kernels) {
       p.kernels.push_back(profiled_kernel(k, device_));
       p.kernels.back().values = {static_cast<double>(k.end_ns - k.start_ns)};  // ns, the metric's base unit
+      p.kernels.back().gpu_start_ns = k.start_ns;
+      p.kernels.back().gpu_end_ns = k.end_ns;
     }
     p.window_seconds = seconds_;
     p.identity = owner_->identity;

@@ -19,6 +19,11 @@ Activity alone) is set against the trace the same way. The gate: at least
 90% of the kernels of at least --min-kernel-us in the trace are within
 --tolerance, counting for each signature the call whose time the capability
 report shows (its timed call where it has one, else its profiled call).
+Each row also says how long the GPU idled before the kernel on each side
+(a kernel started on an idle GPU can run several % longer): in the trace,
+since the device's previous kernel ended; inline, from timed calls' GPU
+clock times (gpu_start_ns, gpu_end_ns), when the calls before it back to
+the previous kernel were timed too, else unknown.
 Exit status 0 when the gate holds, 1 when it does not or nothing could be
 compared, 2 on bad input. The difference between the two is the first call's
 history (cold caches, autotuning, clocks), not only the measurement: both
@@ -46,15 +51,16 @@ def load_json(path):
 
 
 def run_calls(run_dir, rank=0):
-    """The chosen rank's (or the single process's) top-level calls per thread, in order, as [op name, seq]; and per
-    seq its profile record, and per seq its kernel_timing record. A trace is one process: other ranks' and
+    """The chosen rank's (or the single process's) top-level calls per thread, in order, as [op name, seq]; per seq
+    its profile record; per seq the kernel_timing record whose time the report shows; and per seq every passed
+    kernel_timing record (for the GPU's idle time before a kernel). A trace is one process: other ranks' and
     children's files are not paired with it."""
     files = sorted((run_dir / "metadata").glob("*.jsonl"))
     if not files:
         raise BadInput(f"{run_dir} is not a run directory (no metadata/*.jsonl)")
-    threads, profiles, timings, first_t0, chosen = {}, {}, {}, {}, None
+    threads, profiles, timings, passed, first_t0, chosen = {}, {}, {}, {}, {}, None
     for f in files:
-        names, header, calls, file_profiles, file_timings, timed_ids = {}, None, {}, {}, {}, set()
+        names, header, calls, file_profiles, file_timings, timed_ids, file_passed = {}, None, {}, {}, {}, set(), {}
         for line in f.read_text().splitlines():
             try:
                 r = json.loads(line)
@@ -69,14 +75,15 @@ def run_calls(run_dir, rank=0):
                 calls.setdefault(r["tid"], []).append((r["id"], r["seq"], r["t0_ns"]))
             elif kind == "profile":
                 file_profiles[r["seq"]] = r
-            elif kind == "kernel_timing" and r.get("status") == "passed" and r.get("kernels") \
-                    and r["id"] not in timed_ids:
-                file_timings[r["seq"]] = r  # the report's time: a signature's first timed call with kernels
-                timed_ids.add(r["id"])
+            elif kind == "kernel_timing" and r.get("status") == "passed":
+                file_passed[r["seq"]] = r
+                if r.get("kernels") and r["id"] not in timed_ids:
+                    file_timings[r["seq"]] = r  # the report's time: a signature's first timed call with kernels
+                    timed_ids.add(r["id"])
         role = (header or {}).get("role", "single")
         if role not in ("rank", "single") or (header or {}).get("rank", 0) != rank:
             continue
-        chosen, profiles, timings = f.name, file_profiles, file_timings
+        chosen, profiles, timings, passed = f.name, file_profiles, file_timings, file_passed
         for tid, cs in calls.items():
             threads[tid] = [[aten_name(names.get(i, "?")), seq] for i, seq, _ in cs]
             first_t0[tid] = cs[0][2]
@@ -85,7 +92,7 @@ def run_calls(run_dir, rank=0):
         raise BadInput(f"{run_dir} has no metadata file of rank {rank} (--rank picks another)")
     if not any(threads.values()):
         raise BadInput(f"{run_dir} has no call records (LINGPROBE_CALL_RECORDS=0?): calls cannot be matched by order")
-    return chosen, [threads[t] for t in sorted(threads, key=lambda t: first_t0[t])], profiles, timings
+    return chosen, [threads[t] for t in sorted(threads, key=lambda t: first_t0[t])], profiles, timings, passed
 
 
 def aten_name(op):
@@ -134,7 +141,46 @@ def trace_calls(trace):
         if i >= 0 and launch["ts"] <= top[i]["end"]:
             top[i]["kernels"].extend(sorted(ks, key=lambda k: k["ts"]))
     threads.sort(key=lambda t: t[1][0]["ts"] if t[1] else float("inf"))
+    note_idle_before([k for ks in kernels.values() for k in ks])
     return [top for _, top in threads if top], bool(kernels)
+
+
+def note_idle_before(kernel_events):
+    """Each kernel event's "idle_before_us": how long its device had no kernel running before it started (0 when
+    another kernel still ran; absent for the device's first)."""
+    by_device = {}
+    for k in kernel_events:
+        by_device.setdefault(k.get("args", {}).get("device"), []).append(k)
+    for ks in by_device.values():
+        ks.sort(key=lambda k: k["ts"])
+        busy_until = None
+        for k in ks:
+            if busy_until is not None:
+                k["idle_before_us"] = max(0.0, k["ts"] - busy_until)
+            busy_until = max(busy_until or k["ts"], k["ts"] + float(k["dur"]))
+
+
+def inline_idle_before(calls, i, n, inline, passed):
+    """How long the GPU idled before kernel n of call i (us) by timed calls' GPU clock times: since the kernel
+    before it in the call, or since the last kernel of the calls before it when each of them back to one that
+    launched a kernel was timed; None when unknown."""
+    start = inline[n].get("gpu_start_ns")
+    if start is None:
+        return None
+    if n > 0:
+        before = inline[n - 1].get("gpu_end_ns")
+    else:
+        before, j = None, i - 1
+        while j >= 0 and before is None:
+            timed = passed.get(calls[j][1])
+            if timed is None:
+                return None  # a call whose kernels are unknown came between
+            ends = [k.get("gpu_end_ns") for k in timed.get("kernels", [])]
+            if any(e is None for e in ends):
+                return None
+            before = max(ends) if ends else None
+            j -= 1
+    return None if before is None else max(0.0, (start - before) / 1e3)
 
 
 def align(run_names, trace_names):
@@ -153,8 +199,9 @@ def kernel_pairs(inline, traced):
     return align([k["name"] for k in inline], [t["name"] for t in traced])
 
 
-def compare_kernels(inline, traced, min_us, tolerance):
-    """Rows for one call: inline kernels (kernels.json entries) against the trace's (events)."""
+def compare_kernels(inline, traced, min_us, tolerance, idle_before=lambda n: None):
+    """Rows for one call: inline kernels (kernels.json entries) against the trace's (events); `idle_before(n)`: the
+    GPU's idle time before inline kernel n, where known."""
     rows = []
     for n, m in kernel_pairs(inline, traced):
         k, t = inline[n], traced[m]
@@ -164,7 +211,8 @@ def compare_kernels(inline, traced, min_us, tolerance):
         rel = (ours - real) / real
         rows.append({"index": n, "kernel": k["name"][:80], "trace_kernel": t["name"][:80],
                      "inline_us": ours, "trace_us": real, "relative": rel,
-                     "gated": real >= min_us, "within": abs(rel) <= tolerance})
+                     "gated": real >= min_us, "within": abs(rel) <= tolerance,
+                     "inline_idle_before_us": idle_before(n), "trace_idle_before_us": t.get("idle_before_us")})
     return rows
 
 
@@ -203,7 +251,7 @@ def inline_kernels(run_dir, seq, profiles, timings, timed_ids):
 
 
 def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0):
-    fname, run_threads, profiles, timings = run_calls(run_dir, rank)
+    fname, run_threads, profiles, timings, passed = run_calls(run_dir, rank)
     timed_ids = {t["id"] for t in timings.values()}
     trace, has_kernels = trace_calls(load_json(trace_path))
     if not trace:
@@ -231,7 +279,8 @@ def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0):
                 report["kernel_count_mismatches"].append({"op": calls[i][0], "seq": calls[i][1], "inline": len(inline),
                                                           "trace": len(traced),
                                                           "compared": len(kernel_pairs(inline, traced))})
-            for row in compare_kernels(inline, traced, min_us, tolerance):
+            idle = lambda n, i=i, inline=inline: inline_idle_before(calls, i, n, inline, passed)
+            for row in compare_kernels(inline, traced, min_us, tolerance, idle):
                 row["gated"] = row["gated"] and reported
                 report["calls"].append({"op": calls[i][0], "seq": calls[i][1], "source": source,
                                         "reported": reported, **row})
@@ -248,12 +297,14 @@ def print_report(rep, out=sys.stdout):
         print(f"{t['file']}: {t['matched']} of {t['run_calls']} top-level calls matched by order "
               f"(the trace has {t['trace_calls']})", file=out)
     print(f"\n| op | seq | time from | kernel | inline us | trace us | diff | gated (>= {rep['min_kernel_us']:g} us, "
-          "the report's time) |", file=out)
-    print("|---|---|---|---|---|---|---|---|", file=out)
+          "the report's time) | GPU idle before, us: inline / trace |", file=out)
+    print("|---|---|---|---|---|---|---|---|---|", file=out)
+    idle = lambda v: "?" if v is None else f"{v:.1f}"
     for r in rep["calls"]:
         print(f"| {r['op']} | {r['seq']} | {r['source']} | {r['kernel'][:48]} | {r['inline_us']:.2f} | "
               f"{r['trace_us']:.2f} | {100 * r['relative']:+.1f}% | {'yes' if r['gated'] else 'no'}"
-              f"{' (within)' if r['within'] else ''} |", file=out)
+              f"{' (within)' if r['within'] else ''} | {idle(r.get('inline_idle_before_us'))} / "
+              f"{idle(r.get('trace_idle_before_us'))} |", file=out)
     for m in rep["kernel_count_mismatches"]:
         print(f"{m['op']} (seq {m['seq']}) launched {m['inline']} kernel(s) inline, {m['trace']} in the trace: "
               f"{m['compared']} of the same names compared", file=out)

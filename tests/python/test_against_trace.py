@@ -106,6 +106,50 @@ def test_a_timed_call_is_what_the_gate_counts(cli, tmp_path):
     assert rows[2]["source"] == "activity" and rows[2]["gated"] and rows[2]["within"]
 
 
+def test_each_row_says_how_long_the_gpu_idled_before_the_kernel(cli, tmp_path):
+    """A kernel started on an idle GPU can run several % longer (bench/idle_start_probe.py). Calls 1 and 2 (mm, then
+    relu) are timed with their kernels' GPU clock times: relu's kernel started 10 us after mm's ended; call 3 (mm
+    again) is timed but call 2b before it was not: unknown. In the trace each kernel is queued behind the one before
+    it (idle 0), but for the first and for call 3, which started 50 us after the kernel before it ended."""
+    run = tmp_path / "run"
+    (run / "metadata").mkdir(parents=True)
+    sig = lambda i, op: {"kind": "signature", "id": i, "sha256": f"{i:064x}",
+                         "signature_json": json.dumps({"op": op, "args": [], "kwargs": {}, "stage": "unstaged"})}
+    lines = [{"kind": "header", "role": "single", "rank": 0}, sig(1, "aten.mm.default"), sig(2, "aten.relu.default"),
+             sig(3, "aten.add.Tensor"), sig(4, "aten.mm.default")]
+    for seq, i in enumerate((1, 2, 3, 4), start=1):
+        lines.append({"kind": "call", "depth": 0, "id": i, "seq": seq, "t0_ns": 1000 * seq, "t1_ns": 1000 * seq + 500,
+                      "tid": 42})
+    kernel = lambda name, t0, t1: {"name": name, "gpu_start_ns": t0, "gpu_end_ns": t1,
+                                   "metrics": {TIME: {"value": (t1 - t0) / 1e3, "unit": "us"}}}
+    for seq, i, k in ((1, 1, kernel("mm_kernel", 1_000, 101_000)), (2, 2, kernel("relu_kernel", 111_000, 141_000)),
+                      (4, 4, kernel("mm_kernel", 300_000, 400_000))):
+        lines.append({"kind": "kernel_timing", "id": i, "seq": seq, "status": "passed", "kernels": [k]})
+    (run / "metadata" / "metadata_pid1.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+    ev = lambda **k: {"ph": "X", "pid": 1, **k}
+    events = []
+    for n, (op, kname, ts, kts, dur) in enumerate((("aten::mm", "mm_kernel", 0, 20, 100.0),
+                                                   ("aten::relu", "relu_kernel", 30, 120, 30.0),
+                                                   ("aten::add", "add_kernel", 60, 150, 5.0),
+                                                   ("aten::mm", "mm_kernel", 200, 205, 100.0))):
+        events += [ev(cat="cpu_op", name=op, tid=7, ts=ts, dur=20),
+                   ev(cat="cuda_runtime", name="cudaLaunchKernel", tid=7, ts=ts + 5, dur=5, args={"correlation": n}),
+                   ev(cat="kernel", name=kname, tid=9, ts=kts, dur=dur, args={"correlation": n, "device": 0})]
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    out = tmp_path / "report.json"
+    p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace), "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = {r["seq"]: r for r in json.loads(out.read_text())["calls"]}
+    assert rows[1]["inline_idle_before_us"] is None and rows[1]["trace_idle_before_us"] is None  # the first ones
+    assert rows[2]["inline_idle_before_us"] == pytest.approx(10.0)      # 111 us - 101 us
+    assert rows[2]["trace_idle_before_us"] == pytest.approx(0.0)        # queued behind mm (ended at 120 us)
+    assert rows[4]["inline_idle_before_us"] is None                     # add (seq 3) ran untimed before it
+    assert rows[4]["trace_idle_before_us"] == pytest.approx(50.0)       # add's kernel ended at 155 us
+    assert "| 10.0 / 0.0 |" in p.stdout and "| ? / 50.0 |" in p.stdout, p.stdout
+
+
 def test_calls_only_one_side_has_shift_nothing():
     """A construction call whose name the traced region also uses must not pull the match forward (the GPU run of
     issue 26 matched 27 of 306 calls with a greedy look-ahead)."""

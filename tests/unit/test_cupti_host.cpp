@@ -67,6 +67,11 @@ TEST_CASE("profile files: the seed's units, ncu's raw CSV layout", "[cupti]") {
   CHECK(m.find("dram__bytes.sum.per_second")->find("value")->as_float() == Approx(1.220688));
   CHECK(m.find("launch__shared_mem_per_block")->find("value")->as_float() == Approx(214.228));  // SPEC: 214.23 KB
   CHECK(m.find("launch__registers_per_thread")->find("unit")->as_string() == "register/thread");
+  CHECK(j.items()[0].find("gpu_start_ns") == nullptr);  // a counter window's kernel: replayed, no GPU clock times
+  p.kernels[0].gpu_start_ns = 5000, p.kernels[0].gpu_end_ns = 297448;  // a timed call's: where it ran on the GPU
+  const format::JsonValue timed = format::kernels_json(p);
+  CHECK(timed.items()[0].find("gpu_start_ns")->as_int() == 5000);
+  CHECK(timed.items()[0].find("gpu_end_ns")->as_int() == 297448);
   const std::string csv = format::metrics_csv(p, 42, "python3", "h");
   CHECK(csv.rfind("\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\"", 0) == 0);
   CHECK(csv.find("\"nsecond\"") != std::string::npos);

@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace lingprobe::gpu {
@@ -107,7 +108,7 @@ class Cupti {
                        WindowResult& res);
   format::Status start_timing_session(void* ctx);  // cupti_timing.cpp, under the window's session_mu
   void end_timing_session();
-  void flush_records_of(const std::vector<uint32_t>& own);
+  void flush_records_of(const std::unordered_set<uint32_t>& wanted);
   Api* api_ = nullptr;
   std::mutex host_mu_;
   void* host_object_ = nullptr;  // kept for evaluation; rebuilt when the metric set changes

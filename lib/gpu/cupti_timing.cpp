@@ -126,18 +126,17 @@ void Cupti::end_timing_session() {
   w.open = false;
 }
 
-// The records of the launches `own` (their kernels ended), flushed unforced
+// The records of the launches `wanted` (their kernels ended), flushed unforced
 // while they can come that way: a forced flush hands over a buffer with the
 // records of kernels still running too (a later pending call's, queued
 // behind this one's), which come without timestamps and never again, so
 // that call would fail. Unforced, CUPTI returns only buffers whose records
 // are complete. Forced after kUnforcedFlushWait (a later kernel still
 // running by then: that call fails and its key is timed at a later call).
-void Cupti::flush_records_of(const std::vector<uint32_t>& own) {
+void Cupti::flush_records_of(const std::unordered_set<uint32_t>& wanted) {
   constexpr auto kUnforcedFlushWait = std::chrono::milliseconds(50);
   Window& w = window();
   const auto deadline = std::chrono::steady_clock::now() + kUnforcedFlushWait;
-  const std::unordered_set<uint32_t> wanted(own.begin(), own.end());
   auto all_arrived = [&] {
     std::unordered_set<uint32_t> arrived;
     std::lock_guard<std::mutex> lock(w.mu);
@@ -158,9 +157,9 @@ TimingResult Cupti::end_timing(const std::vector<uint32_t>& own, const std::func
   Window& w = window();
   TimingResult res;
   if (ended && !ended()) res.reason = "the op's stream did not reach the call's end (error, or 5 s at exit)";
-  flush_records_of(own);
-  std::vector<KernelLaunch> mine;
   const std::unordered_set<uint32_t> ids(own.begin(), own.end());
+  flush_records_of(ids);
+  std::vector<KernelLaunch> mine;
   {
     std::lock_guard<std::mutex> lock(w.mu);
     auto others = std::stable_partition(w.records.begin(), w.records.end(),

@@ -130,19 +130,36 @@ class ValgrindCannotRun(typing.NamedTuple):
     host_limit: bool
 
 
+def valgrind_preload(build):
+    """The library preloaded under valgrind (bench/hwy_timer_for_valgrind.c): libhwy's RDTSCP timer replaced, so
+    that valgrind runs torch on hosts whose CPUID hides RDTSCP. None when the build lacks it."""
+    shim = pathlib.Path(build) / "bench" / "libhwy_timer_for_valgrind.so"
+    return str(shim) if shim.exists() else None
+
+
+def under_valgrind(env, build):
+    """`env` for a process run under valgrind: valgrind_preload's library in front of its LD_PRELOAD."""
+    shim = valgrind_preload(build)
+    if not shim:
+        return env
+    return dict(env, LD_PRELOAD=":".join(p for p in (shim, env.get("LD_PRELOAD", "")) if p))
+
+
 @functools.lru_cache(maxsize=None)
-def valgrind_cannot_run_torch(python=sys.executable, code="import torch", timeout=600, path=None):
-    """None when the PATH's valgrind runs `code` (`import torch`) under `python`; else a ValgrindCannotRun whose
-    reason is one line. Valgrind only decodes the instructions the processor's CPUID advertises: on a host whose
-    CPUID hides RDTSCP (seen on an AMD EPYC virtual machine), valgrind 3.19 raises SIGILL in libhwy's
-    TimerResolution(), which Debian's libtorch loads through OpenCV, before torch is imported (issue 25).
-    Cached per arguments (`path`: the PATH it was asked under, so that a changed PATH asks again)."""
+def valgrind_cannot_run_torch(python=sys.executable, code="import torch", timeout=600, path=None, preload=None):
+    """None when the PATH's valgrind runs `code` (`import torch`) under `python`, with `preload` (valgrind_preload)
+    preloaded when given; else a ValgrindCannotRun whose reason is one line. Valgrind only decodes the instructions
+    the processor's CPUID advertises: on a host whose CPUID hides RDTSCP (seen on an AMD EPYC virtual machine),
+    valgrind 3.19 raises SIGILL in libhwy's TimerResolution(), which Debian's libtorch loads through OpenCV, before
+    torch is imported (issue 25); valgrind_preload's library replaces that function. Cached per arguments (`path`:
+    the PATH it was asked under, so that a changed PATH asks again)."""
     valgrind = shutil.which("valgrind", path=path)
     if not valgrind:
         return ValgrindCannotRun("valgrind is not installed (scripts/install-deps.sh installs it)", True)
+    env = dict(os.environ, LD_PRELOAD=preload) if preload else None
     try:
         p = subprocess.run([valgrind, "--tool=none", python, "-c", code], capture_output=True, text=True,
-                           timeout=timeout)
+                           timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return ValgrindCannotRun(f"valgrind did not finish `{code}` within {timeout} s", False)
     if p.returncode == 0:
@@ -240,7 +257,8 @@ def main():
     if do_cg and not (build / "bench" / "libcallgrind_control.so").exists():
         raise SystemExit("instruction counts need build/bench/libcallgrind_control.so (built with valgrind's "
                          "headers: scripts/install-deps.sh, scripts/build.sh); or pass --no-callgrind")
-    cannot = valgrind_cannot_run_torch(path=os.environ.get("PATH")) if do_cg else None
+    preload = valgrind_preload(build)
+    cannot = valgrind_cannot_run_torch(path=os.environ.get("PATH"), preload=preload) if do_cg else None
     if cannot and not (cannot.host_limit and do_wall):
         raise SystemExit(f"instruction counts: {cannot.reason}" +
                          ("; measure wall clock instead (leave out --no-wall)" if cannot.host_limit else ""))
@@ -259,7 +277,7 @@ def main():
                     wall.setdefault((w, c), []).append(r)
     instr = {}
     for g in (groups if do_cg else []):
-        instr.update(instructions(g, workloads, groups[g], env, args.keep_dumps))
+        instr.update(instructions(g, workloads, groups[g], under_valgrind(env, build), args.keep_dumps))
     elapsed = time.time() - started
 
     import torch

@@ -299,8 +299,8 @@ def callgrind_child(args):
 
 def callgrind_main(args):
     # the same dump reading, heap settings and valgrind probe as bench/cpu_bench.py
-    from cpu_bench import HEAP_TUNABLES, callgrind_totals, valgrind_cannot_run_torch
-    cannot = valgrind_cannot_run_torch(path=os.environ.get("PATH"))
+    from cpu_bench import HEAP_TUNABLES, callgrind_totals, under_valgrind, valgrind_cannot_run_torch, valgrind_preload
+    cannot = valgrind_cannot_run_torch(path=os.environ.get("PATH"), preload=valgrind_preload(args.build))
     if cannot:
         raise SystemExit(f"instruction counts: {cannot.reason}; the wall-clock figures need no valgrind "
                          "(leave out --callgrind)")
@@ -317,7 +317,7 @@ def callgrind_main(args):
                    "--tokens", str(args.tokens), "--warmup", str(args.warmup)] + (["--quick"] if args.quick else [])
             env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k != "LD_PRELOAD"}
             env.update(OMP_NUM_THREADS="1", LINGPROBE_LOG_LEVEL="warn", GLIBC_TUNABLES=HEAP_TUNABLES)
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+            p = subprocess.run(cmd, capture_output=True, text=True, env=under_valgrind(env, args.build), timeout=3600)
             if p.returncode != 0:
                 raise SystemExit(f"callgrind {config} failed:\n{p.stderr[-3000:]}")
             child = json.loads(p.stdout.strip().splitlines()[-1])

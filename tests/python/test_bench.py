@@ -20,7 +20,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "cpu_bench.py"
 sys.path.insert(0, str(BENCH.parent))
-from cpu_bench import valgrind_cannot_run_torch  # noqa: E402
+from cpu_bench import valgrind_cannot_run_torch, valgrind_preload  # noqa: E402
 
 # What valgrind 3.19 prints on an AMD EPYC virtual machine whose CPUID hides RDTSCP (issue 25).
 FAKE_VALGRIND = r"""#!/bin/sh
@@ -97,8 +97,9 @@ def test_valgrind_probe_fails_on_anything_but_a_limit_of_the_host(build_dir, tmp
 
 
 def test_valgrind_probe_with_the_real_valgrind(build_dir):
-    """The real valgrind runs a plain Python on every host; whether it runs torch depends on the processor (the
-    instruction test below runs where it does, and skips with the probe's reason where it does not)."""
+    """The real valgrind runs a plain Python on every host; alone, whether it runs torch depends on the processor;
+    with the benchmark's preload (bench/hwy_timer_for_valgrind.c) it runs torch on every host, the AMD EPYC virtual
+    machines whose CPUID hides RDTSCP included, so that the instruction test below runs there too."""
     if not shutil.which("valgrind"):
         pytest.skip("valgrind not installed (scripts/install-deps.sh installs it)")
     assert valgrind_cannot_run_torch(code="import json", path=os.environ["PATH"]) is None
@@ -107,12 +108,16 @@ def test_valgrind_probe_with_the_real_valgrind(build_dir):
         assert cannot.host_limit, cannot.reason
         assert "\n" not in cannot.reason and cannot.reason.startswith("Valgrind-"), cannot.reason
     print(f"\nvalgrind on `import torch` here: {cannot.reason if cannot else 'runs'}")
+    preload = valgrind_preload(build_dir)
+    assert preload, "the build has no bench/libhwy_timer_for_valgrind.so"
+    with_preload = valgrind_cannot_run_torch(path=os.environ["PATH"], preload=preload)
+    assert with_preload is None, with_preload.reason
 
 
 def skip_unless_valgrind_runs_torch(build_dir):
     if not (build_dir / "bench" / "libcallgrind_control.so").exists():
         pytest.skip("built without valgrind's headers")
-    cannot = valgrind_cannot_run_torch(path=os.environ["PATH"])
+    cannot = valgrind_cannot_run_torch(path=os.environ["PATH"], preload=valgrind_preload(build_dir))
     if cannot:
         assert cannot.host_limit, cannot.reason
         pytest.skip(f"{cannot.reason}; the wall-clock gate (test_quick_mode_...) stands in for it")

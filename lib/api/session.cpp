@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -21,6 +20,7 @@
 #include "api/exit_report.h"
 #include "api/log.h"
 #include "api/sampling.h"
+#include "api/writer_sink.h"
 #include "capture/fork_gate.h"
 #include "capture/nvtx_stages.h"
 #include "capture/recorder.h"
@@ -37,8 +37,6 @@ int64_t clock_ns(clockid_t id) {
   clock_gettime(id, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
-
-class WriterSink;
 
 struct Session {
   std::mutex finalize_mu;  // one finalize at a time, for its whole drain (never taken by the writer thread)
@@ -67,51 +65,6 @@ Session& S() {
   static Session* s = new Session;  // never destroyed: used from atexit and fork handlers
   return *s;
 }
-
-class WriterSink : public capture::RecorderSink {
- public:
-  WriterSink(sink::MetadataWriter* writer, bool block) : writer_(writer), block_(block) {}
-  // Sampling that starts later (a child that becomes a rank) gets the signatures seen before.
-  void keep_signatures() { keep_ = true; }
-  void set_sampling(SamplingSession* sampling) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [id, sha_text] : kept_) sampling->on_new_signature(id, sha_text.first, sha_text.second);
-    kept_.clear();
-    keep_ = false;
-    sampling_.store(sampling);
-  }
-  runtime::RecordBuffer* register_thread_buffer(size_t capacity) override { return writer_->register_buffer(capacity); }
-  void on_new_signature(uint32_t id, const std::string& sha, const std::string& json) override {
-    if (SamplingSession* sampling = sampling_.load()) {
-      sampling->on_new_signature(id, sha, json);  // the snapshot writer names files by it
-    } else if (keep_) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (keep_) kept_.emplace_back(id, std::make_pair(sha, json));
-    }
-    writer_->add_signature(id, sha, json);
-  }
-  void on_many_signatures(const std::string& op, bool scalars_folded) override {
-    log_warn(op + " has minted " + std::to_string(capture::kManySignaturesPerOp) + " signatures" +
-             (scalars_folded ? " with its scalar values folded: its tensors' shapes change call to call"
-                             : ": if scalar values (positions, indices) differ call to call, "
-                               "LINGPROBE_FOLD_SCALARS=1 writes them as their type"));
-  }
-  bool on_buffer_full() override {
-    if (!block_ || writer_->finalized()) return false;
-    writer_->wake();
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-    return true;
-  }
-  void on_buffer_half_full() override { writer_->wake(); }
-
- private:
-  sink::MetadataWriter* writer_;
-  bool block_;
-  std::atomic<SamplingSession*> sampling_{nullptr};
-  std::mutex mu_;
-  std::atomic<bool> keep_{false};
-  std::vector<std::pair<uint32_t, std::pair<std::string, std::string>>> kept_;
-};
 
 std::string header_json(const Session& s) {
   using format::JsonValue;

@@ -129,12 +129,12 @@ C10_ALWAYS_INLINE void input_key(ThreadState& ts, Frame& f, OpInfo* op, StageId 
   f.input_end = static_cast<uint32_t>(ts.key.size());
 }
 
-// A key's first call on this thread: its entry, with the arguments' JSON (the boxed inputs exist now) and sample key.
+// A key's first call on this thread: its entry (none if its arguments' JSON throws), with that JSON and sample key.
 uint32_t new_entry(Global& G, ThreadState& ts, const Frame& f, OpInfo* op, StageId stage,
                    c10::ArrayRef<const c10::IValue> inputs, uint64_t hash) {
-  format::JsonValue arguments = build_arguments(op->schema, inputs, op->fold.arguments);  // may throw: nothing added
+  auto arguments = std::make_shared<const format::JsonValue>(build_arguments(op->schema, inputs, op->fold.arguments));
   Sampler* sampler = G.sampler.load(std::memory_order_acquire);
-  SampleKey* sample = sampler ? sample_key(*sampler, *op, arguments, stage) : nullptr;
+  SampleKey* sample = sampler ? sample_key(*sampler, *op, *arguments, stage) : nullptr;
   return ts.add_entry(hash, ts.key.data() + f.key_begin, f.input_end - f.key_begin, std::move(arguments), sample);
 }
 
@@ -266,7 +266,7 @@ C10_ALWAYS_INLINE bool signature_id(Global& G, ThreadState& ts, const Frame& f, 
       return true;
     }
   std::string sha;
-  if (!G.signatures.resolve(key, words, {f.op, &entry.arguments, outs, f.stage}, *G.sink, id,
+  if (!G.signatures.resolve(key, words, {f.op, entry.arguments, outs, f.stage}, *G.sink, id,
                             entry.sample ? &sha : nullptr)) {
     G.drop_table_full.fetch_add(1, std::memory_order_relaxed);
     return false;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,7 +32,17 @@ class RecorderSink {
   // A buffer for the calling thread's call records (nullptr: none; records
   // of that thread are then counted as dropped).
   virtual runtime::RecordBuffer* register_thread_buffer(size_t capacity) = 0;
+  // A new signature, its SHA-256 and canonical JSON built by the caller (a sampled call needs them at once).
   virtual void on_new_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json) = 0;
+  // Builds a signature's SHA-256 and canonical JSON into its two arguments; run once, on any thread.
+  using SignatureBuild = std::function<void(std::string& sha256, std::string& canonical_json)>;
+  // A new signature whose SHA-256 and JSON the sink builds later with `build`, on its own thread: a first sighting
+  // costs the calling thread the id and the outputs' JSON, not the canonical text and its hash
+  // (docs/PERFORMANCE.md). Its record must still precede every call record pushed after this returns.
+  virtual void on_new_signature_later(uint32_t id, SignatureBuild build) = 0;
+  // The SHA-256 and JSON of a signature handed over by on_new_signature_later, built since by the caller for a
+  // sampled call: for whatever of the sink needs them at once (its record is already queued: not a second one).
+  virtual void on_signature_text(uint32_t id, const std::string& sha256, const std::string& canonical_json) = 0;
   // One op minted its kManySignaturesPerOp-th signature (said once per op): `op` is its name ("aten::item").
   virtual void on_many_signatures(const std::string& op, bool scalars_folded) = 0;
   // A push found the buffer full. Return true to retry (block policy: the

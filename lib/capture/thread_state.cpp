@@ -11,8 +11,8 @@ thread_local ThreadState** t_cache = nullptr;  // the caller's pointer to this t
 
 }  // namespace
 
-uint32_t ThreadState::add_entry(uint64_t hash, const uint64_t* key, size_t words, format::JsonValue arguments,
-                                SampleKey* sample) {
+uint32_t ThreadState::add_entry(uint64_t hash, const uint64_t* key, size_t words,
+                                std::shared_ptr<const format::JsonValue> arguments, SampleKey* sample) {
   const auto entry = static_cast<uint32_t>(entries.size());
   InputEntry& e = entries.emplace_back();
   e.arguments = std::move(arguments);

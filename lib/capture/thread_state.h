@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -57,7 +58,7 @@ struct Frame {
 // the end callback) and the output keys seen after it, each with its
 // signature id.
 struct InputEntry {
-  format::JsonValue arguments;
+  std::shared_ptr<const format::JsonValue> arguments;  // shared with the signatures built later from it
   std::vector<std::pair<std::vector<uint64_t>, uint32_t>> outputs;
   SampleKey* sample = nullptr;  // shared by every thread that sees this input key; null: never sampled
   uint64_t key_offset = 0;      // its input key in the thread's KeyTable (stored_equals), of key_words words
@@ -118,7 +119,8 @@ struct ThreadState {
     return true;
   }
   // A new entry for that key, with its arguments' JSON and sampler key (null: never sampled).
-  uint32_t add_entry(uint64_t hash, const uint64_t* key, size_t words, format::JsonValue arguments, SampleKey* sample);
+  uint32_t add_entry(uint64_t hash, const uint64_t* key, size_t words,
+                     std::shared_ptr<const format::JsonValue> arguments, SampleKey* sample);
   // This thread's recorded call is `entry`'s (not guessed): the guess after the call before it from now on.
   void follow(uint32_t entry) {
     if (last_entry != InputEntry::kNoEntry) entries[last_entry].next = entry;

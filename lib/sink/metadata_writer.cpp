@@ -61,22 +61,38 @@ RecordBuffer* MetadataWriter::register_buffer(size_t capacity) {
   return buffers_.back().get();
 }
 
-void MetadataWriter::add_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json) {
+namespace {
+
+std::string signature_line(uint32_t id, const std::string& sha256, const std::string& canonical_json) {
   std::string line =
       "{\"id\":" + std::to_string(id) + ",\"kind\":\"signature\",\"sha256\":\"" + sha256 + "\",\"signature_json\":";
   format::write_json_string(canonical_json, line);
   line += "}\n";
+  return line;
+}
+
+}  // namespace
+
+void MetadataWriter::add_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json) {
+  std::string line = signature_line(id, sha256, canonical_json);
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return;
   ensure_started_locked();
-  pending_lines_.push_back({id, std::move(line)});
+  pending_lines_.push_back({id, std::move(line), {}});
+}
+
+void MetadataWriter::add_signature(uint32_t id, SignatureBuild build) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_) return;
+  ensure_started_locked();
+  pending_lines_.push_back({id, {}, std::move(build)});
 }
 
 void MetadataWriter::add_record(std::string line) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return;
   ensure_started_locked();
-  pending_lines_.push_back({-1, std::move(line)});
+  pending_lines_.push_back({-1, std::move(line), {}});
 }
 
 void MetadataWriter::start() {
@@ -151,7 +167,8 @@ bool MetadataWriter::open_file() {
     open_failed_ = true;
     return false;
   }
-  retry_.push_back({-1, options_.header_json + "\n"});  // the file's first line, written with the first cycle's records
+  retry_.push_back(
+      {-1, options_.header_json + "\n", {}});  // the file's first line, written with the first cycle's records
   if (options_.on_open) options_.on_open();
   return true;
 }
@@ -354,6 +371,18 @@ void MetadataWriter::cycle(bool final) {
   std::vector<Line> signatures;
   bool any_buffer = false;
   const uint64_t n_calls = drain(signatures, any_buffer);
+  for (Line& l : signatures)  // the signatures handed over to be built here, before any of them is written
+    if (l.build) {
+      try {
+        std::string sha256, canonical_json;
+        l.build(sha256, canonical_json);
+        l.text = signature_line(static_cast<uint32_t>(l.signature_id), sha256, canonical_json);
+      } catch (...) {  // out of memory: the record is lost (counted), its id stays undefined in the counts
+        l.signature_id = -1;
+        ++lines_lost_;
+      }
+      l.build = nullptr;
+    }
   has_data_ = has_data_ || n_calls || !signatures.empty() || any_buffer;
   if (!has_data_) return;
   if (!open_file()) {

@@ -55,6 +55,11 @@ class MetadataWriter {
   // Queues a signature record; it is written before any call record pushed
   // after this returns. Thread-safe.
   void add_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json);
+  // Builds a signature's SHA-256 and canonical JSON into its two arguments.
+  using SignatureBuild = std::function<void(std::string& sha256, std::string& canonical_json)>;
+  // As add_signature, the record built by `build` on the writer's thread, before the cycle that takes it writes
+  // anything (a first sighting's calling thread then neither formats nor hashes). Thread-safe.
+  void add_signature(uint32_t id, SignatureBuild build);
   // Queues one finished record line (newline included; a snapshot or profile
   // record), written in order with the signature records. Thread-safe.
   void add_record(std::string line);
@@ -87,6 +92,7 @@ class MetadataWriter {
   struct Line {
     int64_t signature_id;  // -1: not a signature record (a snapshot or profile record, the header)
     std::string text;      // newline included
+    SignatureBuild build;  // a signature record to build first (text empty), else empty
   };
   void cycle(bool final);
   uint64_t drain(std::vector<Line>& signatures, bool& any_buffer);

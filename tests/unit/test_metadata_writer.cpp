@@ -9,12 +9,14 @@
 #include <csignal>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <limits>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "format/canonical_json.h"
@@ -190,6 +192,45 @@ TEST_CASE("a counts record names only signature ids whose records precede it in 
   w.finalize();
   lines = whole_lines(path);
   CHECK(lines.back().find("calls")->find("1")->as_int() == 5);
+  std::remove(path.c_str());
+  ::rmdir(dir);
+}
+
+TEST_CASE("a signature handed over unbuilt is built on the writer's thread, before the calls after it", "[sink]") {
+  char dir[] = "/tmp/lingprobe-writer-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  const std::string path = std::string(dir) + "/m.jsonl";
+  std::atomic<int> builds{0};
+  std::thread::id built_on;
+  {
+    sink::MetadataWriter w({path, "{\"kind\":\"header\"}", 100000}, [] {
+      format::CountsSnapshot s;
+      s.calls = {{0, 1}, {1, 2}};
+      return s;
+    });
+    auto* b = w.register_buffer(16);
+    w.add_signature(0, "aa", "{\"op\":\"aten.add.Tensor\"}");
+    w.add_signature(1, [&](std::string& sha, std::string& json) {
+      built_on = std::this_thread::get_id();
+      ++builds;
+      sha = "bb";
+      json = "{\"op\":\"aten.mul.Tensor\"}";
+    });
+    REQUIRE(b->push({0, 1, 2, 1, 9, 0}) != runtime::RecordBuffer::Push::kFull);
+    w.wake();  // a cycle of the writer's thread (finalize's last one runs on the caller's)
+    for (int i = 0; i < 5000 && builds.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    w.finalize();
+  }
+  CHECK(builds.load() == 1);
+  CHECK(built_on != std::this_thread::get_id());  // the writer's thread, not the caller's
+  const auto lines = whole_lines(path);
+  REQUIRE(lines.size() == 6);  // header, two signatures, the call, the woken cycle's counts, the final counts
+  CHECK(lines[2].find("id")->as_int() == 1);
+  CHECK(lines[2].find("sha256")->as_string() == "bb");
+  CHECK(lines[2].find("signature_json")->as_string() == "{\"op\":\"aten.mul.Tensor\"}");
+  CHECK(lines[3].find("kind")->as_string() == "call");
+  CHECK(lines[4].find("calls")->find("1")->as_int() == 2);
+  CHECK(lines[5].find("final") != nullptr);
   std::remove(path.c_str());
   ::rmdir(dir);
 }

@@ -42,6 +42,25 @@ struct TestSink : RecorderSink {
     std::lock_guard<std::mutex> lock(mu);
     signatures.emplace_back(id, json);
   }
+  std::vector<std::pair<uint32_t, SignatureBuild>> later;  // built by build_later(), as a writer's thread would
+  void on_new_signature_later(uint32_t id, SignatureBuild build) override {
+    std::lock_guard<std::mutex> lock(mu);
+    later.emplace_back(id, std::move(build));
+  }
+  void build_later() {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [id, build] : later) {
+      std::string sha, json;
+      build(sha, json);
+      signatures.emplace_back(id, json);
+    }
+    later.clear();
+  }
+  std::vector<std::pair<uint32_t, std::string>> texts;  // on_signature_text: id, SHA-256
+  void on_signature_text(uint32_t id, const std::string& sha, const std::string&) override {
+    std::lock_guard<std::mutex> lock(mu);
+    texts.emplace_back(id, sha);
+  }
   std::vector<std::string> many;  // ops said to have minted kManySignaturesPerOp
   void on_many_signatures(const std::string& op, bool) override {
     std::lock_guard<std::mutex> lock(mu);
@@ -71,13 +90,13 @@ TEST_CASE("signature table: a full key is interned once and its SHA-256 handed b
   OpInfo op(add_schema(), 0, 0);
   const at::Tensor x = at::ones({2, 3});
   const std::vector<c10::IValue> inputs{x, x, c10::IValue(1)};
-  const format::JsonValue arguments =
-      build_arguments(op.schema, c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size()));
+  const auto arguments = std::make_shared<const format::JsonValue>(
+      build_arguments(op.schema, c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size())));
   const std::vector<c10::IValue> outputs{x};
-  const SignatureTable::Call call{&op, &arguments, c10::ArrayRef<const c10::IValue>(outputs.data(), outputs.size()), 0};
+  const SignatureTable::Call call{&op, arguments, c10::ArrayRef<const c10::IValue>(outputs.data(), outputs.size()), 0};
   const uint64_t key_a[3] = {1, 2, 3}, key_b[3] = {1, 2, 4};
-  uint32_t first = 99, again = 99, other = 99;
-  std::string sha_first, sha_again;
+  uint32_t first = 99, again = 99, other = 99, other_again = 99;
+  std::string sha_first, sha_again, sha_other;
   REQUIRE(table.resolve(key_a, 3, call, sink, first, &sha_first));
   REQUIRE(table.resolve(key_a, 3, call, sink, again, &sha_again));
   REQUIRE(table.resolve(key_b, 3, call, sink, other));
@@ -87,8 +106,22 @@ TEST_CASE("signature table: a full key is interned once and its SHA-256 handed b
   CHECK(sha_first.size() == 64);
   CHECK(sha_again == sha_first);
   CHECK(table.assigned().load() == 2);
-  REQUIRE(sink.signatures.size() == 2);  // the sink hears of each id once
+  // The SHA-256 wanted at once: built by the caller. Not wanted: handed over unbuilt, for the sink's thread.
+  REQUIRE(sink.signatures.size() == 1);
+  CHECK(sink.signatures[0].first == 0);
   CHECK(sink.signatures[0].second.find("\"aten.add.Tensor\"") != std::string::npos);
+  REQUIRE(sink.later.size() == 1);
+  CHECK(sink.later[0].first == 1);
+  sink.build_later();
+  REQUIRE(sink.signatures.size() == 2);                           // the sink hears of each id once
+  CHECK(sink.signatures[1].second == sink.signatures[0].second);  // equal calls (the keys here are made up)
+  // A later caller that wants the handed-over one's SHA-256 builds it too, and tells the sink its text only.
+  REQUIRE(table.resolve(key_b, 3, call, sink, other_again, &sha_other));
+  CHECK(other_again == 1);
+  CHECK(sha_other == sha_first);
+  REQUIRE(sink.texts.size() == 1);
+  CHECK(sink.texts[0] == std::make_pair(uint32_t{1}, sha_other));
+  CHECK(sink.signatures.size() == 2);
 }
 
 TEST_CASE("nested suppression is decided once, from an op's first 8 calls", "[recorder][suppress]") {
@@ -122,6 +155,7 @@ TEST_CASE("recorder: one signature per distinct call, counted per call, a record
   at::add(a, a);  // not recorded
   const format::CountsSnapshot after = recorder_counts();
   CHECK(total_calls(after) - total_calls(before) == 9);
+  sink.build_later();
   std::vector<std::string> adds;
   for (const auto& [id, json] : sink.signatures)
     if (json.find("\"aten.add.Tensor\"") != std::string::npos) adds.push_back(json);
@@ -151,6 +185,7 @@ TEST_CASE("recorder: one signature per distinct call, counted per call, a record
   at::add(a, a);
   at::add(b, b);
   set_recording(false);
+  sink.build_later();
   std::map<uint32_t, std::string> json_of;
   for (const auto& [id, json] : sink.signatures) json_of[id] = json;
   const std::vector<format::CallRecord> loop = sink.drain();

@@ -28,7 +28,9 @@ Workloads: 'add' (torch.add on 4-element tensors: the dispatcher-bound worst
 case), 'dit' (a DiT block at width 64, 32 tokens: 19 top-level calls of
 layer_norm, linear, attention by matmul/softmax, MLP, residual adds) and
 'module' (an nn.Module whose forward does no ATen work: the stage map's
-global module hooks, per module call)."""
+global module hooks, per module call); on request only, 'new-shapes' (a view
+whose length never repeats: every call a first sighting, as where a decode
+loop's attention meets a longer cache each token)."""
 import argparse
 import functools
 import glob
@@ -87,8 +89,8 @@ def child_env(build):
 
 # ATen (or module) calls per measured block (wall clock) and per n (callgrind), by
 # workload: the DiT block is ~100x the cost of torch.add per call on this CPU.
-WALL_CALLS = {"add": 2000, "dit": 190, "module": 2000}
-CALLGRIND_CALLS = {"add": 3000, "dit": 190, "module": 3000}
+WALL_CALLS = {"add": 2000, "dit": 190, "module": 2000, "new-shapes": 500}
+CALLGRIND_CALLS = {"add": 3000, "dit": 190, "module": 3000, "new-shapes": 300}
 
 
 def run_child(prefix, group, mode, workloads, configs, calls, pairs, env):
@@ -239,7 +241,7 @@ def main():
                     help="wall clock only: torch.add; none, floor, lingprobe, profiler; 3 processes")
     ap.add_argument("--reps", type=int, default=None, help="wall-clock processes per group (default 5; --quick 3)")
     ap.add_argument("--build", default=str(ROOT / "build"))
-    ap.add_argument("--workloads", default=None, help="comma-separated: add,dit,module (default all; --quick add)")
+    ap.add_argument("--workloads", default=None, help="comma-separated: add,dit,module,new-shapes (default add,dit,module; --quick add)")
     ap.add_argument("--configs", default=None, help="comma-separated subset of: " + ",".join(ALL_CONFIGS))
     ap.add_argument("--no-callgrind", action="store_true", help="wall clock only")
     ap.add_argument("--no-wall", action="store_true", help="instructions only")

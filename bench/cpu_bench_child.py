@@ -19,6 +19,7 @@ labelled 'workload/config/state/a|b/1|2'; the parent reads the dumps.
 
 Prints one JSON line: {"results": {workload: {config: {...}}}, "dropped": n}."""
 import ctypes
+import itertools
 import json
 import os
 import shutil
@@ -154,7 +155,7 @@ def build_toggles():
         return [lingprobe_toggle("lingprobe-sampling-idle")]
     start_lingprobe(nested=False)
     makers = {
-        "none": lambda: Toggle("none", workloads=["add", "dit", "module"]),
+        "none": lambda: Toggle("none", workloads=["add", "dit", "module", "new-shapes"]),
         "floor": floor_toggle,
         "lingprobe": lambda: lingprobe_toggle("lingprobe"),
         "profiler": profiler_toggle,
@@ -188,6 +189,9 @@ def workload_step(name):
             return y + F.linear(F.gelu(F.linear(F.layer_norm(y, (d,)), w1)), w2)       # linear, add; layer_norm,
         return step, 19                                                                 # linear, gelu, linear, add
 
+    if name == "new-shapes":  # each call a first sighting: a view whose length never repeats in the process
+        big, length = torch.empty(10 ** 7), itertools.count(1)
+        return (lambda: big.narrow(0, 0, next(length))), 1
     if name == "module":
         class Leaf(torch.nn.Module):
             def forward(self, x):
@@ -286,7 +290,7 @@ def main():
     results = {}
     instrumenting = False
     for name in workloads:
-        active = [t for t in toggles if name in (t.workloads or ["add", "dit"])]
+        active = [t for t in toggles if name in (t.workloads or ["add", "dit", "new-shapes"])]
         if not active:
             continue
         step, per_step = workload_step(name)

@@ -148,3 +148,21 @@ def test_instructions_per_call_lingprobe_against_the_floor(build_dir, tmp_path):
     idle = numbers["add/lingprobe-sampling-idle"]
     assert abs(idle["added"] - lingprobe["added"]) < 350, (idle, lingprobe)
     print(f"\ninstructions per torch.add: lingprobe {lingprobe['added']:.0f}, sampling idle {idle['added']:.0f}")
+
+
+def test_a_first_sighting_leaves_its_signature_text_to_the_writer(build_dir, tmp_path):
+    """Every call of 'new-shapes' is a first sighting (a view whose length never repeats). The signature's canonical
+    JSON, SHA-256 and record line are built on the writer's thread: lingprobe's own calling-thread instructions per
+    first sighting were 49,005 when the calling thread built them, 16,103 since (docs/PERFORMANCE.md); the writer
+    took over ~37,000."""
+    skip_unless_valgrind_runs_torch(build_dir)
+    out = tmp_path / "cg.json"
+    p = run_bench(build_dir, "--no-wall", "--workloads", "new-shapes", "--configs", "floor,lingprobe",
+                  "--json", str(out), timeout=1800)
+    assert p.returncode == 0, p.stderr[-3000:]
+    numbers = json.loads(out.read_text())["instructions"]
+    floor, lingprobe = numbers["new-shapes/floor"], numbers["new-shapes/lingprobe"]
+    assert lingprobe["added"] - floor["added"] < 25000, (lingprobe, floor)
+    assert lingprobe["other"] > 20000, lingprobe  # the text is built, on the writer's thread
+    print(f"\ninstructions per first sighting: calling thread {lingprobe['added'] - floor['added']:.0f} "
+          f"over the floor, writer {lingprobe['other']:.0f}")

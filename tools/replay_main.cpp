@@ -128,10 +128,13 @@ int profile_replays(std::vector<Target>& targets, const std::string& run_dir, co
   }
   const std::string out = base + "/replay_profiles";
   const std::string run_id = "replay-" + std::to_string(std::time(nullptr)) + "-" + std::to_string(::getpid());
-  // The job's environment is not this measurement's: no LINGPROBE_* settings, a single process of rank 0.
+  // The job's environment is not this measurement's: no LINGPROBE_* settings, a single process of rank 0. Each
+  // replayed call is the one to profile, whatever its device (auto would leave a CPU call on a GPU machine to a later
+  // GPU call that never comes, and say nothing of it).
   const std::vector<std::string> settings = {
-      "ENABLE=0",   "PROFILE=1",   "SNAPSHOTS=0", "STAGE_GPU_TIME=0",         "RUN_ID=" + run_id,
-      "OPS=" + ops, "ROLE=single", "RANK=0",      "SAMPLE_COORDINATION=none", "LOG_LEVEL=warn"};
+      "ENABLE=0",          "PROFILE=1",   "SNAPSHOTS=0", "STAGE_GPU_TIME=0",         "RUN_ID=" + run_id,
+      "OPS=" + ops,        "ROLE=single", "RANK=0",      "SAMPLE_COORDINATION=none", "LOG_LEVEL=warn",
+      "SAMPLE_DEVICES=any"};
   std::vector<const char*> raw;
   for (const auto& x : settings) raw.push_back(x.c_str());
   lingprobe_options o{};

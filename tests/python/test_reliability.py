@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -84,6 +85,7 @@ def check_run_left_whole(cli, run_dir):
     files = metadata.files(run_dir)
     assert files, f"no metadata under {run_dir}"
     named = 0
+    named_paths = set()
     last_t1 = {}
     n_records = 0
     for f in files:
@@ -103,17 +105,26 @@ def check_run_left_whole(cli, run_dir):
                 assert path.is_file(), f"{f}: names {r['path']}, which is not there"
                 data = path.read_bytes()
                 assert len(data) == r["bytes"] and hashlib.sha256(data).hexdigest() == r["sha256"], r["path"]
+                named_paths.add(path.resolve())
                 named += 1
     # Complete files may exist that no record names yet (killed between the rename and the flush);
     # none is ever half-written: a half-written one keeps its hidden temporary name.
+    unnamed = 0
     for snap in (run_dir / "snapshots").glob("*.pt") if (run_dir / "snapshots").is_dir() else []:
         if not snap.name.startswith("."):
             with zipfile.ZipFile(snap) as z:
                 assert z.testzip() is None, snap
+            unnamed += snap.resolve() not in named_paths
     p = subprocess.run([cli, "audit", "--quiet", str(run_dir)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     for line in p.stderr.splitlines():  # a rank killed between creating its file and its first write leaves it empty
         if "warn" in line.lower():
+            # The complete files no record names are set apart by the audit, not counted (a CI run of 2026-12-04
+            # met 7 in one of its 20 kills): exactly those, none other.
+            foreign = re.search(r"(\d+) file\(s\) under snapshots/ or profiles/ are not this run's evidence", line)
+            if foreign:
+                assert int(foreign.group(1)) == unnamed, (line, unnamed)
+                continue
             assert any(w in line for w in ("no final counts record", "truncated last line", "empty file")), line
     return len(files), n_records, named, last_t1
 

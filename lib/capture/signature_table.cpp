@@ -22,8 +22,7 @@ bool SignatureTable::resolve(const uint64_t* key, size_t words, const Call& call
   std::string full(reinterpret_cast<const char*>(key), words * sizeof(uint64_t));
   std::lock_guard<std::mutex> lock(mu_);
   auto it = ids_.find(full);
-  const bool known = it != ids_.end();
-  if (!known) {
+  if (it == ids_.end()) {
     const uint32_t next = next_id_.load(std::memory_order_relaxed);
     if (next >= kMaxSignatures) return false;
     format::JsonValue output = build_output(call.op->schema, call.outputs, call.op->fold.returns);
@@ -35,10 +34,11 @@ bool SignatureTable::resolve(const uint64_t* key, size_t words, const Call& call
       build_signature(*call.op, *call.arguments, std::move(output), stage_name(call.stage), sha_.back(), text);
       sink.on_new_signature(next, sha_.back(), text);
     } else {
-      sink.on_new_signature_later(next, [op = call.op, arguments = call.arguments, output = std::move(output),
-                                         stage = stage_name(call.stage)](std::string& sha256, std::string& text) {
-        build_signature(*op, *arguments, output, stage, sha256, text);
-      });
+      sink.on_new_signature_later(
+          next, [op = call.op, arguments = call.arguments, output = std::move(output), stage = stage_name(call.stage)](
+                    std::string& sha256, std::string& text) mutable {
+            build_signature(*op, *arguments, std::move(output), stage, sha256, text);  // run once
+          });
     }
     if (call.op->signatures.fetch_add(1, std::memory_order_relaxed) + 1 == kManySignaturesPerOp)
       sink.on_many_signatures(call.op->name, call.op->fold.arguments != 0 || call.op->fold.returns != 0);

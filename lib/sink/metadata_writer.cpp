@@ -167,8 +167,8 @@ bool MetadataWriter::open_file() {
     open_failed_ = true;
     return false;
   }
-  retry_.push_back(
-      {-1, options_.header_json + "\n", {}});  // the file's first line, written with the first cycle's records
+  // the file's first line, written with the first cycle's records
+  retry_.push_back({-1, options_.header_json + "\n", {}});
   if (options_.on_open) options_.on_open();
   return true;
 }
@@ -364,6 +364,27 @@ uint64_t MetadataWriter::account_short_write(size_t written, std::vector<Line>& 
   return n_calls - lost;
 }
 
+// The signatures handed over to be built here, built before any of them is written. One that fails (out of memory)
+// is left out, counted as lost: its id stays undefined, so no counts record names it.
+void MetadataWriter::build_signature_lines(std::vector<Line>& lines) {
+  for (auto it = lines.begin(); it != lines.end();) {
+    if (!it->build) {
+      ++it;
+      continue;
+    }
+    try {
+      std::string sha256, canonical_json;
+      it->build(sha256, canonical_json);
+      it->text = signature_line(static_cast<uint32_t>(it->signature_id), sha256, canonical_json);
+      it->build = nullptr;
+      ++it;
+    } catch (...) {
+      it = lines.erase(it);
+      ++lines_lost_;
+    }
+  }
+}
+
 void MetadataWriter::cycle(bool final) {
   std::lock_guard<std::mutex> io(io_mu_);
   calls_text_.clear();  // members: their capacity is kept from cycle to cycle
@@ -371,18 +392,7 @@ void MetadataWriter::cycle(bool final) {
   std::vector<Line> signatures;
   bool any_buffer = false;
   const uint64_t n_calls = drain(signatures, any_buffer);
-  for (Line& l : signatures)  // the signatures handed over to be built here, before any of them is written
-    if (l.build) {
-      try {
-        std::string sha256, canonical_json;
-        l.build(sha256, canonical_json);
-        l.text = signature_line(static_cast<uint32_t>(l.signature_id), sha256, canonical_json);
-      } catch (...) {  // out of memory: the record is lost (counted), its id stays undefined in the counts
-        l.signature_id = -1;
-        ++lines_lost_;
-      }
-      l.build = nullptr;
-    }
+  build_signature_lines(signatures);
   has_data_ = has_data_ || n_calls || !signatures.empty() || any_buffer;
   if (!has_data_) return;
   if (!open_file()) {

@@ -95,6 +95,7 @@ class MetadataWriter {
     SignatureBuild build;  // a signature record to build first (text empty), else empty
   };
   void cycle(bool final);
+  void build_signature_lines(std::vector<Line>& lines);
   uint64_t drain(std::vector<Line>& signatures, bool& any_buffer);
   std::vector<size_t> append_must_lines(const std::vector<Line>& must);
   void append_counts_record(bool final);

@@ -253,8 +253,15 @@ def test_every_row_has_its_host_time_and_each_stage_a_top_by_time_table(build_di
     assert conv["calls"] == 3 and conv["host_time_us"] > 0
     assert abs(conv["host_time_us_per_call"] * 3 - conv["host_time_us"]) < 1e-6 * conv["host_time_us"] + 1e-9
     assert "Top by time (host:" in summary and "| host ms | share | calls | host us/call | kernel us/call |" in summary
-    top = summary.split("Top by time")[1].split("\n\n")[1].splitlines()[2]  # the first row: the most time
-    assert "`aten.conv2d" in top or "`aten.randn" in top or "`aten.relu" in top, top
+    # Which op takes the most host time depends on the machine (a first call's lazy set-up can cost
+    # more than three convolutions: uniform_ took 5.6 ms in one CI run), so the table is checked
+    # against the report: rows in descending host time, the first being the report's largest.
+    table = summary.split("Top by time")[1].split("\n\n")[1].splitlines()[2:]
+    host_ms = [float(row.split("|")[1]) for row in table]
+    assert host_ms == sorted(host_ms, reverse=True), table
+    largest = max(report["rows"], key=lambda r: r["host_time_us"])
+    assert largest["signature_sha256"][:12] in table[0], (largest, table[0])
+    assert any("`aten.conv2d" in row for row in table), table
 
 
 def test_nested_calls_do_not_count_a_convolutions_flops_three_times(build_dir, cli, tmp_path):

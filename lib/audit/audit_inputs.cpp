@@ -1,5 +1,7 @@
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <utility>
 
 #include "audit/audit_run.h"
 #include "audit/run_paths.h"
@@ -16,6 +18,27 @@ int64_t rank_in_file_name(const std::string& name) {
   char* end = nullptr;
   const long long rank = std::strtoll(name.c_str() + at + 5, &end, 10);
   return end != name.c_str() + at + 5 && *end == '_' ? rank : -1;
+}
+
+// A file given twice (`lingprobe audit out/*` names a run and out/latest, its symlink) is read once: read twice,
+// every call of it would count twice. Warned, not refused: the audit of the run is still what was asked.
+void read_each_file_once(std::vector<std::string>& files, AuditOutcome& outcome) {
+  std::map<std::pair<uint64_t, uint64_t>, std::string> seen;
+  std::vector<std::string> once;
+  for (auto& path : files) {
+    const auto id = file_identity(path);
+    if (id.first || id.second) {
+      const auto [it, fresh] = seen.emplace(id, path);
+      if (!fresh) {
+        outcome.warnings.push_back(path + " is " + it->second +
+                                   " given again (a symlink such as latest, or the "
+                                   "same run twice); read once");
+        continue;
+      }
+    }
+    once.push_back(std::move(path));
+  }
+  files.swap(once);
 }
 
 }  // namespace
@@ -65,7 +88,7 @@ bool find_inputs(AuditRun& a) {
     }
   }
   if (files.empty()) return bad_input(outcome, "no metadata files (*.jsonl) found in " + options.inputs.front());
-
+  read_each_file_once(files, outcome);
   return true;
 }
 

@@ -17,6 +17,12 @@ bool is_symlink(const std::string& p) {
   return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
 }
 
+std::pair<uint64_t, uint64_t> file_identity(const std::string& p) {
+  struct stat st;
+  if (::stat(p.c_str(), &st) != 0) return {0, 0};
+  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
 std::vector<std::string> list_dir(const std::string& dir) {
   std::vector<std::string> names;
   if (DIR* d = opendir(dir.c_str())) {

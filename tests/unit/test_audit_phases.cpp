@@ -76,6 +76,21 @@ TEST_CASE("audit phases: found, read, totalled, checked and reported, in order",
   CHECK(a.report.find("stages")->items().size() == 3);  // dit, vae, output
 }
 
+TEST_CASE("audit phases: a run given twice (its directory and a symlink to it) is read once", "[audit][phases]") {
+  // `lingprobe audit out/*` names the run and out/latest; read twice, every call counted twice.
+  StoredRunAudit stored;
+  const std::string latest = stored.run + "-latest";
+  REQUIRE(std::system(("ln -s '" + stored.run + "' '" + latest + "'").c_str()) == 0);
+  stored.options.inputs = {stored.run, latest};
+  AuditRun& a = stored.a;
+  REQUIRE(find_inputs(a));
+  CHECK(a.files.size() == 4);  // 8 before
+  REQUIRE(stored.outcome.warnings.size() == 4);
+  CHECK(stored.outcome.warnings.front().find("given again") != std::string::npos);
+  REQUIRE((read_inputs(a) && total_ranks(a)));
+  CHECK(a.summaries.size() == 4);
+}
+
 TEST_CASE("audit phases: evidence whose files changed after the run is not counted", "[audit][phases]") {
   StoredRunAudit stored;
   AuditRun& a = stored.a;

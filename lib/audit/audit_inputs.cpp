@@ -9,9 +9,6 @@
 
 namespace lingprobe::audit {
 
-namespace {
-
-// The rank a metadata file's name gives (metadata_rank3_pid123.jsonl: 3), else -1.
 int64_t rank_in_file_name(const std::string& name) {
   const size_t at = name.find("_rank");
   if (at == std::string::npos) return -1;
@@ -19,6 +16,8 @@ int64_t rank_in_file_name(const std::string& name) {
   const long long rank = std::strtoll(name.c_str() + at + 5, &end, 10);
   return end != name.c_str() + at + 5 && *end == '_' ? rank : -1;
 }
+
+namespace {
 
 // A file given twice (`lingprobe audit out/*` names a run and out/latest, its symlink) is read once: read twice,
 // every call of it would count twice. Warned, not refused: the audit of the run is still what was asked.

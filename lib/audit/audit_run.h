@@ -103,6 +103,9 @@ void check_evidence(AuditRun& a);  // 3. only this run's own, unaltered evidence
 void build_report(AuditRun& a);    // 4. coverage_audit.json's document
 void write_outputs(AuditRun& a);   // 5. summary.md's audit part, then the files (outcome.status: kIoFailed)
 
+// The rank a metadata file's name gives (metadata_rank3_pid123.jsonl: 3), else -1.
+int64_t rank_in_file_name(const std::string& name);
+
 // The audit refused on malformed or inconsistent input: outcome.status is kBadInput with `message`; false.
 bool bad_input(AuditOutcome& outcome, std::string message);
 

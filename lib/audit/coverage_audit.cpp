@@ -21,6 +21,7 @@
 #include "format/json_parse.h"
 #include "format/sha256.h"
 #include "format/signature_fields.h"
+#include "sink/run_directory.h"
 
 namespace lingprobe::audit {
 namespace {
@@ -196,14 +197,16 @@ void keep_unaltered_profiles(AuditRun& a, Signature& sig) {
 // A complete file that a killed process renamed into place but did not
 // live to record (its record, even its signature's, was still queued):
 // its name says the rank, and a file of that rank ends without its final
-// counts, or is empty (killed before its first flush). Listed apart
+// counts, or is empty, or the rank (below the world size) has no metadata
+// file at all (killed before its metadata writer created it). Listed apart
 // (unrecorded_evidence), not counted, not a warning.
-bool killed_before_recording(const AuditRun& a, const std::string& name) {
+bool killed_before_recording(const AuditRun& a, const std::set<int64_t>& ranks_with_files, const std::string& name) {
   static const std::regex kWho("_rank([0-9]+)_[0-9a-f]{16}(_|\\.pt$|$)");
   std::smatch m;
   if (!std::regex_search(name, m, kWho)) return false;
   const int64_t rank = std::stoll(m[1].str());
   // its rank's file without final counts, or empty: killed before its metadata writer's first flush
+  if (rank < a.world_size && !ranks_with_files.count(rank)) return true;
   return a.ranks_never_written.count(rank) ||
          std::any_of(a.summaries.begin(), a.summaries.end(),
                      [rank](const FileSummary& f) { return f.role != "child" && f.rank == rank && !f.final_counts; });
@@ -211,11 +214,13 @@ bool killed_before_recording(const AuditRun& a, const std::string& name) {
 
 // Files under snapshots/ and profiles/ that no record names: unrecorded, or foreign.
 void list_unnamed_evidence(AuditRun& a, const std::set<std::string>& named) {
+  std::set<int64_t> ranks_with_files;  // on disk, whichever files the audit was given
+  for (const auto& path : sink::metadata_files(a.run_dir)) ranks_with_files.insert(rank_in_file_name(basename(path)));
   for (const char* sub : {"snapshots", "profiles"})
     for (const auto& name : list_dir(a.run_dir + "/" + sub)) {
       const std::string rel = std::string(sub) + "/" + name;
       if (named.count(rel)) continue;
-      if (killed_before_recording(a, name)) {
+      if (killed_before_recording(a, ranks_with_files, name)) {
         a.unrecorded.push_back(JsonValue::object(
             {{"path", JsonValue::string(rel)},
              {"reason", JsonValue::string("complete, but its process ended (killed) before recording it")}}));

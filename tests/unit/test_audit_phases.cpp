@@ -91,6 +91,21 @@ TEST_CASE("audit phases: a run given twice (its directory and a symlink to it) i
   CHECK(a.summaries.size() == 4);
 }
 
+TEST_CASE("audit phases: a rank killed before its metadata file existed leaves unrecorded, not foreign, evidence",
+          "[audit][phases]") {
+  // Its profiles are complete and named by no record; its rank (below the world size the others' headers give)
+  // has no metadata file at all. Before, they were foreign, with a warning (test_reliability's SIGKILL case).
+  StoredRunAudit stored;
+  REQUIRE(std::system(("rm '" + stored.run + "'/metadata/metadata_rank3_*.jsonl").c_str()) == 0);
+  AuditRun& a = stored.a;
+  REQUIRE((find_inputs(a) && read_inputs(a) && total_ranks(a)));
+  CHECK(a.world_size == 4);
+  check_evidence(a);
+  CHECK(a.foreign.items().empty());
+  REQUIRE_FALSE(a.unrecorded.items().empty());
+  for (const auto& u : a.unrecorded.items()) CHECK(u.find("path")->as_string().find("_rank3_") != std::string::npos);
+}
+
 TEST_CASE("audit phases: evidence whose files changed after the run is not counted", "[audit][phases]") {
   StoredRunAudit stored;
   AuditRun& a = stored.a;

@@ -54,6 +54,8 @@ class KeyTable {
   bool stored_equals(uint64_t offset, size_t words, const uint64_t* key, size_t n) const {
     return words == n && same(&keys_[offset], key, n);
   }
+  // The stored key at `offset` (insert's), valid until the next insert.
+  const uint64_t* stored(uint64_t offset) const { return &keys_[offset]; }
   size_t size() const { return size_; }
 
  private:

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <new>
 
+#include "capture/call_keys.h"
 #include "capture/call_sampling.h"
 #include "capture/compile_tracing.h"
 #include "capture/fork_gate.h"
@@ -120,15 +121,6 @@ C10_ALWAYS_INLINE Frame* push_frame(Global& G, ThreadState& ts, const at::Record
   return &f;
 }
 
-// The call's input key into the thread's key buffer (capture/signature_key), and where it ends.
-C10_ALWAYS_INLINE void input_key(ThreadState& ts, Frame& f, OpInfo* op, StageId stage,
-                                 c10::ArrayRef<const c10::IValue> inputs, InputScan& scan) {
-  f.key_begin = static_cast<uint32_t>(ts.key.size());
-  append_call_input_key(ts.key, reinterpret_cast<uintptr_t>(op), stage, inputs.data(), inputs.size(),
-                        op->fold.arguments, scan);
-  f.input_end = static_cast<uint32_t>(ts.key.size());
-}
-
 // A key's first call on this thread: its entry (none if its arguments' JSON throws), with that JSON and sample key.
 uint32_t new_entry(Global& G, ThreadState& ts, const Frame& f, OpInfo* op, StageId stage,
                    c10::ArrayRef<const c10::IValue> inputs, uint64_t hash) {
@@ -138,9 +130,14 @@ uint32_t new_entry(Global& G, ThreadState& ts, const Frame& f, OpInfo* op, Stage
   return ts.add_entry(hash, ts.key.data() + f.key_begin, f.input_end - f.key_begin, std::move(arguments), sample);
 }
 
-// The call's InputEntry by its input key: the guess from the call before (thread_state), the table, or new.
+// The call's InputEntry by its input key: the guess matched in place (call_keys), the guess from the call before
+// (thread_state), the table, or new.
 C10_ALWAYS_INLINE void enter_inputs(Global& G, ThreadState& ts, Frame& f, OpInfo* op, StageId stage,
                                     c10::ArrayRef<const c10::IValue> inputs) {
+  if (!f.key_written) {
+    ts.last_entry = f.entry;
+    return;
+  }
   const uint64_t* key = ts.key.data() + f.key_begin;
   const size_t words = f.input_end - f.key_begin;
   if (ts.guessed(key, words, f.entry)) return;
@@ -183,10 +180,10 @@ C10_ALWAYS_INLINE void record_start(Global& G, ThreadState& ts, const at::Record
   InputScan scan;
   CompileTracing tracing = compile_tracing_mode();
   if (tracing == CompileTracing::None) {
-    if (selected)
-      input_key(ts, *f, op, stage, inputs, scan);
-    else
+    if (!selected)
       scan.fake = has_fake_tensor(c10::ArrayRef<c10::IValue>(inputs.data(), inputs.size()), &scan.tensor);
+    else if (!inputs_match_guess(ts, *f, op, stage, inputs, scan))
+      input_key(ts, *f, op, stage, inputs, scan);
   }
   if (tracing == CompileTracing::None && scan.fake) tracing = CompileTracing::FakeTensorInputs;
   if (C10_UNLIKELY(tracing != CompileTracing::None)) {  // compile time: no row, no sample, no stage interval
@@ -245,11 +242,15 @@ void reclassify_as_traced(Global& G, ThreadState& ts, Frame& f) {
   f.traced = true;
 }
 
-// The call's signature id: the output key appended to its input key, then
-// found among its InputEntry's outputs, else resolved in the process's table
-// (the first sighting). false when the table is full (counted).
-C10_ALWAYS_INLINE bool signature_id(Global& G, ThreadState& ts, const Frame& f, c10::ArrayRef<const c10::IValue> outs,
+// The call's signature id: its outputs matched in place among those its
+// InputEntry saw (call_keys), else their key appended to the input key, then
+// resolved in the process's table (a first sighting; folded returns compared
+// as keys). false when the table is full (counted).
+C10_ALWAYS_INLINE bool signature_id(Global& G, ThreadState& ts, Frame& f, c10::ArrayRef<const c10::IValue> outs,
                                     uint32_t& id) {
+  InputEntry& entry = ts.entries[f.entry];
+  if (outputs_match_seen(ts, f, entry, outs, id)) return true;
+  if (!f.key_written) write_matched_input_key(ts, f, entry);
   ts.key.push(outs.size());
   if (C10_UNLIKELY(f.op->fold.returns != 0))
     append_folded_keys(outs.data(), outs.size(), f.op->fold.returns, ts.key);
@@ -259,7 +260,6 @@ C10_ALWAYS_INLINE bool signature_id(Global& G, ThreadState& ts, const Frame& f, 
   const size_t words = ts.key.size() - f.key_begin;
   const uint64_t* out = key + (f.input_end - f.key_begin);
   const size_t out_words = ts.key.size() - f.input_end;
-  InputEntry& entry = ts.entries[f.entry];
   for (const auto& [seen, seen_id] : entry.outputs)
     if (seen.size() == out_words && same_words(seen.data(), out, out_words)) {
       id = seen_id;

@@ -70,6 +70,12 @@ struct InputScan {
   bool tensor = false;
 };
 
+// A defined strided tensor's first word: tag | dtype << 8 | layout << 16 | dim << 24 | has strides << 56.
+inline uint64_t strided_tensor_head(const at::Tensor& t, size_t dim) {
+  return kKeyTensor | static_cast<uint64_t>(t.scalar_type()) << 8 | static_cast<uint64_t>(c10::kStrided) << 16 |
+         static_cast<uint64_t>(dim) << 24 | uint64_t{1} << 56;
+}
+
 template <bool kScan>
 inline void append_keys_scanning(const c10::IValue* values, size_t count, KeyBuffer& key, InputScan* scan) {
   for (const c10::IValue* end = values + count; values != end; ++values) {
@@ -107,14 +113,67 @@ inline void append_keys_scanning(const c10::IValue* values, size_t count, KeyBuf
     }
     const size_t dim = sizes.size();
     uint64_t* w = key.reserve(1 + 2 * dim);
-    w[0] = kKeyTensor | static_cast<uint64_t>(t.scalar_type()) << 8 | static_cast<uint64_t>(c10::kStrided) << 16 |
-           static_cast<uint64_t>(dim) << 24 | uint64_t{1} << 56;
+    w[0] = strided_tensor_head(t, dim);
     for (size_t i = 0; i < dim; ++i) {
       w[1 + i] = static_cast<uint64_t>(sizes[i]);
       w[1 + dim + i] = static_cast<uint64_t>(strides[i]);
     }
     key.commit(1 + 2 * dim);
   }
+}
+
+// Whether the keys append_keys_scanning would write for `values` are the
+// words from `p` on (before `end`), compared in place: nothing written. `p`
+// is advanced past the words that matched. The values keyed out of line
+// (append_other_key) are keyed at `scratch`'s end and compared there, then
+// taken off. `scan` as append_input_keys; meaningful only when they match.
+// The fast path of a repeated call against its guessed entry's stored key.
+template <bool kScan>
+inline bool keys_match_scanning(const c10::IValue* values, size_t count, const uint64_t*& p, const uint64_t* end,
+                                KeyBuffer& scratch, InputScan* scan) {
+  for (const c10::IValue* last = values + count; values != last; ++values) {
+    const c10::IValue& value = *values;
+    if (value.isInt()) {
+      if (end - p < 2 || p[0] != kKeyInt || p[1] != static_cast<uint64_t>(value.toInt())) return false;
+      p += 2;
+      continue;
+    }
+    if (value.isTensor()) {
+      const at::Tensor& t = value.toTensor();
+      if (kScan && t.defined()) {
+        scan->tensor = true;
+        if (C10_UNLIKELY(is_fake_tensor(t))) scan->fake = true;
+      }
+      c10::IntArrayRef sizes, strides;
+      bool plain = t.defined() && t.layout() == c10::kStrided;
+      try {
+        if (plain) sizes = t.sizes(), strides = t.strides();
+      } catch (const std::exception&) {  // nested or symbolic sizes
+        plain = false;
+      }
+      if (plain) {
+        const size_t dim = sizes.size();
+        if (static_cast<size_t>(end - p) < 1 + 2 * dim || p[0] != strided_tensor_head(t, dim)) return false;
+        for (size_t i = 0; i < dim; ++i)
+          if (p[1 + i] != static_cast<uint64_t>(sizes[i]) || p[1 + dim + i] != static_cast<uint64_t>(strides[i]))
+            return false;
+        p += 1 + 2 * dim;
+        continue;
+      }
+    } else if (kScan && value.isList() &&
+               C10_UNLIKELY(has_fake_tensor(c10::ArrayRef<c10::IValue>(&value, 1), &scan->tensor))) {
+      scan->fake = true;
+    }
+    const size_t mark = scratch.size();
+    append_other_key(value, scratch);
+    const size_t n = scratch.size() - mark;
+    bool same = static_cast<size_t>(end - p) >= n;
+    for (size_t i = 0; same && i < n; ++i) same = scratch.data()[mark + i] == p[i];
+    scratch.truncate(mark);
+    if (!same) return false;
+    p += n;
+  }
+  return true;
 }
 
 // Appends the key of every value (strided tensors and ints inline, the rest

@@ -44,7 +44,8 @@ struct Frame {
   int64_t t0;
   uint32_t key_begin;  // words of the thread's KeyBuffer
   uint32_t input_end;
-  uint32_t entry;  // the InputEntry of the input key
+  uint32_t entry;    // the InputEntry of the input key
+  bool key_written;  // the input key is in the KeyBuffer (else it matched its guessed entry's in place)
   StageId stage;
   bool recorded;
   bool traced;      // a compile-time call on fake tensors (counted apart, never recorded)
@@ -111,12 +112,16 @@ struct ThreadState {
   // and no probing. If so, `entry` is it and the thread's last entry; else the caller looks the key up in
   // `inputs` (its hash), adds it if new (add_entry), and follows it.
   bool guessed(const uint64_t* key, size_t words, uint32_t& entry) {
-    const uint32_t guess = last_entry != InputEntry::kNoEntry ? entries[last_entry].next : InputEntry::kNoEntry;
+    const uint32_t guess = this->guess();
     if (guess == InputEntry::kNoEntry ||
         !inputs.stored_equals(entries[guess].key_offset, entries[guess].key_words, key, words))
       return false;
     entry = last_entry = guess;
     return true;
+  }
+  // The entry that followed the thread's last recorded call last time, or InputEntry::kNoEntry.
+  uint32_t guess() const {
+    return last_entry != InputEntry::kNoEntry ? entries[last_entry].next : InputEntry::kNoEntry;
   }
   // A new entry for that key, with its arguments' JSON and sampler key (null: never sampled).
   uint32_t add_entry(uint64_t hash, const uint64_t* key, size_t words,

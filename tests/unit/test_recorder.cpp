@@ -7,6 +7,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -209,4 +210,40 @@ TEST_CASE("recorder: one signature per distinct call, counted per call, a record
   REQUIRE(alphas.size() == 6);
   CHECK(alphas[0].signature_id != alphas[1].signature_id);
   for (size_t i = 2; i < alphas.size(); ++i) CHECK(alphas[i].signature_id == alphas[i % 2].signature_id);
+
+  // A guessed call's inputs are compared in place with its entry's stored key (call_keys.h), its outputs with
+  // those seen after it. Each variant below comes where the base call came before (after the same anchor), so
+  // that it is guessed to be the base and differs from it only in strides, dtype, a list value, an int or its
+  // outputs: it must be its own signature, and the base keeps its own.
+  const at::Tensor square = at::ones({3, 3}), transposed = square.t(), twice = at::ones({3, 3}, at::kDouble);
+  const at::Tensor some = at::tensor({1.f, 0.f, 1.f}), more = at::tensor({1.f, 1.f, 1.f});
+  const std::vector<std::pair<std::function<void()>, std::function<void()>>> pairs = {
+      {[&] { at::add(square, square); }, [&] { at::add(transposed, square); }},
+      {[&] { at::add(square, square); }, [&] { at::add(twice, twice); }},
+      {[&] { at::sum(square, {1}); }, [&] { at::sum(square, {0}); }},  // an int list: keyed out of line
+      {[&] { at::add(square, square, 1); }, [&] { at::add(square, square, 2); }},
+      {[&] { at::nonzero(some); }, [&] { at::nonzero(more); }},  // the same input key; output [3,1], not [2,1]
+  };
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    INFO("pair " << k);
+    const at::Tensor anchor = at::ones({static_cast<int64_t>(k) + 7});
+    set_recording(true);
+    for (int variant : {0, 1, 0}) {
+      at::neg(anchor);
+      (variant ? pairs[k].second : pairs[k].first)();
+    }
+    set_recording(false);
+    sink.build_later();
+    for (const auto& [id, json] : sink.signatures) json_of[id] = json;
+    const std::vector<format::CallRecord> r = sink.drain();
+    REQUIRE(r.size() == 6);
+    CHECK(r[5].signature_id == r[1].signature_id);
+    CHECK(r[3].signature_id != r[1].signature_id);
+    if (k == 0) CHECK(json_of[r[3].signature_id].find("\"stride\":[1,3]") != std::string::npos);
+    if (k == 4) {
+      CHECK(json_of[r[1].signature_id].find("\"shape\":[2,1]") != std::string::npos);
+      CHECK(json_of[r[3].signature_id].find("\"shape\":[3,1]") != std::string::npos);
+      CHECK(json_of[r[3].signature_id].find("\"shape\":[3]") != std::string::npos);  // its input, from the stored key
+    }
+  }
 }

@@ -78,6 +78,29 @@ void append_other_key(const c10::IValue& v, KeyBuffer& key) {
   }
 }
 
+bool other_key_matches(const c10::IValue& value, const uint64_t*& p, const uint64_t* end, KeyBuffer& scratch) {
+  if (value.isList()) {  // as append_other_key keys it: its size, then each item's key
+    const auto items = value.toListRef();
+    if (p == end || *p != (kKeyList | static_cast<uint64_t>(items.size()) << 8)) return false;
+    ++p;
+    return keys_match_scanning<false>(items.data(), items.size(), p, end, scratch, nullptr);
+  }
+  if (value.isNone() || value.isBool()) {
+    const uint64_t word = value.isNone() ? kKeyNone : kKeyBool | static_cast<uint64_t>(value.toBool()) << 8;
+    if (p == end || *p != word) return false;
+    ++p;
+    return true;
+  }
+  const size_t mark = scratch.size();
+  append_other_key(value, scratch);
+  const size_t n = scratch.size() - mark;
+  bool same = static_cast<size_t>(end - p) >= n;
+  for (size_t i = 0; same && i < n; ++i) same = scratch.data()[mark + i] == p[i];
+  scratch.truncate(mark);
+  if (same) p += n;
+  return same;
+}
+
 void append_folded_keys(const c10::IValue* values, size_t count, uint64_t fold, KeyBuffer& key) {
   for (size_t i = 0; i < count; ++i) {
     const c10::IValue& value = values[i];

@@ -122,11 +122,16 @@ inline void append_keys_scanning(const c10::IValue* values, size_t count, KeyBuf
   }
 }
 
+// As keys_match_scanning (below) for one value append_other_key keys (out
+// of line: the tensors' and ints' loop stays short): lists, None and bools
+// compared word by word, the rest keyed at `scratch`'s end and compared there.
+bool other_key_matches(const c10::IValue& value, const uint64_t*& p, const uint64_t* end, KeyBuffer& scratch);
+
 // Whether the keys append_keys_scanning would write for `values` are the
 // words from `p` on (before `end`), compared in place: nothing written. `p`
-// is advanced past the words that matched. The values keyed out of line
-// (append_other_key) are keyed at `scratch`'s end and compared there, then
-// taken off. `scan` as append_input_keys; meaningful only when they match.
+// is advanced past the words that matched; the values append_other_key keys
+// are compared by other_key_matches (`scratch` left as it was). `scan` as
+// append_input_keys; meaningful only when they match.
 // The fast path of a repeated call against its guessed entry's stored key.
 template <bool kScan>
 inline bool keys_match_scanning(const c10::IValue* values, size_t count, const uint64_t*& p, const uint64_t* end,
@@ -164,14 +169,7 @@ inline bool keys_match_scanning(const c10::IValue* values, size_t count, const u
                C10_UNLIKELY(has_fake_tensor(c10::ArrayRef<c10::IValue>(&value, 1), &scan->tensor))) {
       scan->fake = true;
     }
-    const size_t mark = scratch.size();
-    append_other_key(value, scratch);
-    const size_t n = scratch.size() - mark;
-    bool same = static_cast<size_t>(end - p) >= n;
-    for (size_t i = 0; same && i < n; ++i) same = scratch.data()[mark + i] == p[i];
-    scratch.truncate(mark);
-    if (!same) return false;
-    p += n;
+    if (!other_key_matches(value, p, end, scratch)) return false;
   }
   return true;
 }

@@ -223,6 +223,7 @@ TEST_CASE("recorder: one signature per distinct call, counted per call, a record
       {[&] { at::sum(square, {1}); }, [&] { at::sum(square, {0}); }},  // an int list: keyed out of line
       {[&] { at::add(square, square, 1); }, [&] { at::add(square, square, 2); }},
       {[&] { at::nonzero(some); }, [&] { at::nonzero(more); }},  // the same input key; output [3,1], not [2,1]
+      {[&] { at::sum(square, {1}, false); }, [&] { at::sum(square, {1}, true); }},  // a bool
   };
   for (size_t k = 0; k < pairs.size(); ++k) {
     INFO("pair " << k);
@@ -240,6 +241,7 @@ TEST_CASE("recorder: one signature per distinct call, counted per call, a record
     CHECK(r[5].signature_id == r[1].signature_id);
     CHECK(r[3].signature_id != r[1].signature_id);
     if (k == 0) CHECK(json_of[r[3].signature_id].find("\"stride\":[1,3]") != std::string::npos);
+    if (k == 5) CHECK(json_of[r[3].signature_id].find("true") != std::string::npos);
     if (k == 4) {
       CHECK(json_of[r[1].signature_id].find("\"shape\":[2,1]") != std::string::npos);
       CHECK(json_of[r[3].signature_id].find("\"shape\":[3,1]") != std::string::npos);

@@ -318,8 +318,8 @@ void evidence_entries(std::vector<ConfigEntry>& table) {
            "With PROFILE: time each key's next call after its counters by CUPTI Activity alone (no replay, nothing "
            "held: the kernels run as without lingprobe, and their durations are what torch.profiler's trace shows). "
            "The capability report's kernel time and FLOP rate then come from that call (kernel_time_source "
-           "activity); a key called once keeps its counters' own time. Costs one more window (a context "
-           "synchronisation) per key.",
+           "activity); a key called once keeps its counters' own time. Costs one more window per key; the op does "
+           "not wait for its kernels (their records are read on the writer's thread).",
            [](Config& c, const std::string& v) { return parse_bool(v, c.profile_timing); }},
           {"PROFILE_UNGUARDED", "bool", "0",
            "Open counter windows even while another tool holds CUPTI's callback subscriber (torch.profiler's Kineto "

@@ -1,6 +1,7 @@
 #include "capture/nvtx_stages.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstring>
 #include <memory>
@@ -90,24 +91,25 @@ std::string check_pattern(const std::string& pattern) {
 }
 
 std::mutex g_mu;
-std::shared_ptr<const Map> g_map;  // replaced whole under g_mu; read by copy
+std::shared_ptr<const Map> g_map;           // replaced whole under g_mu; read by copy
+std::atomic<uint64_t> g_map_generation{0};  // bumped (under g_mu) each time g_map is replaced
 
 struct ThreadNvtx {
   std::vector<bool> pushed_stage;              // per open range: did it push a stage?
   std::unordered_map<std::string, int> cache;  // name -> stage id, -1 unmapped
   std::shared_ptr<const Map> map;
+  uint64_t map_generation = 0;  // g_map_generation when `map` was copied: a push takes no lock until it moves
   std::string scratch;
 };
 thread_local ThreadNvtx t_nvtx;
 
 int lookup(ThreadNvtx& t, const char* name) {
   if (!name) return -1;
-  {
+  if (g_map_generation.load(std::memory_order_acquire) != t.map_generation) {  // a new map: copied once
     std::lock_guard<std::mutex> lock(g_mu);
-    if (t.map != g_map) {
-      t.map = g_map;
-      t.cache.clear();
-    }
+    t.map = g_map;
+    t.map_generation = g_map_generation.load(std::memory_order_relaxed);
+    t.cache.clear();
   }
   if (!t.map || t.map->rules.empty()) return -1;
   t.scratch.assign(name, strnlen(name, kMaxMatchedName));  // libstdc++'s regex recurses per character
@@ -148,6 +150,7 @@ std::string set_nvtx_map(const std::string& spec) {
   }
   std::lock_guard<std::mutex> lock(g_mu);
   g_map = std::move(map);
+  g_map_generation.fetch_add(1, std::memory_order_release);
   return "";
 }
 

@@ -64,3 +64,22 @@ TEST_CASE("NVTX maps: patterns std::regex mishandles are refused, long names mat
   lingprobe::capture::nvtx_range_pop();
   REQUIRE(lingprobe::capture::set_nvtx_map("").empty());
 }
+
+TEST_CASE("NVTX maps: a push takes the map set since the thread's last push", "[stages]") {
+  // A push takes no lock: it compares the map's generation with the one it copied, and copies a new map once.
+  std::thread([] {
+    StageStack* s = this_thread_stage_stack();
+    REQUIRE(set_nvtx_map("dit=^block").empty());
+    nvtx_range_push("block_3");
+    CHECK(top_stage(*s) == intern_stage("dit"));
+    nvtx_range_pop();
+    REQUIRE(set_nvtx_map("vae=^block").empty());
+    nvtx_range_push("block_3");  // the same name, cached under the old map: the new map's stage
+    CHECK(top_stage(*s) == intern_stage("vae"));
+    nvtx_range_pop();
+    REQUIRE(set_nvtx_map("").empty());
+    nvtx_range_push("block_3");
+    CHECK(top_stage(*s) == kUnstaged);
+    nvtx_range_pop();
+  }).join();
+}

@@ -140,7 +140,8 @@ C10_ALWAYS_INLINE void enter_inputs(Global& G, ThreadState& ts, Frame& f, OpInfo
   }
   const uint64_t* key = ts.key.data() + f.key_begin;
   const size_t words = f.input_end - f.key_begin;
-  if (ts.guessed(key, words, f.entry)) return;
+  // an unfolded key was compared with the guess in place already (inputs_match_guess)
+  if (op->fold.arguments != 0 && ts.guessed(key, words, f.entry)) return;
   const uint64_t hash = hash_words(key, words);
   const uint32_t* found = ts.inputs.find(hash, key, words);
   f.entry = found ? *found : new_entry(G, ts, f, op, stage, inputs, hash);
@@ -260,11 +261,9 @@ C10_ALWAYS_INLINE bool signature_id(Global& G, ThreadState& ts, Frame& f, c10::A
   const size_t words = ts.key.size() - f.key_begin;
   const uint64_t* out = key + (f.input_end - f.key_begin);
   const size_t out_words = ts.key.size() - f.input_end;
-  for (const auto& [seen, seen_id] : entry.outputs)
-    if (seen.size() == out_words && same_words(seen.data(), out, out_words)) {
-      id = seen_id;
-      return true;
-    }
+  if (C10_UNLIKELY(f.op->fold.returns != 0))  // unfolded outputs were compared in place (outputs_match_seen)
+    for (const auto& [seen, seen_id] : entry.outputs)
+      if (seen.size() == out_words && same_words(seen.data(), out, out_words)) return id = seen_id, true;
   std::string sha;
   if (!G.signatures.resolve(key, words, {f.op, entry.arguments, outs, f.stage}, *G.sink, id,
                             entry.sample ? &sha : nullptr)) {

@@ -1,5 +1,7 @@
 #include "capture/signature_key.h"
 
+#include "capture/key_table.h"
+
 #include <cstring>
 #include <string>
 
@@ -94,8 +96,7 @@ bool other_key_matches(const c10::IValue& value, const uint64_t*& p, const uint6
   const size_t mark = scratch.size();
   append_other_key(value, scratch);
   const size_t n = scratch.size() - mark;
-  bool same = static_cast<size_t>(end - p) >= n;
-  for (size_t i = 0; same && i < n; ++i) same = scratch.data()[mark + i] == p[i];
+  const bool same = static_cast<size_t>(end - p) >= n && same_words(scratch.data() + mark, p, n);
   scratch.truncate(mark);
   if (same) p += n;
   return same;

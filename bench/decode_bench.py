@@ -78,8 +78,9 @@ CALLGRIND_DEFAULT = ["none", "floor", "floor-toplevel", "lingprobe", "lingprobe-
                      "lingprobe-min2", "lingprobe-counts-only", "lingprobe-nested"]
 
 
-def configure(args, name):
-    """Switches configuration `name` on in this process; the lingprobe module when it started lingprobe."""
+def configure(args, name, stopped=False):
+    """Switches configuration `name` on in this process; the lingprobe module when it started lingprobe (`stopped`:
+    initialised with the configuration's options, recording off)."""
     import ctypes
     opts, floor_kind, _ = CONFIGS[name]
     if floor_kind:
@@ -91,7 +92,7 @@ def configure(args, name):
     sys.path.insert(0, str(ROOT / "python_shim"))
     import lingprobe
     lingprobe.start(out_dir=tempfile.mkdtemp(prefix="lp-decode-"), **{"call_records": True, **opts})
-    if name == "lingprobe-off":
+    if stopped:
         lingprobe.stop()
     return lingprobe
 
@@ -221,7 +222,7 @@ def child(args):
         step()
     result = {"config": args.config}
     if args.config == "main":
-        lingprobe = configure(args, "lingprobe-off")  # initialised, switched on and off below
+        lingprobe = configure(args, args.main_lingprobe, stopped=True)  # initialised, switched on and off below
         current = []
 
         def prof_on():
@@ -242,7 +243,7 @@ def child(args):
         s1 = lingprobe.stats()
         toggle_ns = floor.floor_toggle_ns(20000)  # with lingprobe's callback registered, as when it toggles
         lingprobe.stop()
-        per = {k: (s1[k] - s0[k]) / args.tokens for k in ("calls_seen", "nested_seen", "nested_suppressed")}
+        per = {k: (s1[k] - s0[k]) / args.tokens for k in ("calls_seen", "nested_seen", "nested_suppressed", "signatures")}
         result.update(per_token=per, toggle_ns=toggle_ns)
         diffs = {n: [] for n in args.main_configs}
         for _ in range(args.pairs):
@@ -256,9 +257,11 @@ def child(args):
                 diffs[n].append((off, on))
         result["paired"] = {n: {"off_ms": statistics.median(o for o, _ in d), "on_ms": statistics.median(x for _, x in d),
                                 "added_ms": statistics.median(x - o for o, x in d)} for n, d in diffs.items()}
-        result["dropped"] = lingprobe.stats()["dropped"]
+        s2 = lingprobe.stats()
+        result["dropped"] = s2["dropped"]
+        result["new_signatures_in_pairs"] = s2["signatures"] - s1["signatures"]  # first sightings in the timed blocks
     else:
-        lp = configure(args, args.config)
+        lp = configure(args, args.config, stopped=args.config == "lingprobe-off")
         for _ in range(warm_steps):
             step()
         ms = [timed(args.tokens) for _ in range(args.pairs)]
@@ -276,7 +279,7 @@ def callgrind_child(args):
     torch.set_num_threads(1)
     cg = ctypes.CDLL(str(args.build / "bench" / "libcallgrind_control.so"))
     step, _ = model(args.device, args.quick)
-    lp = configure(args, args.config)
+    lp = configure(args, args.config, stopped=args.config == "lingprobe-off")
     for _ in range(args.warmup):
         step()
     if lp:
@@ -343,7 +346,8 @@ def callgrind_main(args):
 def run_child(args, config):
     cmd = [sys.executable, __file__, "--child", config, "--device", args.device, "--build", str(args.build),
            "--tokens", str(args.tokens), "--pairs", str(args.pairs), "--warmup", str(args.warmup),
-           "--main-configs", ",".join(args.main_configs), "--workload", args.workload] + (["--quick"] if args.quick else [])
+           "--main-configs", ",".join(args.main_configs), "--main-lingprobe", args.main_lingprobe,
+           "--workload", args.workload] + (["--quick"] if args.quick else [])
     env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k != "LD_PRELOAD"}
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if p.returncode != 0:
@@ -365,6 +369,9 @@ def main():
                     help="own: the project's decoder, one token per step; hf-llama: transformers' "
                          "LlamaForCausalLM.generate(), 48 new tokens per step (needs transformers)")
     ap.add_argument("--main-configs", default=",".join(MAIN_CONFIGS))
+    ap.add_argument("--main-lingprobe", default="lingprobe", choices=[c for c in CONFIGS if c.startswith("lingprobe")],
+                    help="the lingprobe configuration the interleaved group's 'lingprobe' row switches on and off "
+                         "(its options: CONFIGS)")
     ap.add_argument("--process-configs", default="",
                     help="comma-separated, among: " + ", ".join(CONFIGS) + " (default: the mode's list)")
     ap.add_argument("--json", type=pathlib.Path)
@@ -405,12 +412,14 @@ def report(args, runs):
     what = ("HF LlamaForCausalLM.generate(), " + ("quick model" if args.quick else "12 layers, width 1024")
             if args.workload == "hf-llama" else "quick model" if args.quick else "16 layers, width 1024")
     print(f"decode_bench: device {args.device}, {what}, "
-          f"{args.reps} process(es) per group, {args.pairs} pairs of {args.tokens} tokens")
+          f"{args.reps} process(es) per group, {args.pairs} pairs of {args.tokens} tokens; the 'lingprobe' row: "
+          f"{CONFIGS[args.main_lingprobe][2]}")
     per = {k: med(r["per_token"][k] for r in main) for k in main[0]["per_token"]}
     toggle_ns = med(r["toggle_ns"] for r in main)
     print(f"per token: {per['calls_seen']:.0f} top-level calls, {per['nested_seen']:.0f} nested calls reaching "
           f"lingprobe, {per['nested_suppressed']:.0f} top-level calls with nested calls switched off; "
-          f"one off/on pair of at::enableRecordFunction {toggle_ns:.0f} ns")
+          f"one off/on pair of at::enableRecordFunction {toggle_ns:.0f} ns; signatures first seen in the paired "
+          f"blocks: {max(r.get('new_signatures_in_pairs', 0) for r in main)} (at most, per process)")
     added = {n: med(r["paired"][n]["added_ms"] for r in main) for n in args.main_configs}
     spread = {n: (min(r["paired"][n]["added_ms"] for r in main), max(r["paired"][n]["added_ms"] for r in main))
               for n in args.main_configs}

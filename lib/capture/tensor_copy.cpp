@@ -46,6 +46,7 @@ CopiedTensor copy_tensor(const at::Tensor& t, DeviceAccess* device, std::atomic<
   c.meta.device = t.device().str();
   c.meta.alignment = format::pointer_alignment(reinterpret_cast<uintptr_t>(t.data_ptr()));
   c.meta.requires_grad = t.requires_grad();
+  c.meta.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
   if (format::non_overlapping(c.meta.shape, c.meta.stride)) {
     c.copy = t.clone(at::MemoryFormat::Contiguous);
     c.stored_numel = format::numel_of(c.meta.shape);

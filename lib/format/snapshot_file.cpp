@@ -83,6 +83,8 @@ std::string check_tensor(const PickleValue& v, const std::string& path) {
   if (!offset || offset->as_int() < 0 || !align || align->as_int() < 0 || !str("device") || !layout ||
       (layout->as_string() != "compact" && layout->as_string() != "span"))
     return path + ": storage_offset, alignment, device and layout (compact or span) are required";
+  if (const PickleValue* w = v.find("wrapped_number"); w && (w->kind() != PickleValue::Kind::Bool || !shape.empty()))
+    return path + ".wrapped_number: a bool, and only on a 0-dim tensor";
   const PickleValue* data = v.find("data");
   if (!data || data->kind() != PickleValue::Kind::Tensor) return path + ".data: not a tensor";
   const PickleTensor& t = data->as_tensor();
@@ -182,6 +184,7 @@ PickleValue tensor_value(const TensorMeta& m, size_t blob_index, int64_t stored_
   v.set("alignment", PickleValue::integer(m.alignment));
   v.set("layout", PickleValue::string(m.span ? "span" : "compact"));
   v.set("requires_grad", PickleValue::boolean(m.requires_grad));
+  if (m.wrapped_number) v.set("wrapped_number", PickleValue::boolean(true));
   if (raw) v.set("raw", PickleValue::boolean(true));
   v.set("data", PickleValue::tensor(std::move(data)));
   return v;

@@ -16,7 +16,9 @@
 //           "span": data holds the storage elements the view covers, for
 //           overlapping views), requires_grad, data (a CPU tensor of the
 //           same dtype; raw: true and uint8 bytes for dtypes torch 1.13 has
-//           no storage class for);
+//           no storage class for), wrapped_number: true only for a Python
+//           number the dispatcher wrapped into a 0-dim tensor (`x * 0.5`): it
+//           takes part in type promotion as a number, not as a tensor;
 //   float (repr: Python's repr, e.g. "1e-06", "-inf"), complex (real, imag),
 //   dtype / layout / memory_format (repr: "torch.float32"), device (repr:
 //   "cuda:0"), tuple (items), generator, unsupported (repr).
@@ -63,6 +65,7 @@ struct TensorMeta {
   int64_t alignment = 0;
   bool span = false;  // layout "span" (else "compact")
   bool requires_grad = false;
+  bool wrapped_number = false;  // a Python number wrapped by the dispatcher (0-dim): written only when true
 };
 PickleValue tensor_value(const TensorMeta& meta, size_t blob_index, int64_t stored_numel);
 PickleValue typed_value(const std::string& kind, const std::string& repr);

@@ -96,6 +96,9 @@ at::Tensor rebuild_tensor(RebuildContext& ctx, const PickleValue& v) {
     else
       t.copy_(host.view(shape));
   }
+  // `x * 0.5`: the number promotes as a number (an int tensor's product is float32, not float64)
+  if (const PickleValue* w = v.find("wrapped_number"); w && w->as_bool())
+    t.unsafeGetTensorImpl()->set_wrapped_number(true);
   return t;
 }
 

@@ -400,6 +400,26 @@ def test_the_30_line_script_of_the_docs_replays_snapshots(ops_run, tmp_path):
     assert len(results) == 6 and set(results.values()) == {"True"}, results
 
 
+def test_a_wrapped_python_number_replays_as_a_number(build_dir, tmp_path, cli):
+    # `torch.arange(16) * 27.89` (torchvision's regnet, building its widths): the dispatcher wraps the Python float
+    # into a 0-dim float64 tensor that promotes as a number, so the product is float32. Rebuilt as a plain 0-dim
+    # tensor it promoted as a tensor: float64, "signature differs!" in `lingprobe replay`, and "exact" in the
+    # Python scripts, whose comparison ignored the dtype.
+    run_job("import torch\ntorch.arange(16) * 27.89\n", tmp_path, build_dir, LINGPROBE_OPS="aten::mul")
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    (snap,) = (run / "snapshots").glob("*.pt")
+    r = replay(cli, run)
+    assert r.returncode == 0 and "replayed 1 snapshot(s): 1 exact" in r.stdout, r.stdout + r.stderr
+    (d,) = (run / "replays").iterdir()
+    assert json.loads((d / "replay_comparison.json").read_text())["signature_matches"] is True
+    p = subprocess.run([sys.executable, str(d / "replay_operator.py")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and json.loads(p.stdout.strip().splitlines()[-1])["exact"] is True, p.stdout + p.stderr
+    script = tmp_path / "replay30.py"
+    script.write_text((ROOT / "docs" / "SNAPSHOTS.md").read_text().split("```python\n", 1)[1].split("```", 1)[0])
+    p = subprocess.run([sys.executable, str(script), str(snap)], capture_output=True, text=True, timeout=120)
+    assert p.stdout.strip() == "aten.mul.Tensor True", p.stdout + p.stderr
+
+
 FIXTURE_SNAPSHOTS = ROOT / "tests" / "data" / "snapshots-torch1.13"
 
 

@@ -214,6 +214,23 @@ TEST_CASE("snapshot archive: written and read back; the document is validated", 
   CHECK(SnapshotReader().open("/nonexistent/lpunit.pt").code() == StatusCode::kIoFailed);
 }
 
+TEST_CASE("snapshot tensor: wrapped_number written only when true, and only on a 0-dim tensor", "[snapshot]") {
+  TensorMeta m;
+  m.dtype = "torch.float64";
+  CHECK(tensor_value(m, 0, 1).find("wrapped_number") == nullptr);  // files of ordinary tensors unchanged
+  m.wrapped_number = true;
+  const PickleValue wrapped = tensor_value(m, 0, 1);
+  REQUIRE(wrapped.find("wrapped_number") != nullptr);
+  CHECK(wrapped.find("wrapped_number")->as_bool());
+  PickleValue doc = tiny_document();
+  doc.set("output", wrapped);
+  CHECK(validate_snapshot_document(doc).ok());
+  m.shape = {2};
+  m.stride = {1};
+  doc.set("output", tensor_value(m, 1, 2));
+  CHECK(validate_snapshot_document(doc).message().find("wrapped_number") != std::string::npos);
+}
+
 TEST_CASE("tensor layout: spans, overlap, contiguous strides, pointer alignment", "[snapshot]") {
   // the seed's DiT input: a torch.chunk view of [1,10560,5120]
   CHECK(non_overlapping({1, 2640, 5120}, {54067200, 5120, 1}));

@@ -219,11 +219,12 @@ Status open_snapshot(Replay& p) {
   if (ns == "aten" || ns == "prim")
     return Status(StatusCode::kBadInput,
                   p.path + ": unknown op " + p.full_name() + " (not registered in torch " + TORCH_VERSION + ")");
-  // an extension's op (torchvision::, a custom op): its library registers it
+  // an extension's op (torchvision::, a custom op): its library registers it; where the namespace is a Python
+  // package's (torchvision, torchaudio), the command that prints that library's path
   return Status(StatusCode::kUnsupported, "op " + p.full_name() +
-                                              " not registered in this process (load its library with "
-                                              "--load-library PATH/TO/THE/" +
-                                              ns + "/LIBRARY.so)");
+                                              " not registered in this process (load its library with --load-library " +
+                                              "LIB.so; a Python package's: python3 -c \"import " + ns +
+                                              ", glob; print(*glob.glob(" + ns + ".__path__[0] + '/_C*.so'))\")");
 }
 
 // The call's arguments rebuilt on the replay's device, in the schema's order.

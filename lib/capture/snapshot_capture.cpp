@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <optional>
 #include <sstream>
 #include <type_traits>
@@ -57,6 +58,7 @@ struct SnapshotCapture::Pending {
   PickleValue math_policy;
   uint64_t reserved = 0;  // budget bytes taken (process, run)
   bool device = false;    // CUDA tensors involved
+  int uncaught = 0;       // std::uncaught_exceptions() at the op's start: more at its end, and the op raised
 };
 
 SnapshotCapture::SnapshotCapture(Sampler* sampler, SnapshotSink* sink, RunBudget* run_budget, DeviceAccess* device,
@@ -147,6 +149,7 @@ void* SnapshotCapture::begin(const SampledCall& call) {
     return nullptr;
   }
   p->key = call.key;
+  p->uncaught = std::uncaught_exceptions();
   p->schema = call.schema;
   p->op = *call.op_dotted;
   p->stage = call.stage;
@@ -255,9 +258,12 @@ void SnapshotCapture::copy_written_arguments(Pending& p, const SampledCall& call
 }
 
 void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id, uint64_t seq) {
-  SampleKey* key = static_cast<Pending*>(token)->key;
+  std::unique_ptr<Pending> p(static_cast<Pending*>(token));
+  SampleKey* key = p->key;
   try {
-    finish(std::unique_ptr<Pending>(static_cast<Pending*>(token)), outputs, signature_id, seq);
+    // The op raised (its end callback runs while the exception unwinds): no outputs, nothing a replay could match.
+    if (std::uncaught_exceptions() > p->uncaught) return drop(std::move(p), "raised");
+    finish(std::move(p), outputs, signature_id, seq);
   } catch (...) {  // never into torch; the key must not stay in flight
     count_drop("internal_error");
     if (key) sampler_->finished(key, 0, "", SampleResult::Refused, 0, 0);
@@ -468,14 +474,17 @@ void SnapshotCapture::open_window(Pending& p, const SampledCall& call, uint8_t e
 }
 
 void SnapshotCapture::abandon(void* token) {
-  std::unique_ptr<Pending> p(static_cast<Pending*>(token));
+  drop(std::unique_ptr<Pending>(static_cast<Pending*>(token)), "abandoned");
+}
+
+void SnapshotCapture::drop(std::unique_ptr<Pending> p, const char* why) {
   if (p->window) {
     budgets_.charge_window(p->window->close().window_seconds, p->setup);  // the profiler must not stay started
     p->window.reset();
-    count_profile("abandoned", p->window_evidence);
+    count_profile(why, p->window_evidence);
   }
   budgets_.give_back(p->reserved, p->setup);
-  if (p->snapshot) count_drop("abandoned");
+  if (p->snapshot) count_drop(why);
   give_up(std::move(p));
 }
 

@@ -420,6 +420,32 @@ def test_a_wrapped_python_number_replays_as_a_number(build_dir, tmp_path, cli):
     assert p.stdout.strip() == "aten.mul.Tensor True", p.stdout + p.stderr
 
 
+def test_a_call_that_raised_leaves_its_key_to_a_later_call(build_dir, tmp_path, cli):
+    # A call that raises (torchvision's convnext and swin under CPU bf16 autocast on torch 1.13: layer_norm's
+    # "expected scalar type BFloat16 but found Float") ends while its exception unwinds, without outputs. Its
+    # snapshot was kept, and its replay "FAILED" with the run's own error. It is now dropped as "raised", and
+    # the key's next call, the same signature of inputs with valid values, gives the snapshot.
+    run_job(textwrap.dedent("""
+        import torch
+        x = torch.randn(4, 3)
+        try:
+            torch.index_select(x, 0, torch.tensor([7]))   # out of range: raises
+        except (IndexError, RuntimeError):
+            pass
+        torch.index_select(x, 0, torch.tensor([1]))       # the same input key
+    """), tmp_path, build_dir, LINGPROBE_OPS="aten::index_select")
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    (f,) = metadata.files(run)
+    records = metadata.read(f)
+    last = [r for r in records if r["kind"] == "counts"][-1]
+    assert last["dropped"]["snapshots"] == {"raised": 1}, last["dropped"]
+    (snap,) = [r for r in records if r["kind"] == "snapshot"]
+    (ok,) = [r for r in records if r["kind"] == "signature" and json.loads(r["signature_json"])["output"]]
+    assert snap["id"] == ok["id"]  # the call that returned, not the one that raised
+    r = replay(cli, run)
+    assert r.returncode == 0 and "replayed 1 snapshot(s): 1 exact" in r.stdout, r.stdout + r.stderr
+
+
 FIXTURE_SNAPSHOTS = ROOT / "tests" / "data" / "snapshots-torch1.13"
 
 

@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 #include <torch/version.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -65,7 +66,8 @@ struct Rig {
     capture = std::make_unique<SnapshotCapture>(&sampler, &sink, nullptr, nullptr, o);
   }
   // One call of `c` under key `key` as the recorder runs it: true if a sample was started (and finished).
-  bool run(const std::string& key, Call& c, const std::vector<c10::IValue>& outputs) {
+  // `raises`: the op throws, so its end callback runs while the exception unwinds (RecordFunction's destructor).
+  bool run(const std::string& key, Call& c, const std::vector<c10::IValue>& outputs, bool raises = false) {
     SampleKey* k = sampler.key_for(key, c.schema->name(), c.schema->name(), "unstaged");
     if (!sampler.due(k)) return false;
     SampledCall call;
@@ -80,6 +82,19 @@ struct Rig {
     if (!sampler.take(k)) return false;
     void* token = capture->begin(call);
     if (!token) return false;
+    if (raises) {
+      struct EndWhileUnwinding {
+        SnapshotCapture* capture;
+        void* token;
+        ~EndWhileUnwinding() { capture->end(token, {}, 1, 1); }
+      };
+      try {
+        EndWhileUnwinding end{capture.get(), token};
+        throw std::runtime_error("the op's own error");
+      } catch (const std::runtime_error&) {
+      }
+      return true;
+    }
     capture->end(token, c10::ArrayRef<const c10::IValue>(outputs.data(), outputs.size()), 1, 1);
     return true;
   }
@@ -173,4 +188,14 @@ TEST_CASE("capture: a snapshot over the archive's limit is refused before any co
   CHECK(rig.run(key('j'), grows, {at::ones({1024, 256})}));  // begun; refused at its end, nothing copied out
   CHECK(rig.refusals.back() == "aten::mm snapshot too_large");
   CHECK(rig.sink.kept.empty());
+}
+
+TEST_CASE("capture: a call whose op raised keeps nothing and leaves its key to the next call", "[capture]") {
+  Rig rig(SnapshotOptions{});
+  Call mm = call_of("aten::mm", {at::ones({4, 4}), at::ones({4, 4})});
+  CHECK(rig.run(key('g'), mm, {}, /*raises=*/true));
+  CHECK(rig.sink.kept.empty());
+  CHECK(rig.capture->drops().at("snapshots") == std::map<std::string, uint64_t>{{"raised", 1}});
+  CHECK(rig.run(key('g'), mm, {at::ones({4, 4})}));
+  CHECK(rig.sink.kept == std::vector<std::string>{"aten.mm.default"});
 }

@@ -222,6 +222,7 @@ def child(args):
         step()
     result = {"config": args.config}
     if args.config == "main":
+        result["main_lingprobe"] = args.main_lingprobe  # what its 'lingprobe' row switched
         lingprobe = configure(args, args.main_lingprobe, stopped=True)  # initialised, switched on and off below
         current = []
 
@@ -369,7 +370,8 @@ def main():
                     help="own: the project's decoder, one token per step; hf-llama: transformers' "
                          "LlamaForCausalLM.generate(), 48 new tokens per step (needs transformers)")
     ap.add_argument("--main-configs", default=",".join(MAIN_CONFIGS))
-    ap.add_argument("--main-lingprobe", default="lingprobe", choices=[c for c in CONFIGS if c.startswith("lingprobe")],
+    ap.add_argument("--main-lingprobe", default="lingprobe",
+                    choices=[c for c in CONFIGS if c.startswith("lingprobe") and c != "lingprobe-off"],
                     help="the lingprobe configuration the interleaved group's 'lingprobe' row switches on and off "
                          "(its options: CONFIGS)")
     ap.add_argument("--process-configs", default="",

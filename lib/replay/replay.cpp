@@ -10,6 +10,8 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -56,9 +58,13 @@ bool policy_true(const PickleValue* policy, const char* key) {
 
 JsonValue policy_json(const PickleValue* p) { return p ? capture::policy_json(*p) : JsonValue::object(); }
 
+// Tensors in order; None as an undefined tensor: a snapshot stores an undefined output (the attention weights
+// `_native_multi_head_attention` does not compute) as None, and the replayed call returns it undefined.
 void flatten_tensors(const c10::IValue& v, std::vector<at::Tensor>& out) {
   if (v.isTensor())
     out.push_back(v.toTensor());
+  else if (v.isNone())
+    out.emplace_back();
   else if (v.isList())
     for (const auto& x : v.toListRef()) flatten_tensors(x, out);
   else if (v.isTuple())
@@ -219,12 +225,18 @@ Status open_snapshot(Replay& p) {
   if (ns == "aten" || ns == "prim")
     return Status(StatusCode::kBadInput,
                   p.path + ": unknown op " + p.full_name() + " (not registered in torch " + TORCH_VERSION + ")");
-  // an extension's op (torchvision::, a custom op): its library registers it; where the namespace is a Python
-  // package's (torchvision, torchaudio), the command that prints that library's path
+  // an extension's op (torchvision::, a custom op): its library registers it; for a namespace named like a Python
+  // package whose library is its _C extension (torchvision's), the command that prints that library's path
+  const bool identifier =
+      !ns.empty() && !std::isdigit(static_cast<unsigned char>(ns[0])) &&
+      std::all_of(ns.begin(), ns.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  const std::string finder = identifier ? "; a Python package's _C extension: python3 -c \"import " + ns +
+                                              ", glob; print(*glob.glob(" + ns + ".__path__[0] + '/_C*.so'))\""
+                                        : "";
   return Status(StatusCode::kUnsupported, "op " + p.full_name() +
-                                              " not registered in this process (load its library with --load-library " +
-                                              "LIB.so; a Python package's: python3 -c \"import " + ns +
-                                              ", glob; print(*glob.glob(" + ns + ".__path__[0] + '/_C*.so'))\")");
+                                              " not registered in this process (load its library with --load-library "
+                                              "LIB.so" +
+                                              finder + ")");
 }
 
 // The call's arguments rebuilt on the replay's device, in the schema's order.

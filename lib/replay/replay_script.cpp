@@ -58,8 +58,8 @@ def value(v, device):
     if not isinstance(v, dict):
         return v
     kind = v["kind"]
-    if kind == "tensor":  # a Python number the run's dispatcher wrapped: torch.ops wraps it again
-        return tensor(v, device).item() if v.get("wrapped_number") else tensor(v, device)
+    if kind == "tensor":
+        return tensor(v, device)
     if kind == "float":
         return float(v["repr"])
     if kind == "complex":
@@ -96,6 +96,14 @@ def autocast_regions(p):
     return regions
 
 
+def promoting_as_number(t):
+    """A 0-dim tensor that promotes as a wrapped number would: a float or complex one in the default dtype, which
+    a dimensioned tensor of the same kind outranks and an integer one does not."""
+    if t.is_complex():
+        return t.to(torch.complex64 if torch.get_default_dtype() == torch.float32 else torch.complex128)
+    return t.to(torch.get_default_dtype()) if t.is_floating_point() else t
+
+
 def outputs(x):
     if isinstance(x, torch.Tensor):
         return [x]
@@ -117,11 +125,21 @@ def main():
     op = getattr(getattr(getattr(torch.ops, ns), rest), d["overload"] or "default")
     args = [value(x, a.device) for x in d["args"]]
     kwargs = {k: value(x, a.device) for k, x in d["kwargs"].items()}
+    # A Python number the run's dispatcher wrapped (`x * 0.5`) promotes as a number: passed as one, torch.ops wraps
+    # it again where the op's binding takes a number for that Tensor (add, mul, div, ...); elsewhere, the tensor.
+    wrapped = [isinstance(v, dict) and bool(v.get("wrapped_number")) for v in d["args"]]
+    numbers = args_with_numbers = [x.item() if w else x for x, w in zip(args, wrapped)]
     with torch.inference_mode(), autocast_regions(d.get("math_policy", {})):
         for i in range(1 + a.repeat):
             if a.nvtx and torch.cuda.is_available():
                 torch.cuda.nvtx.range_push("lingprobe_replay")
-            out = op(*args, **kwargs)
+            try:
+                out = op(*numbers, **kwargs)
+            except (TypeError, RuntimeError):  # the binding takes no number for that Tensor (remainder.Tensor):
+                if not any(wrapped) or numbers is not args_with_numbers:  # refused before the op ran: it runs once
+                    raise
+                numbers = [promoting_as_number(x) if w else x for x, w in zip(args, wrapped)]
+                out = op(*numbers, **kwargs)
             if a.nvtx and torch.cuda.is_available():
                 torch.cuda.nvtx.range_pop()
     expected = outputs(value(d["output"], "cpu"))

@@ -115,8 +115,9 @@ def test_autocast_snapshots_keep_the_region_and_replay_exactly(resnet_run, cli):
     # the command the line gives prints the library (Debian names it _C.cpython-311-x86_64-linux-gnu.so, not _C.so)
     finder = skipped.split("python3 -c ", 1)[1].rsplit(")", 1)[0]
     p = subprocess.run(["sh", "-c", f"{sys.executable} -c {finder}"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.split(), p.stdout + p.stderr
     library = pathlib.Path(p.stdout.split()[0])
-    assert p.returncode == 0 and library.exists(), p.stdout + p.stderr
+    assert library.exists(), p.stdout
     r = subprocess.run([cli, "replay", str(resnet_run), "--load-library", str(library), "-q"], capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0 and "skipped" not in r.stdout and " 0 failed" in r.stdout, r.stdout + r.stderr

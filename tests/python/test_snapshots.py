@@ -405,15 +405,18 @@ def test_a_wrapped_python_number_replays_as_a_number(build_dir, tmp_path, cli):
     # into a 0-dim float64 tensor that promotes as a number, so the product is float32. Rebuilt as a plain 0-dim
     # tensor it promoted as a tensor: float64, "signature differs!" in `lingprobe replay`, and "exact" in the
     # Python scripts, whose comparison ignored the dtype.
-    run_job("import torch\ntorch.arange(16) * 27.89\n", tmp_path, build_dir, LINGPROBE_OPS="aten::mul")
+    # remainder.Scalar calls remainder.Tensor with one (recorded with NESTED=1), whose Python binding takes no number.
+    run_job("import torch\ntorch.arange(16) * 27.89\ntorch.remainder(torch.arange(6), 2.5)\n", tmp_path, build_dir,
+            LINGPROBE_OPS="aten::mul,aten::remainder", LINGPROBE_NESTED="1")
     (run,) = metadata.run_dirs(tmp_path / "out")
-    (snap,) = (run / "snapshots").glob("*.pt")
     r = replay(cli, run)
-    assert r.returncode == 0 and "replayed 1 snapshot(s): 1 exact" in r.stdout, r.stdout + r.stderr
-    (d,) = (run / "replays").iterdir()
-    assert json.loads((d / "replay_comparison.json").read_text())["signature_matches"] is True
-    p = subprocess.run([sys.executable, str(d / "replay_operator.py")], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0 and json.loads(p.stdout.strip().splitlines()[-1])["exact"] is True, p.stdout + p.stderr
+    assert r.returncode == 0 and "replayed 3 snapshot(s): 3 exact" in r.stdout, r.stdout + r.stderr
+    for d in (run / "replays").iterdir():
+        assert json.loads((d / "replay_comparison.json").read_text())["signature_matches"] is True, d.name
+        p = subprocess.run([sys.executable, str(d / "replay_operator.py")], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0 and json.loads(p.stdout.strip().splitlines()[-1])["exact"] is True, p.stdout + p.stderr
+    (snap,) = [s for s in (run / "snapshots").glob("*.pt") if
+               json.loads((run / "replays" / s.stem / "replay_comparison.json").read_text())["op"] == "aten.mul.Tensor"]
     script = tmp_path / "replay30.py"
     script.write_text((ROOT / "docs" / "SNAPSHOTS.md").read_text().split("```python\n", 1)[1].split("```", 1)[0])
     p = subprocess.run([sys.executable, str(script), str(snap)], capture_output=True, text=True, timeout=120)
@@ -442,6 +445,22 @@ def test_a_call_that_raised_leaves_its_key_to_a_later_call(build_dir, tmp_path, 
     (snap,) = [r for r in records if r["kind"] == "snapshot"]
     (ok,) = [r for r in records if r["kind"] == "signature" and json.loads(r["signature_json"])["output"]]
     assert snap["id"] == ok["id"]  # the call that returned, not the one that raised
+    r = replay(cli, run)
+    assert r.returncode == 0 and "replayed 1 snapshot(s): 1 exact" in r.stdout, r.stdout + r.stderr
+
+
+def test_an_undefined_output_replays_exactly(build_dir, tmp_path, cli):
+    # torchvision's vit_b_16 in eval: MultiheadAttention's fast path calls _native_multi_head_attention, whose
+    # weights output is undefined without need_weights. The snapshot stores it as None; the replay counted 1
+    # recorded output against 2 replayed and called the call inexact.
+    run_job(textwrap.dedent("""
+        import torch
+        mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+        x = torch.randn(2, 5, 8)
+        with torch.no_grad():
+            mha(x, x, x, need_weights=False)
+    """), tmp_path, build_dir, LINGPROBE_OPS="aten::_native_multi_head_attention")
+    (run,) = metadata.run_dirs(tmp_path / "out")
     r = replay(cli, run)
     assert r.returncode == 0 and "replayed 1 snapshot(s): 1 exact" in r.stdout, r.stdout + r.stderr
 

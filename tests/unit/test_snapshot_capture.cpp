@@ -199,3 +199,23 @@ TEST_CASE("capture: a call whose op raised keeps nothing and leaves its key to t
   CHECK(rig.run(key('g'), mm, {at::ones({4, 4})}));
   CHECK(rig.sink.kept == std::vector<std::string>{"aten.mm.default"});
 }
+
+TEST_CASE("capture: a call made while another exception unwinds, and that returns, is kept", "[capture]") {
+  Rig rig(SnapshotOptions{});
+  Call mm = call_of("aten::mm", {at::ones({4, 4}), at::ones({4, 4})});
+  bool taken = false;
+  struct CallsInItsDestructor {  // an op called from a destructor during unwinding: begin and end see one exception
+    Rig& rig;
+    Call& mm;
+    bool& taken;
+    ~CallsInItsDestructor() { taken = rig.run(key('h'), mm, {at::ones({4, 4})}); }
+  };
+  try {
+    CallsInItsDestructor caller{rig, mm, taken};
+    throw std::runtime_error("not the op's");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK(taken);
+  CHECK(rig.sink.kept == std::vector<std::string>{"aten.mm.default"});
+  CHECK(rig.capture->drops().count("snapshots") == 0);
+}

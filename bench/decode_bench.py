@@ -79,8 +79,8 @@ CALLGRIND_DEFAULT = ["none", "floor", "floor-toplevel", "lingprobe", "lingprobe-
 
 
 def configure(args, name, stopped=False):
-    """Switches configuration `name` on in this process; the lingprobe module when it started lingprobe (`stopped`:
-    initialised with the configuration's options, recording off)."""
+    """Switches configuration `name` on in this process; the lingprobe module when it started lingprobe (`stopped`,
+    and 'lingprobe-off': initialised with the configuration's options, recording off)."""
     import ctypes
     opts, floor_kind, _ = CONFIGS[name]
     if floor_kind:
@@ -92,7 +92,7 @@ def configure(args, name, stopped=False):
     sys.path.insert(0, str(ROOT / "python_shim"))
     import lingprobe
     lingprobe.start(out_dir=tempfile.mkdtemp(prefix="lp-decode-"), **{"call_records": True, **opts})
-    if stopped:
+    if stopped or name == "lingprobe-off":
         lingprobe.stop()
     return lingprobe
 
@@ -262,7 +262,7 @@ def child(args):
         result["dropped"] = s2["dropped"]
         result["new_signatures_in_pairs"] = s2["signatures"] - s1["signatures"]  # first sightings in the timed blocks
     else:
-        lp = configure(args, args.config, stopped=args.config == "lingprobe-off")
+        lp = configure(args, args.config)
         for _ in range(warm_steps):
             step()
         ms = [timed(args.tokens) for _ in range(args.pairs)]
@@ -280,7 +280,7 @@ def callgrind_child(args):
     torch.set_num_threads(1)
     cg = ctypes.CDLL(str(args.build / "bench" / "libcallgrind_control.so"))
     step, _ = model(args.device, args.quick)
-    lp = configure(args, args.config, stopped=args.config == "lingprobe-off")
+    lp = configure(args, args.config)
     for _ in range(args.warmup):
         step()
     if lp:

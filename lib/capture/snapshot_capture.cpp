@@ -479,7 +479,6 @@ void SnapshotCapture::abandon(void* token) {
 
 void SnapshotCapture::drop(std::unique_ptr<Pending> p, const char* why) {
   budgets_.give_back(p->reserved, p->setup);  // first: a window's close may throw (a sticky CUDA error)
-  p->reserved = 0;
   if (p->window) {
     budgets_.charge_window(p->window->close().window_seconds, p->setup);  // the profiler must not stay started
     p->window.reset();

@@ -128,7 +128,8 @@ def main():
     # A Python number the run's dispatcher wrapped (`x * 0.5`) promotes as a number: passed as one, torch.ops wraps
     # it again where the op's binding takes a number for that Tensor (add, mul, div, ...); elsewhere, the tensor.
     wrapped = [isinstance(v, dict) and bool(v.get("wrapped_number")) for v in d["args"]]
-    numbers = args_with_numbers = [x.item() if w else x for x, w in zip(args, wrapped)]
+    numbers = [x.item() if w else x for x, w in zip(args, wrapped)]
+    as_tensors = [promoting_as_number(x) if w else x for x, w in zip(args, wrapped)] if any(wrapped) else None
     with torch.inference_mode(), autocast_regions(d.get("math_policy", {})):
         for i in range(1 + a.repeat):
             if a.nvtx and torch.cuda.is_available():
@@ -136,9 +137,9 @@ def main():
             try:
                 out = op(*numbers, **kwargs)
             except (TypeError, RuntimeError):  # the binding takes no number for that Tensor (remainder.Tensor):
-                if not any(wrapped) or numbers is not args_with_numbers:  # refused before the op ran: it runs once
+                if as_tensors is None:         # refused before the op ran, so it runs once, with 0-dim tensors
                     raise
-                numbers = [promoting_as_number(x) if w else x for x, w in zip(args, wrapped)]
+                numbers, as_tensors = as_tensors, None
                 out = op(*numbers, **kwargs)
             if a.nvtx and torch.cuda.is_available():
                 torch.cuda.nvtx.range_pop()

@@ -200,6 +200,19 @@ TEST_CASE("capture: a call whose op raised keeps nothing and leaves its key to t
   CHECK(rig.sink.kept == std::vector<std::string>{"aten.mm.default"});
 }
 
+TEST_CASE("capture: an op with returns that ends without outputs raised, where the exception count missed it",
+          "[capture]") {
+  // A torch whose libraries carry their own C++ runtime (the CUDA wheels of torch 2.x) throws where this library's
+  // std::uncaught_exceptions() does not count: the end callback runs with no outputs and no exception seen.
+  Rig rig(SnapshotOptions{});
+  Call mm = call_of("aten::mm", {at::ones({4, 4}), at::ones({4, 4})});
+  CHECK(rig.run(key('k'), mm, {}));
+  CHECK(rig.sink.kept.empty());
+  CHECK(rig.capture->drops().at("snapshots") == std::map<std::string, uint64_t>{{"raised", 1}});
+  CHECK(rig.run(key('k'), mm, {at::ones({4, 4})}));
+  CHECK(rig.sink.kept == std::vector<std::string>{"aten.mm.default"});
+}
+
 TEST_CASE("capture: a call made while another exception unwinds, and that returns, is kept", "[capture]") {
   Rig rig(SnapshotOptions{});
   Call mm = call_of("aten::mm", {at::ones({4, 4}), at::ones({4, 4})});

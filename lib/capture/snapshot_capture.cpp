@@ -265,8 +265,8 @@ void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs,
     // could match. The exception count sees it where torch throws through this process's C++ runtime; where it
     // does not (a torch whose libraries carry their own), an op with returns that ends without outputs does
     // (torch sets the outputs only on return).
-    const bool raised = std::uncaught_exceptions() > p->uncaught ||
-                        (outputs.empty() && p->schema && !p->schema->returns().empty());
+    const bool raised =
+        std::uncaught_exceptions() > p->uncaught || (outputs.empty() && p->schema && !p->schema->returns().empty());
     if (raised) return drop(std::move(p), "raised");
     finish(std::move(p), outputs, signature_id, seq);
   } catch (...) {  // never into torch; the key must not stay in flight

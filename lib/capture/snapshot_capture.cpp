@@ -262,9 +262,9 @@ void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs,
   SampleKey* key = p->key;
   try {
     // The op raised: its end callback runs while the exception unwinds, with no outputs, and nothing a replay
-    // could match. The exception count sees it where torch throws through this process's C++ runtime; where it
-    // does not (a torch whose libraries carry their own), an op with returns that ends without outputs does
-    // (torch sets the outputs only on return).
+    // could match. The exception count sees it on torch 1.13; torch 2.11's wheel ends the call with the count
+    // unchanged (docs/gpu/snapshots-raised-check-h100-2026-12-05.txt), and there an op with returns that ends
+    // without outputs is the sign (torch sets the outputs only on return).
     const bool raised =
         std::uncaught_exceptions() > p->uncaught || (outputs.empty() && p->schema && !p->schema->returns().empty());
     if (raised) return drop(std::move(p), "raised");

@@ -202,8 +202,8 @@ TEST_CASE("capture: a call whose op raised keeps nothing and leaves its key to t
 
 TEST_CASE("capture: an op with returns that ends without outputs raised, where the exception count missed it",
           "[capture]") {
-  // A torch whose libraries carry their own C++ runtime (the CUDA wheels of torch 2.x) throws where this library's
-  // std::uncaught_exceptions() does not count: the end callback runs with no outputs and no exception seen.
+  // torch 2.11's wheel ends a call that raised with std::uncaught_exceptions() unchanged: the end callback runs with
+  // no outputs and no exception seen (docs/gpu/snapshots-raised-check-h100-2026-12-05.txt).
   Rig rig(SnapshotOptions{});
   Call mm = call_of("aten::mm", {at::ones({4, 4}), at::ones({4, 4})});
   CHECK(rig.run(key('k'), mm, {}));

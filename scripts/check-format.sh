@@ -5,7 +5,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 2
 command -v clang-format >/dev/null || { echo "check-format: clang-format is not installed (scripts/install-deps.sh installs it)"; exit 2; }
-mapfile -t files < <(git ls-files '*.c' '*.h' '*.cpp' '*.hpp')
+mapfile -t files < <(git ls-files '*.c' '*.h' '*.cpp' '*.hpp' '*.cu')
 bad=()
 for f in "${files[@]}"; do
   clang-format --dry-run --Werror "$f" >/dev/null 2>&1 || bad+=("$f")

@@ -35,8 +35,13 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
   TimingWindow(CounterWindows::State* owner, CudaDriver* d, int device, void* stream,
                std::chrono::steady_clock::time_point t0)
       : owner_(owner), d_(d), device_(device), stream_(stream), t0_(t0) {}
-  // Made before CUPTI's begin (nothing to undo if it cannot be made), open once it began.
-  void began() { state_ = State::Open; }
+  // Made before CUPTI's begin (nothing to undo if it cannot be made), open once it began; joined: into a session
+  // other pending calls had open (else this call started it).
+  void began(bool joined) {
+    state_ = State::Open;
+    joined_ = joined;
+    open_seconds_ = seconds_since(t0_);
+  }
   ~TimingWindow() override {
     try {
       complete();
@@ -94,6 +99,7 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
   }
   // Under pending_mu: the call's launches taken, its end marked on the op's stream, its stall charged.
   void stop_noting() {
+    const auto stopping = std::chrono::steady_clock::now();
     own_ = owner_->cupti->stop_timing();
     std::string error;
     event_ = d_->record_event(device_, stream_, error);
@@ -101,6 +107,10 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
     const auto d = std::chrono::steady_clock::now() - t0_;
     owner_->add_stall(d, true);
     seconds_ = std::chrono::duration<double>(d).count();
+    stop_seconds_ = seconds_since(stopping);
+  }
+  static double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   }
   format::ProfileData profile_of(const TimingResult& t) const {
     format::ProfileData p;
@@ -118,6 +128,11 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
     p.identity = owner_->identity;
     p.identity.set("cuda_device", format::JsonValue::string(std::to_string(device_)));
     p.identity.set("launches", format::JsonValue::integer(t.launches));
+    // The op thread's seconds split: claiming the window and CUPTI's begin (a session started or joined), and
+    // the end's launches taken and event recorded; the rest of window_seconds is the op's own dispatch.
+    p.identity.set("timing_joined_session", format::JsonValue::boolean(joined_));
+    p.identity.set("timing_open_us", format::JsonValue::floating(open_seconds_ * 1e6));
+    p.identity.set("timing_stop_us", format::JsonValue::floating(stop_seconds_ * 1e6));
     return p;
   }
   CounterWindows::State* owner_;
@@ -128,7 +143,10 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
   std::vector<uint32_t> own_;    // the call's launches, from stop_noting
   void* event_ = nullptr;        // recorded on the op's stream at its end
   State state_ = State::Closed;  // under owner_->pending_mu; Open once began()
-  double seconds_ = 0;
+  double seconds_ = 0;           // open to stop: the stall charged
+  double open_seconds_ = 0;      // open to began
+  double stop_seconds_ = 0;      // stop_noting's own
+  bool joined_ = false;
   format::ProfileData data_;
 };
 
@@ -150,7 +168,7 @@ std::unique_ptr<OpenCounterWindow> CounterWindows::State::join_timing(int device
                began.code() == format::StatusCode::kHeld ? WindowRefusal::SubscriberHeld : WindowRefusal::WindowBusy,
            nullptr;
   }
-  w->began();
+  w->began(true);
   ++timing_calls;
   refusal = WindowRefusal::None;
   return w;
@@ -178,7 +196,7 @@ std::unique_ptr<OpenCounterWindow> CounterWindows::open_timing(int device, void*
   slot.keep();
   s.local_epoch.fetch_add(1);  // odd while timed calls are pending (the last one bumps it back)
   std::lock_guard<std::mutex> pending(s.pending_mu);
-  w->began();
+  w->began(false);
   s.timing_calls = 1;
   s.timing_device = device;
   s.timing_lock_fd = c.lock_fd;

@@ -296,6 +296,9 @@ def test_timed_calls_do_not_wait_for_their_kernels(build_dir, tmp_path):
     assert min(kernel_s) > 0.005, timings
     assert host_s < kernel_s[0] / 2, (host_s, kernel_s)
     assert timings[0]["window_s"] < kernel_s[0] / 2, timings
+    # the op thread's split: the first started the session, the second joined it while the first was pending
+    assert [t["joined_session"] for t in timings] == [False, True], timings
+    assert all(0 <= t["open_us"] + t["stop_us"] <= t["window_s"] * 1e6 for t in timings), timings
 
 
 OTHER_THREAD_JOB = """

@@ -260,3 +260,20 @@ def test_a_real_run_and_its_trace_match_call_by_call(cli, build_dir, tmp_path):
     matched, trace_calls = line.split(" of ")[0].split(": ")[1], line.split("the trace has ")[1].rstrip(")")
     assert matched == trace_calls and int(matched) > 100, p.stdout
     assert p.returncode == 1 and "no kernel of at least 20 us to compare" in p.stdout, p.stdout
+
+
+def test_the_timed_call_split_sets_each_timed_call_beside_the_trace(tmp_path):
+    """bench/timed_call_split.py (COUNTERS.md, "Where a timed call's host time goes"): a timed call's op-thread split
+    from its kernel_timing record, its own call time and the time since the previous call's start, beside the same
+    call in the trace (matched by order)."""
+    run, trace = fake_run(tmp_path, 102.0), fake_trace(tmp_path)
+    meta = run / "metadata" / "metadata_rank0_pid1.jsonl"
+    timed = {"kind": "kernel_timing", "id": 2, "seq": 2, "status": "passed", "window_s": 3e-5, "joined_session": True,
+             "open_us": 0.4, "stop_us": 1.2, "kernels": [{"name": "relu_kernel"}]}
+    meta.write_text(meta.read_text() + json.dumps(timed) + "\n")
+    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "timed_call_split.py"
+    p = subprocess.run([sys.executable, str(script), str(meta), str(trace)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    # relu: t1 - t0 = 0.5 us (the trace's 50), 1.0 us after linear's start (the trace's 200)
+    assert "| aten::relu | 2 | joined | 0.4 | 1.2 | 30.0 | 0.5 (50.0) | 1.0 (200.0) |" in p.stdout, p.stdout
+    assert "joined one: 1 calls" in p.stdout and "started a session: 0 calls" in p.stdout, p.stdout

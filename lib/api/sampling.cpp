@@ -94,6 +94,7 @@ class CudaAccess : public capture::DeviceAccess {
     return std::make_unique<Window>(std::move(w));
   }
   uint64_t window_epoch(int device) { return windows_.window_epoch(device); }
+  void poll() { windows_.poll(); }
   uint64_t windows() const { return windows_.windows(); }
   uint64_t stall_us() const { return windows_.stall_us(); }
 
@@ -314,6 +315,7 @@ void SamplingSession::on_new_signature(uint32_t id, const std::string& sha, cons
 
 void SamplingSession::poll() {
   parts_->sampler.poll();
+  parts_->cuda.poll();
   if (parts_->stage_time) parts_->stage_time->poll();
 }
 

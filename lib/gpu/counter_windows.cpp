@@ -249,7 +249,18 @@ class Window : public OpenCounterWindow {
 #endif
 
 CounterWindows::CounterWindows(Options options) : s_(std::make_unique<State>(std::move(options))) {}
-CounterWindows::~CounterWindows() = default;
+CounterWindows::~CounterWindows() {
+#ifdef LINGPROBE_HAVE_CUPTI
+  Cupti::disarm_timing_activity();
+#endif
+}
+
+void CounterWindows::poll() {
+#ifdef LINGPROBE_HAVE_CUPTI
+  constexpr auto kArmedIdle = std::chrono::seconds(1);  // a decode step or a forward apart: their sessions still join
+  Cupti::disarm_timing_activity(kArmedIdle);
+#endif
+}
 
 #ifdef LINGPROBE_HAVE_CUPTI
 // The steps every window takes before it begins: no hold and no other window
@@ -354,7 +365,14 @@ bool hold_counters(bool hold, int wait_seconds) {
     return true;
   }
   ++g_holds;
-  return g_hold_cv.wait_for(lock, std::chrono::seconds(wait_seconds), [] { return !g_window_busy; });
+  const bool free = g_hold_cv.wait_for(lock, std::chrono::seconds(wait_seconds), [] { return !g_window_busy; });
+#ifdef LINGPROBE_HAVE_CUPTI
+  if (free) {  // the other client registers its own buffers next: the kind timed calls left armed is disabled first
+    lock.unlock();
+    Cupti::disarm_timing_activity();
+  }
+#endif
+  return free;
 }
 
 }  // namespace lingprobe::gpu

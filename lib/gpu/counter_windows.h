@@ -67,6 +67,9 @@ class CounterWindows {
   // counter (every process's windows on the GPU) in the high half, this
   // process's own windows in the low half; odd halves while a window is open.
   uint64_t window_epoch(int device);
+  // The writer's poll: Activity's kernel kind, left armed by the last session of timed calls, disabled once no
+  // session has been open for a second (cupti_profiler.h: disarm_timing_activity); also at destruction.
+  void poll();
   uint64_t windows() const;   // windows closed (counters and timing)
   uint64_t stall_us() const;  // the calling threads' time in windows and refused attempts' waits
 

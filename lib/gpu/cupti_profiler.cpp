@@ -111,6 +111,7 @@ format::Status configure_range(const Cupti& cupti, Cupti::Api* api_, Window& w, 
 }  // namespace
 
 format::Status Cupti::begin_window(void* ctx, void* stream, const MetricSet& set, bool unguarded) {
+  disarm_timing_activity();  // the window enables the kind with its own records (launch attributes), then disables it
   Window& w = window();
   {
     std::lock_guard<std::mutex> lock(w.mu);

@@ -19,6 +19,7 @@
 
 #include "format/status.h"
 #include "gpu/window_verdict.h"
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -85,9 +86,15 @@ class Cupti {
   std::vector<uint32_t> stop_timing();
   // Then, on any thread (the writer's): `ended` (waits until the op's
   // kernels ran: the caller polls an event on its stream), then the records
-  // of the launches `own`. The last pending call ends the session (the kind
-  // disabled, the callback unsubscribed).
+  // of the launches `own`. The last pending call ends the session (the
+  // callback unsubscribed, the kind left armed: disarm_timing_activity).
   TimingResult end_timing(const std::vector<uint32_t>& own, const std::function<bool()>& ended);
+  // Between sessions the kernel kind stays enabled ("armed", cupti_window.h); this disables it and hands CUPTI's
+  // buffers back (their records unread) when no session is open and it has been armed at least `idle_for`. Called
+  // with no wait before a counter window, at a profiler's hold (before another client registers its buffers) and at
+  // the windows' end; after a second without one from the writer's poll. Nothing when CUPTI was never loaded. Any
+  // thread.
+  static void disarm_timing_activity(std::chrono::steady_clock::duration idle_for = {});
   // Whether a torch.profiler-like tool holds CUPTI's subscriber right now.
   bool subscriber_held_elsewhere();
 

@@ -5,8 +5,9 @@
 // at the op's end (the next op's kernels queue behind its own; its records
 // are read later, on the writer's thread), so their durations are the ones
 // torch.profiler's trace shows for the same call. Calls whose records are
-// still to be read share one session: Activity stays enabled until the last
-// of them ends.
+// still to be read share one session: the callback stays subscribed until
+// the last of them ends, and Activity's kernel kind beyond it (armed, until
+// disarm_timing_activity: enabling it again costs the next launch ~200 us).
 #include "gpu/cupti_profiler.h"
 
 #include "gpu/cupti_api.h"
@@ -60,11 +61,16 @@ format::Status Cupti::start_timing_session(void* ctx) {
       w.subscriber = nullptr;
       return {code_of(r), "cuptiEnableCallback: " + describe(r)};
     }
-  api_->ActivityRegisterCallbacks(buffer_requested, buffer_completed);
   {
     std::lock_guard<std::mutex> lock(w.mu);
     w.collecting = true;
   }
+  if (w.activity_armed) {  // still enabled since the last session, with our buffers: its records are read again
+    w.activity_armed = false;
+    not_open.dismiss();
+    return format::Status::Ok();
+  }
+  api_->ActivityRegisterCallbacks(buffer_requested, buffer_completed);
   if (const CUptiResult r = api_->ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL); r != CUPTI_SUCCESS) {
     std::lock_guard<std::mutex> lock(w.mu);
     w.collecting = false;
@@ -74,6 +80,17 @@ format::Status Cupti::start_timing_session(void* ctx) {
   }
   not_open.dismiss();
   return format::Status::Ok();
+}
+
+void Cupti::disarm_timing_activity(std::chrono::steady_clock::duration idle_for) {
+  if (!g_api) return;  // CUPTI never loaded: nothing was enabled
+  Window& w = window();
+  std::lock_guard<std::mutex> session(w.session_mu);
+  if (!w.activity_armed || w.timing_pending > 0) return;
+  if (std::chrono::steady_clock::now() - w.armed_since < idle_for) return;
+  w.activity_armed = false;
+  g_api->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  g_api->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // our buffers back (collecting is off: unread)
 }
 
 format::Status Cupti::begin_timing(void* ctx) {
@@ -112,9 +129,12 @@ void Cupti::end_timing_session() {
     w.collecting = false;
     w.records.clear();
   }
+  // The kind stays enabled for the next session (armed; disarm_timing_activity).
   // Another client that registered its Activity callbacks during the session
-  // keeps the kind enabled (as at a counter window's end): its trace goes on.
-  if (!w.timing_taken_over) api_->ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  // keeps it enabled too (as at a counter window's end): its trace goes on, and
+  // the next session registers ours again.
+  w.activity_armed = !w.timing_taken_over;
+  w.armed_since = std::chrono::steady_clock::now();
   if (w.subscriber) api_->Unsubscribe(w.subscriber);
   w.subscriber = nullptr;
   w.timing.store(false);

@@ -7,6 +7,7 @@
 #include "gpu/cupti_api.h"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -51,7 +52,12 @@ struct Window {
   std::mutex session_mu;           // the session's start and end, and the count below
   uint32_t timing_pending = 0;     // under session_mu
   bool timing_taken_over = false;  // under session_mu: a call had launches and no records (another client's buffers)
-  std::mutex correlations_mu;      // not mu: a buffer being read must not hold a launch
+  // Between sessions the kernel kind stays enabled, its records unread ("armed", under session_mu): enabling it makes
+  // the process's next launch take ~200 us (bench/cupti_session_probe.cu), which the op of a call starting a session
+  // paid before its own kernels. Cupti::disarm_timing_activity disables it.
+  bool activity_armed = false;
+  std::chrono::steady_clock::time_point armed_since;
+  std::mutex correlations_mu;              // not mu: a buffer being read must not hold a launch
   std::vector<uint32_t> own_correlations;  // under correlations_mu: the open call's launches
   std::unordered_set<uint32_t> noted;      // under correlations_mu: every pending call's launches
   size_t dropped_records = 0;

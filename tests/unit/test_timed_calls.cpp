@@ -8,10 +8,12 @@
 #include <catch2/catch.hpp>
 
 #ifdef LINGPROBE_HAVE_CUPTI
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include "gpu/counter_windows.h"
 #include "gpu/cupti_api.h"
 #include "gpu/cupti_profiler.h"
 #include "gpu/cupti_window.h"
@@ -159,8 +161,8 @@ TEST_CASE("timed calls: pending together, each ended with its own kernels; the l
   REQUIRE(b.passed);
   REQUIRE(b.kernels.size() == 1);
   CHECK(b.kernels[0].end_ns - b.kernels[0].start_ns == 200);
-  CHECK(FakeCupti::disables == disables + 1);  // the last pending call ended the session
-  CHECK(FakeCupti::unsubscribes >= 1);
+  CHECK(FakeCupti::unsubscribes >= 1);     // the last pending call ended the session
+  CHECK(FakeCupti::disables == disables);  // the kind left armed for the next one
 
   REQUIRE(cupti.begin_timing(ctx).ok());  // a new session
   CHECK(FakeCupti::subscribes == subscribes + 2);
@@ -168,7 +170,44 @@ TEST_CASE("timed calls: pending together, each ended with its own kernels; the l
   const std::vector<uint32_t> third = cupti.stop_timing();
   const TimingResult c = cupti.end_timing(third, nullptr);  // no record for 30: failed, and the session ends
   CHECK_FALSE(c.passed);
-  CHECK(FakeCupti::disables == disables + 1);  // launches without records: another client took the callbacks
+  // launches without records: another client took the callbacks; its trace keeps the kind, armed for nobody
+  Cupti::disarm_timing_activity();
+  CHECK(FakeCupti::disables == disables);
+}
+
+TEST_CASE("timed calls: the kernel kind stays armed between sessions until disarmed: idle, before a window, a hold",
+          "[gpu][timing]") {
+  Cupti& cupti = fake_cupti();
+  void* ctx = reinterpret_cast<void*>(uintptr_t{0x10});
+  Cupti::disarm_timing_activity();  // whatever an earlier case left armed
+  const int enables = FakeCupti::enables, disables = FakeCupti::disables, forced = FakeCupti::forced_flushes;
+  auto timed_call = [&](uint32_t correlation) {
+    REQUIRE(cupti.begin_timing(ctx).ok());
+    launch(correlation);
+    const std::vector<uint32_t> own = cupti.stop_timing();
+    FakeCupti::delivered = {kernel(correlation, 100, 200)};
+    REQUIRE(cupti.end_timing(own, nullptr).passed);
+  };
+
+  timed_call(40);  // the session starts and ends
+  CHECK(FakeCupti::enables == enables + 1);
+  CHECK(FakeCupti::disables == disables);  // armed
+  timed_call(41);  // a new session reads the armed kind's records: not enabled again (its next launch ~200 us)
+  CHECK(FakeCupti::enables == enables + 1);
+
+  Cupti::disarm_timing_activity(std::chrono::hours(1));  // the writer's poll, armed for less than that: kept
+  CHECK(FakeCupti::disables == disables);
+  Cupti::disarm_timing_activity();  // disabled, and our buffers handed back
+  CHECK(FakeCupti::disables == disables + 1);
+  CHECK(FakeCupti::forced_flushes == forced + 1);
+  Cupti::disarm_timing_activity();  // once
+  CHECK(FakeCupti::disables == disables + 1);
+
+  timed_call(42);  // enabled again
+  CHECK(FakeCupti::enables == enables + 2);
+  REQUIRE(hold_counters(true, 1));  // a profiler starting: the kind disabled before it registers its buffers
+  CHECK(FakeCupti::disables == disables + 2);
+  hold_counters(false, 0);
 }
 
 TEST_CASE("timed calls: a call's end does not flush a later pending call's running kernel without its timestamps",

@@ -204,12 +204,15 @@ void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, Sample
     back_off(k, k->calls.load());
   if (k->state == KeyState::Reopened) {
     if (k->attempts_left > 0) --k->attempts_left;
-    bool unsampled = false;
-    for (uint32_t s : k->seen_signatures) unsampled = unsampled || !k->sampled_signatures.count(s);
-    if (!unsampled || k->attempts_left == 0) set_state(k, KeyState::Done);
+    if (!has_unsampled_signature(*k) || k->attempts_left == 0) set_state(k, KeyState::Done);
   } else if (k->state == KeyState::Owned) {
     if (missing == 0 && k->taken >= options_.first) {
       set_state(k, KeyState::Done);
+      // a signature first seen while this sample was in flight (on_signature reopens only a done key)
+      if (has_unsampled_signature(*k) && options_.extra_signature_attempts > 0) {
+        k->attempts_left = options_.extra_signature_attempts;
+        set_state(k, KeyState::Reopened);
+      }
     } else if (missing == 0 && k->taken == 0) {  // settled without any evidence: no call can give it
       k->stop_reason = k->last_refusal.empty() ? "settled" : k->last_refusal;
       set_state(k, KeyState::Stopped);
@@ -228,6 +231,17 @@ void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, Sample
   const std::string input = k->input_sha;
   lock.unlock();
   if (release && broker_) broker_->release_key(input, failed, bytes);
+}
+
+bool Sampler::has_unsampled_signature(const SampleKey& k) {
+  for (uint32_t s : k.seen_signatures)
+    if (!k.sampled_signatures.count(s)) return true;
+  return false;
+}
+
+bool Sampler::repeats_a_sample(SampleKey* k, uint32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return k->state == KeyState::Reopened && k->sampled_signatures.count(id) > 0;
 }
 
 void Sampler::on_signature(SampleKey* k, uint32_t id, const std::string& sha) {

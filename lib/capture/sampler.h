@@ -170,6 +170,9 @@ class Sampler {
   // its timing is no sample (SamplingStats, LINGPROBE_SAMPLE_FIRST).
   void finished(SampleKey* key, uint32_t signature_id, const std::string& signature_sha, SampleResult result,
                 uint64_t bytes, uint8_t got, uint8_t settled = 0);
+  // A reopened key's call (one of its signatures unsampled) whose signature is one it has a sample of: its evidence
+  // would repeat that sample (SAMPLE_FIRST's samples are the key's first calls, never a reopened key's).
+  bool repeats_a_sample(SampleKey* key, uint32_t signature_id);
   // A thread's first sighting of (key, signature).
   void on_signature(SampleKey* key, uint32_t signature_id, const std::string& signature_sha);
   // The writer thread: keys whose claimer failed or died become claimable;
@@ -187,6 +190,7 @@ class Sampler {
  private:
   void set_state(SampleKey* key, KeyState state);
   void back_off(SampleKey* key, uint64_t call);
+  static bool has_unsampled_signature(const SampleKey& key);  // under mu_
   // Records "evidence:reason" on the key (under mu_); true the first time.
   bool first_refusal(SampleKey* key, uint8_t evidence, const std::string& reason);
   void report(const SampleKey& key, uint8_t evidence, const std::string& reason);

@@ -220,9 +220,8 @@ void* SnapshotCapture::begin(const SampledCall& call) {
   return p.release();
 }
 
-// Written arguments now; the others by reference, copied in end(). An
-// argument that shares memory with a written one (x.add_(x), out=b) changes
-// too: copied before as well. Throws (OOM included).
+// Written arguments now; the others by reference, copied in end(). An argument that shares memory with a written
+// one (x.add_(x), out=b) changes too: copied before as well. Throws (OOM included).
 void SnapshotCapture::copy_written_arguments(Pending& p, const SampledCall& call) {
   const auto& params = call.schema->arguments();
   const bool matches = params.size() == call.inputs.size();
@@ -261,13 +260,16 @@ void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs,
   std::unique_ptr<Pending> p(static_cast<Pending*>(token));
   SampleKey* key = p->key;
   try {
-    // The op raised: its end callback runs while the exception unwinds, with no outputs, and nothing a replay
-    // could match. The exception count sees it on torch 1.13; torch 2.11's wheel ends the call with the count
-    // unchanged (docs/gpu/snapshots-raised-check-h100-2026-12-05.txt), and there an op with returns that ends
-    // without outputs is the sign (torch sets the outputs only on return).
+    // The op raised: its end runs while the exception unwinds, with no outputs, nothing a replay could match. The
+    // exception count sees it on torch 1.13, not on torch 2.11's wheel (docs/gpu/snapshots-raised-check-h100-
+    // 2026-12-05.txt): there an op with returns that ends without outputs is the sign (set only on return).
     const bool raised =
         std::uncaught_exceptions() > p->uncaught || (outputs.empty() && p->schema && !p->schema->returns().empty());
     if (raised) return drop(std::move(p), "raised");
+    if (key && sampler_->repeats_a_sample(key, signature_id)) {  // a reopened key met a sampled signature
+      undo(*p);
+      return sampler_->finished(key, signature_id, "", SampleResult::Duplicate, 0, 0);
+    }
     finish(std::move(p), outputs, signature_id, seq);
   } catch (...) {  // never into torch; the key must not stay in flight
     count_drop("internal_error");
@@ -275,9 +277,8 @@ void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs,
   }
 }
 
-// A counter window closes here, on the op's thread. A timing window only
-// stops: the writer's thread completes it (gpu/counter_windows: nothing waits
-// for the device at the op's end), through job.complete_timing.
+// A counter window closes here, on the op's thread. A timing window only stops: the writer's thread completes it
+// (gpu/counter_windows: nothing waits for the device at the op's end), through job.complete_timing.
 void SnapshotCapture::close_window(Pending& p, runtime::SnapshotJob& job) {
   format::JsonValue identity = format::JsonValue::object();
   identity.set("math_policy", policy_json(p.math_policy));
@@ -482,13 +483,16 @@ void SnapshotCapture::abandon(void* token) {
   drop(std::unique_ptr<Pending>(static_cast<Pending*>(token)), "abandoned");
 }
 
+bool SnapshotCapture::undo(Pending& p) {
+  budgets_.give_back(p.reserved, p.setup);  // first: a window's close may throw (a sticky CUDA error)
+  if (!p.window) return false;
+  budgets_.charge_window(p.window->close().window_seconds, p.setup);  // the profiler must not stay started
+  p.window.reset();
+  return true;
+}
+
 void SnapshotCapture::drop(std::unique_ptr<Pending> p, const char* why) {
-  budgets_.give_back(p->reserved, p->setup);  // first: a window's close may throw (a sticky CUDA error)
-  if (p->window) {
-    budgets_.charge_window(p->window->close().window_seconds, p->setup);  // the profiler must not stay started
-    p->window.reset();
-    count_profile(why, p->window_evidence);
-  }
+  if (undo(*p)) count_profile(why, p->window_evidence);
   if (p->snapshot) count_drop(why);
   give_up(std::move(p));
 }

@@ -87,8 +87,9 @@ class SnapshotCapture : public SampledCallHooks {
   void refuse(Pending& p, uint8_t evidence, const std::string& reason);
   // Nothing of this call is kept: the key waits for a later call.
   void give_up(std::unique_ptr<Pending> p);
-  // As give_up, after undoing what the call took (its window closed and charged, its bytes given back), counted
-  // under `why` ("abandoned": its end never came; "raised": the op threw).
+  // What the call took, undone: its bytes given back, its window closed and charged. Whether a window was open.
+  bool undo(Pending& p);
+  // As give_up, after undo, counted under `why` ("abandoned": its end never came; "raised": the op threw).
   void drop(std::unique_ptr<Pending> p, const char* why);
   void open_window(Pending& p, const SampledCall& call, uint8_t evidence);
   void close_window(Pending& p, runtime::SnapshotJob& job);

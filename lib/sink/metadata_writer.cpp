@@ -116,6 +116,7 @@ void MetadataWriter::flush() {
   if (stop_) return;
   ensure_started_locked();
   const uint64_t want = ++flush_requests_;
+  flush_wants_counts_ = true;
   cv_.notify_one();
   flushed_cv_.wait(lock, [&] { return flushes_done_ >= want || stop_; });
 }
@@ -127,9 +128,11 @@ void MetadataWriter::run() {
                  [&] { return stop_ || flush_requests_ > flushes_done_; });
     if (stop_) break;
     const uint64_t serving = flush_requests_;
+    const bool counts = flush_wants_counts_;
+    flush_wants_counts_ = false;
     lock.unlock();
     if (on_cycle_) on_cycle_();
-    cycle(false);
+    cycle(false, counts);
     lock.lock();
     flushes_done_ = serving;
     flushed_cv_.notify_all();
@@ -385,7 +388,7 @@ void MetadataWriter::build_signature_lines(std::vector<Line>& lines) {
   }
 }
 
-void MetadataWriter::cycle(bool final) {
+void MetadataWriter::cycle(bool final, bool counts) {
   std::lock_guard<std::mutex> io(io_mu_);
   calls_text_.clear();  // members: their capacity is kept from cycle to cycle
   out_text_.clear();
@@ -405,12 +408,17 @@ void MetadataWriter::cycle(bool final) {
   const std::vector<size_t> ends = append_must_lines(must);
   const size_t calls_begin = out_text_.size();
   out_text_ += calls_text_;
-  append_counts_record(final);
+  const auto now = std::chrono::steady_clock::now();
+  counts = counts || now - last_counts_ >= std::chrono::milliseconds(options_.flush_interval_ms);
+  if (counts) {
+    append_counts_record(final);
+    last_counts_ = now;
+  }
   const std::string& text = out_text_;
   const size_t written = write_out(text);
   // Counted by position only after a failed write: the common path costs nothing per record.
   const uint64_t lines = written == text.size()
-                             ? must.size() + n_calls + 1
+                             ? must.size() + n_calls + (counts ? 1 : 0)
                              : static_cast<uint64_t>(std::count(text.begin(), text.begin() + written, '\n'));
   const uint64_t calls_written =
       written == text.size() ? n_calls : account_short_write(written, must, ends, calls_begin, n_calls);
@@ -433,7 +441,7 @@ void MetadataWriter::finalize() {
   cv_.notify_all();
   flushed_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (started_ || has_data_) cycle(true);
+  if (started_ || has_data_) cycle(true, true);
   if (fd_ >= 0) {
     ::close(fd_);
     fd_ = -1;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -94,7 +95,10 @@ class MetadataWriter {
     std::string text;      // newline included
     SignatureBuild build;  // a signature record to build first (text empty), else empty
   };
-  void cycle(bool final);
+  // One drain and write; the counts record with it when `counts` (a flush asked for it, finalize) or when the last
+  // one is a flush interval old: a wake (a snapshot written, a ring half full) drains without it, so that a run of
+  // many wakes does not write its cumulative counts (one per signature) at each.
+  void cycle(bool final, bool counts);
   void build_signature_lines(std::vector<Line>& lines);
   uint64_t drain(std::vector<Line>& signatures, bool& any_buffer);
   std::vector<size_t> append_must_lines(const std::vector<Line>& must);
@@ -113,6 +117,7 @@ class MetadataWriter {
   std::condition_variable flushed_cv_;
   uint64_t flush_requests_ = 0;
   uint64_t flushes_done_ = 0;
+  bool flush_wants_counts_ = false;  // flush() asked: the next cycle writes the counts record
   bool stop_ = false;
   bool started_ = false;
   std::vector<std::unique_ptr<RecordBuffer>> buffers_;
@@ -134,6 +139,7 @@ class MetadataWriter {
   std::vector<bool> defined_;   // signature ids whose record is in the file: the only ids a counts record names
   std::string calls_text_;      // cycle()'s buffers, under io_mu_
   std::string out_text_;
+  std::chrono::steady_clock::time_point last_counts_;  // under io_mu_: the last counts record's cycle
 };
 
 // One call record as its canonical JSON line, newline included, written to

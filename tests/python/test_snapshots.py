@@ -554,3 +554,24 @@ def test_replay_profile_without_a_gpu_says_why_and_replays_anyway(ops_run, cli, 
     counts = [r for r in records if r["kind"] == "counts"][-1]
     assert len(counts["calls"]) == 1, counts  # the one call alone, not the rebuilding of its inputs
     assert counts["dropped"]["profiles"] == {"no_cuda_tensor": 1}, counts
+
+
+def test_a_reopened_key_takes_its_new_signature_once_and_never_repeats_a_sampled_one(tmp_path, build_dir):
+    """nonzero's key (its inputs) has one signature per output shape. Its first call is sampled; a later call with
+    another output shape reopens the key; the next call repeating the first shape would repeat the first sample.
+    It was written again as `..._s{seq}.pt` (60 such files in a torchvision detection run with SAMPLE_FIRST=1):
+    now it is not, and the call with the second shape takes its snapshot."""
+    run_job(textwrap.dedent("""
+        import time, torch
+        a = torch.tensor([1., 0., 1., 0.])   # 2 nonzero
+        b = torch.tensor([1., 1., 1., 0.])   # 3 nonzero: the same key, another signature
+        for x in (a, b, a, a, b, a):
+            torch.nonzero(x)
+            time.sleep(0.3)                  # the writer settles the sample before the next call
+    """), tmp_path, build_dir, LINGPROBE_OPS="aten::nonzero")
+    (run_dir,) = metadata.run_dirs(tmp_path / "out")
+    files = sorted(p.name for p in (run_dir / "snapshots").glob("*.pt"))
+    recs = snapshot_records(run_dir)
+    assert len(files) == len(recs) == 2, files
+    assert not any("_s" in f.rsplit("_", 1)[-1] for f in files), files
+    assert len({r["id"] for r in recs}) == 2, recs  # one per signature

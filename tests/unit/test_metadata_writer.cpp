@@ -295,3 +295,37 @@ TEST_CASE("a wake that arrives while the writer drains gets a drain of its own",
   std::remove(path.c_str());
   ::rmdir(dir);
 }
+
+TEST_CASE("wakes drain without the counts record; a flush interval, a flush() and finalize write it", "[sink]") {
+  // The snapshot writer wakes the writer at every snapshot record; each cycle wrote the cumulative counts record
+  // (one entry per signature), so a torchvision detection run wrote 2,666 of them: 44 of its 50 MB.
+  char dir[] = "/tmp/lingprobe-writer-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  const std::string path = std::string(dir) + "/m.jsonl";
+  std::atomic<int> cycles{0};
+  sink::MetadataWriter w(
+      {path, "{\"kind\":\"header\"}", 60000}, [] { return format::CountsSnapshot{}; }, [&] { cycles.fetch_add(1); });
+  auto counts_records = [&] {
+    int n = 0;
+    for (const auto& r : whole_lines(path)) n += r.find("kind")->as_string() == "counts";
+    return n;
+  };
+  w.start();
+  for (int i = 0; i < 20; ++i) {
+    w.add_record("{\"kind\":\"snapshot\",\"n\":" + std::to_string(i) + "}\n");
+    const int before = cycles.load();
+    w.wake();
+    for (int t = 0; t < 500 && cycles.load() == before; ++t) usleep(2000);
+  }
+  for (int t = 0; t < 500 && whole_lines(path).size() < 21; ++t) usleep(2000);  // the last wake's cycle written
+  CHECK(whole_lines(path).size() == 1 + 20 + 1);  // header, 20 records, the first cycle's counts record only
+  CHECK(counts_records() == 1);
+  w.flush();  // asked for: the file current, counts included
+  CHECK(counts_records() == 2);
+  w.finalize();
+  CHECK(counts_records() == 3);
+  const auto lines = whole_lines(path);
+  CHECK(lines.back().find("final")->as_bool());
+  std::remove(path.c_str());
+  ::rmdir(dir);
+}

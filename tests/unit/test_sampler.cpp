@@ -130,12 +130,34 @@ TEST_CASE("sampler: a key with a second signature is sampled again until it has 
   s.on_signature(k, 6, "sigB");  // a later call's output gave another signature
   CHECK(k->active.load());
   REQUIRE(decide(s, k));
-  s.finished(k, 5, "sigA", SampleResult::Kept, 1, kSnapshot);  // the same one again: keep trying
+  // the same one again: a repeat of its sample, not written (capture settles it as a duplicate); keep trying
+  CHECK(s.repeats_a_sample(k, 5));
+  CHECK_FALSE(s.repeats_a_sample(k, 6));
+  s.finished(k, 5, "", SampleResult::Duplicate, 0, 0);
   CHECK(k->active.load());
   REQUIRE(decide(s, k));
   s.finished(k, 6, "sigB", SampleResult::Kept, 1, kSnapshot);
   CHECK_FALSE(k->active.load());
   CHECK(s.unsampled_reasons().empty());
+  CHECK_FALSE(s.repeats_a_sample(k, 5));  // done, not reopened: SAMPLE_FIRST's own samples may repeat a signature
+}
+
+TEST_CASE("sampler: a signature first seen while the key's sample is in flight reopens the key once it is done",
+          "[sampler]") {
+  // A loop's next calls outrun the writer: the key's second signature came while its first sample was still being
+  // written (state Owned), so on_signature did not reopen it and that signature was never sampled.
+  Sampler s;
+  FakeBroker b;
+  s.configure(on(), &b, 0, 1);
+  SampleKey* k = s.key_for(kKey, "aten::nonzero", "aten::nonzero", "unstaged");
+  REQUIRE(decide(s, k));
+  s.on_signature(k, 5, "sigA");
+  s.on_signature(k, 6, "sigB");  // a later call, before the first sample is finished
+  s.finished(k, 5, "sigA", SampleResult::Kept, 1, kSnapshot);
+  CHECK(k->active.load());  // reopened for sigB
+  REQUIRE(decide(s, k));
+  s.finished(k, 6, "sigB", SampleResult::Kept, 1, kSnapshot);
+  CHECK_FALSE(k->active.load());
 }
 
 TEST_CASE("sampler: hash coordination gives each key to one rank", "[sampler]") {

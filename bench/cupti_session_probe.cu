@@ -44,10 +44,15 @@ double us_since(std::chrono::steady_clock::time_point t) {
 
 struct Probe {
   CUpti_SubscriberHandle sub = nullptr;
+  double callbacks(uint32_t on) {
+    const auto t = std::chrono::steady_clock::now();
+    for (CUpti_CallbackId id : kLaunches) cuptiEnableCallback(on, sub, CUPTI_CB_DOMAIN_DRIVER_API, id);
+    return us_since(t);
+  }
   double subscribe() {
     const auto t = std::chrono::steady_clock::now();
     cuptiSubscribe(&sub, on_callback, nullptr);
-    for (CUpti_CallbackId id : kLaunches) cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, id);
+    callbacks(1);
     return us_since(t);
   }
   void unsubscribe() {
@@ -94,61 +99,40 @@ extern "C" int run_probe() {
   for (int i = 0; i < 5; ++i) launch_us();  // the module loaded, the launch path warm
   constexpr int kRepeats = 20;
   Probe p;
-  std::vector<double> step, launch, step2;
-  std::printf(
-      "| before the launch | the step's own us (median) | the launch's host us (median of %d) |\n|---|---|---|\n",
-      kRepeats);
-  for (int i = 0; i < kRepeats; ++i) launch.push_back(launch_us());
-  row("nothing", {}, launch);
-  launch.clear();
-  for (int i = 0; i < kRepeats; ++i) {
-    step.push_back(p.subscribe());
-    launch.push_back(launch_us());
-    p.unsubscribe();
-  }
-  row("subscribed, launch callbacks enabled (then unsubscribed)", step, launch);
-  step.clear(), launch.clear();
-  for (int i = 0; i < kRepeats; ++i) {
-    step.push_back(Probe::activity_on());
-    launch.push_back(launch_us());
-    Probe::activity_off();
-  }
-  row("Activity CONCURRENT_KERNEL enabled (then disabled)", step, launch);
-  step.clear(), launch.clear();
-  for (int i = 0; i < kRepeats; ++i) {
-    step.push_back(p.subscribe() + Probe::activity_on());
-    launch.push_back(launch_us());
-    Probe::activity_off();
-    p.unsubscribe();
-  }
-  row("both: a timed call's session start", step, launch);
-  step.clear(), launch.clear();
+  std::printf("| before the launch | the step's own us (median) | the launch's host us (median of %d) |\n", kRepeats);
+  std::printf("|---|---|---|\n");
+  // kRepeats times: `step` (its own time, or a negative number for none), a launch timed, then `after`.
+  auto measure = [&](const char* what, auto step, auto after) {
+    std::vector<double> steps, launches;
+    for (int i = 0; i < kRepeats; ++i) {
+      if (const double us = step(); us >= 0) steps.push_back(us);
+      launches.push_back(launch_us());
+      after();
+    }
+    row(what, steps, launches);
+  };
+  auto none = [] { return -1.0; };
+  auto nothing = [] {};
+  measure("nothing", none, nothing);
+  measure(
+      "subscribed, launch callbacks enabled (then unsubscribed)", [&] { return p.subscribe(); },
+      [&] { p.unsubscribe(); });
+  measure("Activity CONCURRENT_KERNEL enabled (then disabled)", Probe::activity_on, Probe::activity_off);
+  measure(
+      "both: a timed call's session start", [&] { return p.subscribe() + Probe::activity_on(); },
+      [&] { Probe::activity_off(), p.unsubscribe(); });
   p.subscribe();
-  for (int i = 0; i < kRepeats; ++i) {
-    const auto t = std::chrono::steady_clock::now();
-    for (CUpti_CallbackId id : kLaunches) cuptiEnableCallback(1, p.sub, CUPTI_CB_DOMAIN_DRIVER_API, id);
-    step.push_back(us_since(t));
-    launch.push_back(launch_us());
-    for (CUpti_CallbackId id : kLaunches) cuptiEnableCallback(0, p.sub, CUPTI_CB_DOMAIN_DRIVER_API, id);
-  }
-  row("subscriber kept, launch callbacks enabled (then disabled)", step, launch);
-  step.clear(), launch.clear();
-  for (int i = 0; i < kRepeats; ++i) {
-    step.push_back(Probe::activity_on());
-    launch.push_back(launch_us());
-    Probe::activity_off();
-  }
-  row("subscriber kept (callbacks off), Activity enabled (then disabled)", step, launch);
-  step.clear(), launch.clear();
-  for (CUpti_CallbackId id : kLaunches) cuptiEnableCallback(1, p.sub, CUPTI_CB_DOMAIN_DRIVER_API, id);
+  p.callbacks(0);
+  measure(
+      "subscriber kept, launch callbacks enabled (then disabled)", [&] { return p.callbacks(1); },
+      [&] { p.callbacks(0); });
+  measure("subscriber kept (callbacks off), Activity enabled (then disabled)", Probe::activity_on, Probe::activity_off);
+  p.callbacks(1);
   Probe::activity_on();
-  for (int i = 0; i < kRepeats; ++i) launch.push_back(launch_us());
-  row("both left on (the steady state of an open session)", {}, launch);
+  measure("both left on (the steady state of an open session)", none, nothing);
   Probe::activity_off();
   p.unsubscribe();
-  launch.clear();
-  for (int i = 0; i < kRepeats; ++i) launch.push_back(launch_us());
-  row("nothing, after", {}, launch);
+  measure("nothing, after", none, nothing);
   return 0;
 }
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python_shim"))
-from lingprobe.against_trace import align, aten_name, load_json, trace_calls  # noqa: E402
+from lingprobe.against_trace import align, aten_name, load_json, pair_threads, trace_calls  # noqa: E402
 
 
 def run_top_calls(metadata):
@@ -54,7 +54,7 @@ def main(argv):
         return 2
     calls, timings = run_top_calls(argv[0])
     threads, _ = trace_calls(load_json(argv[1]))
-    top = max(threads, key=lambda t: len(align([c[0] for c in calls[:2000]], [c["name"] for c in t[:2000]])))
+    ((_, top),) = pair_threads([calls], threads)
     match = dict(align([c[0] for c in calls], [c["name"] for c in top]))
     rows = []
     for i, (op, seq, t0, t1) in enumerate(calls):

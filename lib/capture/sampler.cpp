@@ -209,10 +209,7 @@ void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, Sample
     if (missing == 0 && k->taken >= options_.first) {
       set_state(k, KeyState::Done);
       // a signature first seen while this sample was in flight (on_signature reopens only a done key)
-      if (has_unsampled_signature(*k) && options_.extra_signature_attempts > 0) {
-        k->attempts_left = options_.extra_signature_attempts;
-        set_state(k, KeyState::Reopened);
-      }
+      if (has_unsampled_signature(*k) && options_.extra_signature_attempts > 0) reopen(k);
     } else if (missing == 0 && k->taken == 0) {  // settled without any evidence: no call can give it
       k->stop_reason = k->last_refusal.empty() ? "settled" : k->last_refusal;
       set_state(k, KeyState::Stopped);
@@ -233,6 +230,11 @@ void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, Sample
   if (release && broker_) broker_->release_key(input, failed, bytes);
 }
 
+void Sampler::reopen(SampleKey* k) {
+  if (k->attempts_left == 0) k->attempts_left = options_.extra_signature_attempts;  // a key's attempts, not a reopen's
+  set_state(k, KeyState::Reopened);
+}
+
 bool Sampler::has_unsampled_signature(const SampleKey& k) {
   for (uint32_t s : k.seen_signatures)
     if (!k.sampled_signatures.count(s)) return true;
@@ -251,8 +253,7 @@ void Sampler::on_signature(SampleKey* k, uint32_t id, const std::string& sha) {
   if (k->state == KeyState::Done && k->taken == 0) {  // another process's key: let the poll look again
     set_state(k, KeyState::HeldElsewhere);
   } else if (k->state == KeyState::Done && k->taken > 0 && options_.extra_signature_attempts > 0) {
-    if (k->attempts_left == 0) k->attempts_left = options_.extra_signature_attempts;
-    set_state(k, KeyState::Reopened);
+    reopen(k);
   }
 }
 
@@ -291,10 +292,7 @@ void Sampler::poll() {
     for (const auto& s : shas) missing = missing || !broker_->signature_sampled(s);
     if (missing) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (k->state == KeyState::HeldElsewhere && k->attempts_left == 0) {
-        k->attempts_left = options_.extra_signature_attempts;
-        set_state(k, KeyState::Reopened);
-      }
+      if (k->state == KeyState::HeldElsewhere && k->attempts_left == 0) reopen(k);
     } else {  // the owner is done and every signature seen here has its sample: stop polling this key
       std::lock_guard<std::mutex> lock(mu_);
       for (uint32_t s : k->seen_signatures) k->sampled_signatures.insert(s);

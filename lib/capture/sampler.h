@@ -191,6 +191,7 @@ class Sampler {
   void set_state(SampleKey* key, KeyState state);
   void back_off(SampleKey* key, uint64_t call);
   static bool has_unsampled_signature(const SampleKey& key);  // under mu_
+  void reopen(SampleKey* key);  // under mu_: sampled again for a signature it has no sample of
   // Records "evidence:reason" on the key (under mu_); true the first time.
   bool first_refusal(SampleKey* key, uint8_t evidence, const std::string& reason);
   void report(const SampleKey& key, uint8_t evidence, const std::string& reason);

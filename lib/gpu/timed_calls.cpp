@@ -40,7 +40,7 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
   void began(bool joined) {
     state_ = State::Open;
     joined_ = joined;
-    open_seconds_ = seconds_since(t0_);
+    open_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   }
   ~TimingWindow() override {
     try {
@@ -104,13 +104,10 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
     std::string error;
     event_ = d_->record_event(device_, stream_, error);
     state_ = State::Stopped;
-    const auto d = std::chrono::steady_clock::now() - t0_;
-    owner_->add_stall(d, true);
-    seconds_ = std::chrono::duration<double>(d).count();
-    stop_seconds_ = seconds_since(stopping);
-  }
-  static double seconds_since(std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    const auto stopped = std::chrono::steady_clock::now();
+    owner_->add_stall(stopped - t0_, true);
+    seconds_ = std::chrono::duration<double>(stopped - t0_).count();
+    stop_seconds_ = std::chrono::duration<double>(stopped - stopping).count();
   }
   format::ProfileData profile_of(const TimingResult& t) const {
     format::ProfileData p;
@@ -128,11 +125,12 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
     p.identity = owner_->identity;
     p.identity.set("cuda_device", format::JsonValue::string(std::to_string(device_)));
     p.identity.set("launches", format::JsonValue::integer(t.launches));
-    // The op thread's seconds split: claiming the window and CUPTI's begin (a session started or joined), and
-    // the end's launches taken and event recorded; the rest of window_seconds is the op's own dispatch.
-    p.identity.set("timing_joined_session", format::JsonValue::boolean(joined_));
-    p.identity.set("timing_open_us", format::JsonValue::floating(open_seconds_ * 1e6));
-    p.identity.set("timing_stop_us", format::JsonValue::floating(stop_seconds_ * 1e6));
+    // The op thread's seconds split, as the kernel_timing record names it: claiming the window and CUPTI's begin (a
+    // session started or joined), and the end's launches taken and event recorded; the rest of window_seconds is
+    // the op's own dispatch.
+    p.identity.set("joined_session", format::JsonValue::boolean(joined_));
+    p.identity.set("open_us", format::JsonValue::floating(open_seconds_ * 1e6));
+    p.identity.set("stop_us", format::JsonValue::floating(stop_seconds_ * 1e6));
     return p;
   }
   CounterWindows::State* owner_;

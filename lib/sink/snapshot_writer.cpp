@@ -345,10 +345,8 @@ void SnapshotWriter::keep_timing(const runtime::SnapshotJob& job) {
   if (!job.timing.reason.empty()) r.set("reason", format::JsonValue::string(job.timing.reason));
   r.set("window_s", format::JsonValue::floating(job.timing.window_seconds));
   if (const format::JsonValue* policy = job.timing.identity.find("math_policy")) r.set("math_policy", *policy);
-  static const std::pair<const char*, const char*> kWindowParts[] = {
-      {"timing_joined_session", "joined_session"}, {"timing_open_us", "open_us"}, {"timing_stop_us", "stop_us"}};
-  for (const auto& [from, to] : kWindowParts)  // window_s's parts on the op's thread (timed_calls.cpp)
-    if (const format::JsonValue* v = job.timing.identity.find(from)) r.set(to, *v);
+  for (const char* part : {"joined_session", "open_us", "stop_us"})  // window_s's parts on the op's thread
+    if (const format::JsonValue* v = job.timing.identity.find(part)) r.set(part, *v);
   r.set("kernels", format::kernels_json(job.timing));
   metadata_->add_record(format::canonical_json(r) + "\n");
 }

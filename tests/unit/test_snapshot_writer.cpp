@@ -82,9 +82,9 @@ TEST_CASE("a timed call's job is one kernel_timing record: no file, no claim, no
   k.values = {24500.0};  // ns
   job.timing.kernels.push_back(k);
   job.timing.window_seconds = 0.001;
-  job.timing.identity.set("timing_joined_session", format::JsonValue::boolean(true));
-  job.timing.identity.set("timing_open_us", format::JsonValue::floating(0.5));
-  job.timing.identity.set("timing_stop_us", format::JsonValue::floating(1.25));
+  job.timing.identity.set("joined_session", format::JsonValue::boolean(true));
+  job.timing.identity.set("open_us", format::JsonValue::floating(0.5));
+  job.timing.identity.set("stop_us", format::JsonValue::floating(1.25));
   uint8_t which = 0;
   std::string kept_sha;
   job.done = [&](runtime::SnapshotJob::Result r, const std::string&, const std::string& s, uint8_t w) {
@@ -105,7 +105,7 @@ TEST_CASE("a timed call's job is one kernel_timing record: no file, no claim, no
   CHECK(timing.find("\"id\":3") != std::string::npos);
   CHECK(timing.find("\"seq\":42") != std::string::npos);
   CHECK(timing.find("\"gpu__time_duration.sum\":{\"unit\":\"us\",\"value\":24.5}") != std::string::npos);
-  // window_s's split on the op's thread (timed_calls.cpp), named without the identity's prefix
+  // window_s's split on the op's thread (timed_calls.cpp)
   CHECK(timing.find("\"joined_session\":true") != std::string::npos);
   CHECK(timing.find("\"open_us\":0.5") != std::string::npos);
   CHECK(timing.find("\"stop_us\":1.25") != std::string::npos);

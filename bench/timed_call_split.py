@@ -68,14 +68,17 @@ def main(argv):
                      "stop_us": t.get("stop_us"), "window_us": t["window_s"] * 1e6, "call_us": (t1 - t0) / 1e3,
                      "trace_call_us": traced["end"] - traced["ts"] if traced else None,
                      "start_to_start_us": (t0 - calls[i - 1][2]) / 1e3,
-                     "trace_start_to_start_us": traced["ts"] - before["ts"] if before else None})
+                     "trace_start_to_start_us": traced["ts"] - before["ts"] if before else None,
+                     "records_wait_us": t.get("records_wait_us"), "flushes": t.get("flushes"),
+                     "forced": t.get("forced_flush")})
     print("| op | seq | session | open us | stop us | window us | call us (trace) | previous call's start to this "
-          "one's, us (trace) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "one's, us (trace) | writer: records' wait us (flushes, forced) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['op']} | {r['seq']} | {'joined' if r['joined'] else 'started'} | {fmt(r['open_us'])} | "
               f"{fmt(r['stop_us'])} | {fmt(r['window_us'])} | {fmt(r['call_us'])} ({fmt(r['trace_call_us'])}) | "
-              f"{fmt(r['start_to_start_us'])} ({fmt(r['trace_start_to_start_us'])}) |")
+              f"{fmt(r['start_to_start_us'])} ({fmt(r['trace_start_to_start_us'])}) | {fmt(r['records_wait_us'])} "
+              f"({r['flushes'] if r['flushes'] is not None else '-'}{', forced' if r['forced'] else ''}) |")
     for label, pick in (("started a session", lambda r: not r["joined"]), ("joined one", lambda r: r["joined"])):
         sel = [r for r in rows if pick(r)]
         print(f"\n{label}: {len(sel)} calls; median open {fmt(median(r['open_us'] for r in sel))} us, stop "
@@ -83,6 +86,11 @@ def main(argv):
               f"call {fmt(median(r['call_us'] for r in sel))} us (trace {fmt(median(r['trace_call_us'] for r in sel))}"
               f"), start to start {fmt(median(r['start_to_start_us'] for r in sel))} us (trace "
               f"{fmt(median(r['trace_start_to_start_us'] for r in sel))})")
+    waits = [r for r in rows if r["records_wait_us"] is not None]
+    if waits:
+        print(f"\nthe writer: median records' wait {fmt(median(r['records_wait_us'] for r in waits))} us, "
+              f"{sum(r['flushes'] for r in waits)} flushes in all, {sum(1 for r in waits if r['forced'])} of "
+              f"{len(waits)} calls forced")
     return 0
 
 

@@ -115,7 +115,7 @@ class Cupti {
                        WindowResult& res);
   format::Status start_timing_session(void* ctx);  // cupti_timing.cpp, under the window's session_mu
   void end_timing_session();
-  void flush_records_of(const std::unordered_set<uint32_t>& wanted);
+  void flush_records_of(const std::unordered_set<uint32_t>& wanted, TimingResult& res);
   Api* api_ = nullptr;
   std::mutex host_mu_;
   void* host_object_ = nullptr;  // kept for evaluation; rebuilt when the metric set changes

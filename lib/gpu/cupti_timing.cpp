@@ -153,8 +153,10 @@ void Cupti::end_timing_session() {
 // that call would fail. Unforced, CUPTI returns only buffers whose records
 // are complete. Forced after kUnforcedFlushWait (a later kernel still
 // running by then: that call fails and its key is timed at a later call).
-void Cupti::flush_records_of(const std::unordered_set<uint32_t>& wanted) {
+// A call that launched nothing (a view) wants no record: nothing is flushed.
+void Cupti::flush_records_of(const std::unordered_set<uint32_t>& wanted, TimingResult& res) {
   constexpr auto kUnforcedFlushWait = std::chrono::milliseconds(50);
+  if (wanted.empty()) return;
   Window& w = window();
   const auto deadline = std::chrono::steady_clock::now() + kUnforcedFlushWait;
   auto all_arrived = [&] {
@@ -164,13 +166,16 @@ void Cupti::flush_records_of(const std::unordered_set<uint32_t>& wanted) {
       if (wanted.count(k.correlation)) arrived.insert(k.correlation);
     return arrived.size() == wanted.size();
   };
-  while (!wanted.empty()) {
+  for (;;) {
     api_->ActivityFlushAll(0);
+    ++res.flushes;
     if (all_arrived()) return;
     if (std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  ++res.flushes;
+  res.forced_flush = true;
 }
 
 TimingResult Cupti::end_timing(const std::vector<uint32_t>& own, const std::function<bool()>& ended) {
@@ -178,7 +183,9 @@ TimingResult Cupti::end_timing(const std::vector<uint32_t>& own, const std::func
   TimingResult res;
   if (ended && !ended()) res.reason = "the op's stream did not reach the call's end (error, or 5 s at exit)";
   const std::unordered_set<uint32_t> ids(own.begin(), own.end());
-  flush_records_of(ids);
+  const auto reading = std::chrono::steady_clock::now();
+  flush_records_of(ids, res);
+  res.records_wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - reading).count();
   std::vector<KernelLaunch> mine;
   {
     std::lock_guard<std::mutex> lock(w.mu);

@@ -131,6 +131,11 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
     p.identity.set("joined_session", format::JsonValue::boolean(joined_));
     p.identity.set("open_us", format::JsonValue::floating(open_seconds_ * 1e6));
     p.identity.set("stop_us", format::JsonValue::floating(stop_seconds_ * 1e6));
+    // The writer's side: waiting for the records after the end event (records_wait_us), in how many
+    // cuptiActivityFlushAll calls, the last forced or not.
+    p.identity.set("records_wait_us", format::JsonValue::floating(t.records_wait_seconds * 1e6));
+    p.identity.set("flushes", format::JsonValue::integer(t.flushes));
+    p.identity.set("forced_flush", format::JsonValue::boolean(t.forced_flush));
     return p;
   }
   CounterWindows::State* owner_;

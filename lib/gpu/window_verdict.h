@@ -56,6 +56,12 @@ struct TimingResult {
   std::string reason;                 // why not passed
   std::vector<KernelLaunch> kernels;  // in start order, each with start_ns < end_ns
   uint32_t launches = 0;              // the thread's launch calls in the window
+  // How the records were read (timed calls, on the writer's thread): the seconds from the end event's wait to the
+  // records in hand, the cuptiActivityFlushAll calls made, and whether the last was forced (unforced ones never
+  // handed the records over within their wait).
+  double records_wait_seconds = 0;
+  uint32_t flushes = 0;
+  bool forced_flush = false;
 };
 
 // Fills res from the window's records (any thread's, in any order,

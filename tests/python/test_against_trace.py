@@ -269,11 +269,13 @@ def test_the_timed_call_split_sets_each_timed_call_beside_the_trace(tmp_path):
     run, trace = fake_run(tmp_path, 102.0), fake_trace(tmp_path)
     meta = run / "metadata" / "metadata_rank0_pid1.jsonl"
     timed = {"kind": "kernel_timing", "id": 2, "seq": 2, "status": "passed", "window_s": 3e-5, "joined_session": True,
-             "open_us": 0.4, "stop_us": 1.2, "kernels": [{"name": "relu_kernel"}]}
+             "open_us": 0.4, "stop_us": 1.2, "records_wait_us": 650.0, "flushes": 4, "forced_flush": False,
+             "kernels": [{"name": "relu_kernel"}]}
     meta.write_text(meta.read_text() + json.dumps(timed) + "\n")
     script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "timed_call_split.py"
     p = subprocess.run([sys.executable, str(script), str(meta), str(trace)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     # relu: t1 - t0 = 0.5 us (the trace's 50), 1.0 us after linear's start (the trace's 200)
-    assert "| aten::relu | 2 | joined | 0.4 | 1.2 | 30.0 | 0.5 (50.0) | 1.0 (200.0) |" in p.stdout, p.stdout
+    assert "| aten::relu | 2 | joined | 0.4 | 1.2 | 30.0 | 0.5 (50.0) | 1.0 (200.0) | 650.0 (4) |" in p.stdout, p.stdout
+    assert "median records' wait 650.0 us, 4 flushes in all, 0 of 1 calls forced" in p.stdout, p.stdout
     assert "joined one: 1 calls" in p.stdout and "started a session: 0 calls" in p.stdout, p.stdout

@@ -299,6 +299,9 @@ def test_timed_calls_do_not_wait_for_their_kernels(build_dir, tmp_path):
     # the op thread's split: the first started the session, the second joined it while the first was pending
     assert [t["joined_session"] for t in timings] == [False, True], timings
     assert all(0 <= t["open_us"] + t["stop_us"] <= t["window_s"] * 1e6 for t in timings), timings
+    # the writer's reading: each call's records came in at least one flush, after its own wait
+    assert all(t["flushes"] >= 1 and t["records_wait_us"] >= 0 and t["forced_flush"] in (False, True)
+               for t in timings), timings
 
 
 OTHER_THREAD_JOB = """

@@ -85,6 +85,9 @@ TEST_CASE("a timed call's job is one kernel_timing record: no file, no claim, no
   job.timing.identity.set("joined_session", format::JsonValue::boolean(true));
   job.timing.identity.set("open_us", format::JsonValue::floating(0.5));
   job.timing.identity.set("stop_us", format::JsonValue::floating(1.25));
+  job.timing.identity.set("records_wait_us", format::JsonValue::floating(400.0));
+  job.timing.identity.set("flushes", format::JsonValue::integer(3));
+  job.timing.identity.set("forced_flush", format::JsonValue::boolean(false));
   uint8_t which = 0;
   std::string kept_sha;
   job.done = [&](runtime::SnapshotJob::Result r, const std::string&, const std::string& s, uint8_t w) {
@@ -109,6 +112,10 @@ TEST_CASE("a timed call's job is one kernel_timing record: no file, no claim, no
   CHECK(timing.find("\"joined_session\":true") != std::string::npos);
   CHECK(timing.find("\"open_us\":0.5") != std::string::npos);
   CHECK(timing.find("\"stop_us\":1.25") != std::string::npos);
+  // and the writer's reading of the records
+  CHECK(timing.find("\"records_wait_us\":400") != std::string::npos);
+  CHECK(timing.find("\"flushes\":3") != std::string::npos);
+  CHECK(timing.find("\"forced_flush\":false") != std::string::npos);
   REQUIRE(std::system(("rm -rf " + run).c_str()) == 0);
 }
 

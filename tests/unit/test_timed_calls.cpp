@@ -226,8 +226,12 @@ TEST_CASE("timed calls: a call's end does not flush a later pending call's runni
     FakeCupti::running = {kernel(41, 210, 400)};
     FakeCupti::unforced_flushes_left = 3;
     const int forced = FakeCupti::forced_flushes;
-    CHECK(cupti.end_timing(first, nullptr).passed);
+    const TimingResult a = cupti.end_timing(first, nullptr);
+    CHECK(a.passed);
     CHECK(FakeCupti::forced_flushes == forced);  // before: forced, and the second call's record came without times
+    CHECK(a.flushes == 3);                       // what the record reports of it
+    CHECK_FALSE(a.forced_flush);
+    CHECK(a.records_wait_seconds >= 2 * 200e-6);  // two waits between the three
     const TimingResult b = cupti.end_timing(second, nullptr);
     REQUIRE(b.passed);
     CHECK(b.kernels.at(0).end_ns - b.kernels.at(0).start_ns == 190);
@@ -236,11 +240,39 @@ TEST_CASE("timed calls: a call's end does not flush a later pending call's runni
     FakeCupti::delivered = {kernel(40, 100, 200)};
     FakeCupti::running = {kernel(41, 210, 400)};
     FakeCupti::unforced_flushes_left = 1 << 30;
-    CHECK(cupti.end_timing(first, nullptr).passed);
+    const TimingResult a = cupti.end_timing(first, nullptr);
+    CHECK(a.passed);
+    CHECK(a.forced_flush);
+    CHECK(a.flushes > 1);
+    CHECK(a.records_wait_seconds >= 0.05);
     const TimingResult b = cupti.end_timing(second, nullptr);
     CHECK_FALSE(b.passed);
     CHECK(b.reason == "CUPTI gave a kernel record without timestamps");
   }
+  FakeCupti::running.clear();
+  FakeCupti::delivered.clear();
+}
+
+TEST_CASE("timed calls: a call that launched nothing (a view) flushes nothing, so a later pending call keeps its times",
+          "[gpu][timing]") {
+  Cupti& cupti = fake_cupti();
+  void* ctx = reinterpret_cast<void*>(uintptr_t{0x10});
+  REQUIRE(cupti.begin_timing(ctx).ok());
+  const std::vector<uint32_t> view = cupti.stop_timing();
+  REQUIRE(cupti.begin_timing(ctx).ok());
+  launch(50);
+  const std::vector<uint32_t> second = cupti.stop_timing();
+  FakeCupti::running = {kernel(50, 300, 500)};  // queued, still running when the view's call ends
+  FakeCupti::unforced_flushes_left = 2;
+  const int forced = FakeCupti::forced_flushes;
+  const TimingResult v = cupti.end_timing(view, nullptr);
+  CHECK(v.passed);
+  CHECK(v.kernels.empty());
+  CHECK(v.flushes == 0);
+  CHECK(FakeCupti::forced_flushes == forced);  // before: a forced flush, and the second call's record lost its times
+  const TimingResult b = cupti.end_timing(second, nullptr);
+  REQUIRE(b.passed);
+  CHECK(b.kernels.at(0).end_ns - b.kernels.at(0).start_ns == 200);
   FakeCupti::running.clear();
   FakeCupti::delivered.clear();
 }

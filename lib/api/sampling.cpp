@@ -48,8 +48,9 @@ class CudaAccess : public capture::DeviceAccess {
   // `lock_dir`: RUN_DIR/claims, where the launch's per-GPU counter locks live
   // (opened beneath the run directory without following a symlink).
   CudaAccess(std::vector<std::string> metrics, std::function<void(std::string)> on_probe, std::string lock_dir,
-             bool unguarded)
-      : windows_({std::move(metrics), std::move(on_probe), lock_directory(std::move(lock_dir)), unguarded}) {}
+             bool unguarded, bool timed_calls)
+      : windows_(
+            {std::move(metrics), std::move(on_probe), lock_directory(std::move(lock_dir)), unguarded, timed_calls}) {}
   Capture stream_capture(void* stream) override {
     gpu::CudaDriver* d = gpu::CudaDriver::get();
     if (!d) return Capture::Unknown;
@@ -261,7 +262,7 @@ struct SamplingSession::Parts {
         writer_sink(&writer),
         cuda(
             metrics_of(c), [metadata](std::string line) { metadata->add_record(std::move(line)); }, run_dir + "/claims",
-            c.profile_unguarded),
+            c.profile_unguarded, c.profile && c.profile_timing),
         snapshots(&sampler, &writer_sink, &broker, &cuda, snapshot_options(c, rank, run_id, gpu)),
         plan(load_sample_plan(c, gpu)),
         metadata(metadata),

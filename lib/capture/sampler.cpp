@@ -113,6 +113,7 @@ const char* call_refusal_name(CallRefusal why) {
   switch (why) {
     case CallRefusal::NoStorage: return "no_storage";
     case CallRefusal::NotOnGpu: return "not_on_gpu";
+    case CallRefusal::AfterCounterWindow: return "after_counter_window";
     default: return "none";
   }
 }

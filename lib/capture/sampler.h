@@ -51,12 +51,14 @@ enum Evidence : uint8_t { kSnapshot = 1, kCounters = 2, kTiming = 4 };
 const char* evidence_name(uint8_t evidence);
 
 // Why a due call is refused before it is taken: it runs where no evidence
-// is (meta or fake tensors; a CPU call where only GPU calls are sampled).
-// Such a refusal costs no claim and, for a key's first 64 calls, sets no
-// backoff: the key's next call that runs on real memory, or on the GPU, is
-// taken; later ones back off (calls 64, 128, 256, ...).
-enum class CallRefusal : uint8_t { None = 0, NoStorage = 1, NotOnGpu = 2 };
-const char* call_refusal_name(CallRefusal why);  // "no_storage", "not_on_gpu"
+// is (meta or fake tensors; a CPU call where only GPU calls are sampled), or
+// it would be timed as its thread's next call after a counter window
+// (capture/window_spacing). Such a refusal costs no claim and, for a key's
+// first 64 calls, sets no backoff: the key's next call that runs on real
+// memory, on the GPU, or apart from a window, is taken; later ones back off
+// (calls 64, 128, 256, ...).
+enum class CallRefusal : uint8_t { None = 0, NoStorage = 1, NotOnGpu = 2, AfterCounterWindow = 4 };
+const char* call_refusal_name(CallRefusal why);  // "no_storage", "not_on_gpu", "after_counter_window"
 
 struct SamplingOptions {
   bool enabled = false;          // LINGPROBE_SNAPSHOTS or LINGPROBE_PROFILE

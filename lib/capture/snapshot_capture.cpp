@@ -5,19 +5,13 @@
 #include <algorithm>
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
-#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <c10/core/InferenceMode.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/version.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <cstdlib>
 #include <exception>
-#include <optional>
 #include <sstream>
-#include <type_traits>
 
 #include "capture/call_window.h"
 #include "capture/math_policy.h"
@@ -136,6 +130,8 @@ CallRefusal SnapshotCapture::refusal(const SampledCall& call) {
   }
   if (!storage) return CallRefusal::NoStorage;
   if (options_.gpu_calls_only && !gpu) return CallRefusal::NotOnGpu;
+  const bool timing_only = options_.profile && call.key && sampler_->wanted(call.key) == kTiming;
+  if (timing_only && spacing_.follows_counter_window(call.thread_call)) return CallRefusal::AfterCounterWindow;
   return CallRefusal::None;
 }
 
@@ -469,6 +465,8 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
 
 // The call's counter or timing window (capture/call_window says when none opens).
 void SnapshotCapture::open_window(Pending& p, const SampledCall& call, uint8_t evidence) {
+  if (evidence == kTiming && spacing_.follows_counter_window(call.thread_call))  // a snapshot goes on, untimed
+    return refuse(p, kTiming, call_refusal_name(CallRefusal::AfterCounterWindow));
   CallWindow w = open_call_window(call, evidence == kTiming, p.setup, options_.gpu_on_machine, budgets_, *device_);
   if (!w.window) {
     refuse(p, evidence, w.refusal);
@@ -477,6 +475,7 @@ void SnapshotCapture::open_window(Pending& p, const SampledCall& call, uint8_t e
   }
   p.window = std::move(w.window);
   p.window_evidence = evidence;
+  if (evidence == kCounters) spacing_.counter_window_opened(call.thread_call);
 }
 
 void SnapshotCapture::abandon(void* token) {

@@ -191,6 +191,7 @@ class Window : public OpenCounterWindow {
   }
   format::ProfileData close() override {
     WindowResult w = owner_->cupti->end_window([this] { return d_->synchronize(ctx_); });
+    if (owner_->options.timed_calls && !w.activity_taken_over) Cupti::arm_timing_activity();
     closed_ = true;
     owner_->lock.unlock(lock_fd_);
     owner_->local_epoch.fetch_add(1);

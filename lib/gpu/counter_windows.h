@@ -48,6 +48,7 @@ class CounterWindows {
     std::function<void(std::string)> on_probe;       // the probe's result once, as a metadata record line
     CounterLock::OpenDirectory open_lock_directory;  // where the launch's per-GPU locks live
     bool unguarded = false;                          // windows even while another tool holds CUPTI's subscriber
+    bool timed_calls = false;  // keys are timed too: Activity's kernel kind armed again after each window
   };
   explicit CounterWindows(Options options);
   ~CounterWindows();

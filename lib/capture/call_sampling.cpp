@@ -12,14 +12,13 @@ SampleKey* sample_key(Sampler& sampler, const OpInfo& op, const format::JsonValu
 }
 
 void* begin_sample(Sampler& sampler, SampledCallHooks& hooks, SampleKey* k, const OpInfo& op,
-                   c10::ArrayRef<const c10::IValue> inputs, StageId stage, uint64_t thread_call) {
+                   c10::ArrayRef<const c10::IValue> inputs, StageId stage) {
   SampledCall call;
   call.schema = &op.schema;
   call.inputs = inputs;
   call.op_dotted = &op.dotted;
   call.stage = stage;
   call.key = k;
-  call.thread_call = thread_call;
   if (const CallRefusal why = hooks.refusal(call); why != CallRefusal::None) {
     sampler.refused_early(k, why);
     return nullptr;

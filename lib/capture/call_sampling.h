@@ -22,6 +22,6 @@ SampleKey* sample_key(Sampler& sampler, const OpInfo& op, const format::JsonValu
 // come of it, else taken and handed to the hooks (before the op, and before
 // t0: the copies are not the op's time). The hooks' token, or nullptr.
 void* begin_sample(Sampler& sampler, SampledCallHooks& hooks, SampleKey* k, const OpInfo& op,
-                   c10::ArrayRef<const c10::IValue> inputs, StageId stage, uint64_t thread_call);
+                   c10::ArrayRef<const c10::IValue> inputs, StageId stage);
 
 }  // namespace lingprobe::capture

@@ -149,13 +149,12 @@ C10_ALWAYS_INLINE void enter_inputs(Global& G, ThreadState& ts, Frame& f, OpInfo
 }
 
 // The hooks' token when this call of a sampled key is due and taken, else nullptr.
-C10_ALWAYS_INLINE void* maybe_sample(Global& G, const ThreadState& ts, SampleKey* k, const OpInfo& op, StageId stage,
+C10_ALWAYS_INLINE void* maybe_sample(Global& G, SampleKey* k, const OpInfo& op, StageId stage,
                                      c10::ArrayRef<const c10::IValue> inputs) {
   if (!k || !k->active.load(std::memory_order_relaxed)) return nullptr;
   Sampler* sampler = G.sampler.load(std::memory_order_relaxed);
   if (!sampler->due(k)) return nullptr;
-  return begin_sample(*sampler, *G.hooks.load(std::memory_order_relaxed), k, op, inputs, stage,
-                      ts.calls_seen.load(std::memory_order_relaxed));
+  return begin_sample(*sampler, *G.hooks.load(std::memory_order_relaxed), k, op, inputs, stage);
 }
 
 // Inside a top-level call (NESTED off): only pair the start with its end.
@@ -210,7 +209,7 @@ C10_ALWAYS_INLINE void record_start(Global& G, ThreadState& ts, const at::Record
   f->stage = stage;
   enter_inputs(G, ts, *f, op, stage, inputs);
   f->recorded = true;
-  f->sample = maybe_sample(G, ts, ts.entries[f->entry].sample, *op, stage, inputs);
+  f->sample = maybe_sample(G, ts.entries[f->entry].sample, *op, stage, inputs);
   if (depth == 0)
     suppress_below(&ts, fn, op, on_start);  // after the sampled call's hooks (which run with RecordFunction off)
   if (G.options.call_records) f->t0 = now_ns();

@@ -25,9 +25,6 @@ struct SampledCall {
   const std::string* op_dotted = nullptr;  // "aten.linear.default"
   StageId stage = kUnstaged;
   SampleKey* key = nullptr;
-  // The thread's calls seen, this one included (consecutive top-level calls differ by 1; with NESTED, by the
-  // nested calls between them too); 0: unknown. capture/window_spacing.
-  uint64_t thread_call = 0;
 };
 
 class SampledCallHooks {

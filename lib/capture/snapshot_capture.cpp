@@ -117,11 +117,13 @@ void SnapshotCapture::give_up(std::unique_ptr<Pending> p) {
 
 CallRefusal SnapshotCapture::refusal(const SampledCall& call) {
   bool gpu = false, storage = true;
+  int cuda = -1;  // the first CUDA tensor's device
   for (const auto& v : call.inputs) {
     for_each_tensor(v, [&](const at::Tensor& t) {
       if (!t.defined()) return;
       storage = storage && !t.is_meta() && t.has_storage();
       gpu = gpu || t.is_cuda();
+      if (cuda < 0 && t.is_cuda()) cuda = t.get_device();
     });
     if (v.isDevice()) {  // factory ops and to(device): where the result goes
       storage = storage && v.toDevice().type() != c10::DeviceType::Meta;
@@ -131,7 +133,9 @@ CallRefusal SnapshotCapture::refusal(const SampledCall& call) {
   if (!storage) return CallRefusal::NoStorage;
   if (options_.gpu_calls_only && !gpu) return CallRefusal::NotOnGpu;
   const bool timing_only = options_.profile && call.key && sampler_->wanted(call.key) == kTiming;
-  if (timing_only && spacing_.follows_counter_window(call.thread_call)) return CallRefusal::AfterCounterWindow;
+  if (timing_only && cuda >= 0 && device_ && Sampler::may_refuse_after_window(call.key) &&
+      device_->settling_after_window(cuda))  // a call that also takes a snapshot is timed all the same
+    return CallRefusal::AfterCounterWindow;
   return CallRefusal::None;
 }
 
@@ -465,8 +469,6 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
 
 // The call's counter or timing window (capture/call_window says when none opens).
 void SnapshotCapture::open_window(Pending& p, const SampledCall& call, uint8_t evidence) {
-  if (evidence == kTiming && spacing_.follows_counter_window(call.thread_call))  // a snapshot goes on, untimed
-    return refuse(p, kTiming, call_refusal_name(CallRefusal::AfterCounterWindow));
   CallWindow w = open_call_window(call, evidence == kTiming, p.setup, options_.gpu_on_machine, budgets_, *device_);
   if (!w.window) {
     refuse(p, evidence, w.refusal);
@@ -475,7 +477,6 @@ void SnapshotCapture::open_window(Pending& p, const SampledCall& call, uint8_t e
   }
   p.window = std::move(w.window);
   p.window_evidence = evidence;
-  if (evidence == kCounters) spacing_.counter_window_opened(call.thread_call);
 }
 
 void SnapshotCapture::abandon(void* token) {

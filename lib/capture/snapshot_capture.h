@@ -36,7 +36,6 @@
 #include "capture/evidence_budgets.h"
 #include "capture/sampled_call.h"
 #include "capture/sampler.h"
-#include "capture/window_spacing.h"
 #include "format/records.h"
 #include "format/snapshot_file.h"
 #include "runtime/snapshot_job.h"
@@ -106,7 +105,6 @@ class SnapshotCapture : public SampledCallHooks {
   DeviceAccess* device_;
   SnapshotOptions options_;
   EvidenceBudgets budgets_;
-  WindowSpacing spacing_;  // no timed call as a thread's next call after a counter window
   std::atomic<int64_t> rank_;
   void count_profile(const std::string& reason, uint8_t evidence);  // a window's refusal (counters or timing)
   mutable std::mutex mu_;

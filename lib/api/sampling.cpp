@@ -48,9 +48,8 @@ class CudaAccess : public capture::DeviceAccess {
   // `lock_dir`: RUN_DIR/claims, where the launch's per-GPU counter locks live
   // (opened beneath the run directory without following a symlink).
   CudaAccess(std::vector<std::string> metrics, std::function<void(std::string)> on_probe, std::string lock_dir,
-             bool unguarded, bool timed_calls)
-      : windows_(
-            {std::move(metrics), std::move(on_probe), lock_directory(std::move(lock_dir)), unguarded, timed_calls}) {}
+             bool unguarded)
+      : windows_({std::move(metrics), std::move(on_probe), lock_directory(std::move(lock_dir)), unguarded}) {}
   Capture stream_capture(void* stream) override {
     gpu::CudaDriver* d = gpu::CudaDriver::get();
     if (!d) return Capture::Unknown;
@@ -94,7 +93,6 @@ class CudaAccess : public capture::DeviceAccess {
     }
     return std::make_unique<Window>(std::move(w));
   }
-  bool settling_after_window(int device) const override { return windows_.settling_after_window(device); }
   uint64_t window_epoch(int device) { return windows_.window_epoch(device); }
   void poll() { windows_.poll(); }
   uint64_t windows() const { return windows_.windows(); }
@@ -263,7 +261,7 @@ struct SamplingSession::Parts {
         writer_sink(&writer),
         cuda(
             metrics_of(c), [metadata](std::string line) { metadata->add_record(std::move(line)); }, run_dir + "/claims",
-            c.profile_unguarded, c.profile && c.profile_timing),
+            c.profile_unguarded),
         snapshots(&sampler, &writer_sink, &broker, &cuda, snapshot_options(c, rank, run_id, gpu)),
         plan(load_sample_plan(c, gpu)),
         metadata(metadata),

@@ -68,9 +68,6 @@ class DeviceAccess {
   // profile has the one metric gpu__time_duration.sum. nullptr and `reason`
   // as for counters.
   virtual std::unique_ptr<CounterWindow> open_timing(int device, void* stream, std::string& reason) = 0;
-  // Did a counter window on `device` end so recently that a call timed now
-  // would start on the GPU it left (idle, its L2 as the replay left it)?
-  virtual bool settling_after_window(int device) const = 0;
 };
 
 }  // namespace lingprobe::capture

@@ -5,13 +5,19 @@
 #include <algorithm>
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <exception>
+#include <optional>
 #include <sstream>
+#include <type_traits>
 
 #include "capture/call_window.h"
 #include "capture/math_policy.h"
@@ -117,13 +123,11 @@ void SnapshotCapture::give_up(std::unique_ptr<Pending> p) {
 
 CallRefusal SnapshotCapture::refusal(const SampledCall& call) {
   bool gpu = false, storage = true;
-  int cuda = -1;  // the first CUDA tensor's device
   for (const auto& v : call.inputs) {
     for_each_tensor(v, [&](const at::Tensor& t) {
       if (!t.defined()) return;
       storage = storage && !t.is_meta() && t.has_storage();
       gpu = gpu || t.is_cuda();
-      if (cuda < 0 && t.is_cuda()) cuda = t.get_device();
     });
     if (v.isDevice()) {  // factory ops and to(device): where the result goes
       storage = storage && v.toDevice().type() != c10::DeviceType::Meta;
@@ -132,10 +136,6 @@ CallRefusal SnapshotCapture::refusal(const SampledCall& call) {
   }
   if (!storage) return CallRefusal::NoStorage;
   if (options_.gpu_calls_only && !gpu) return CallRefusal::NotOnGpu;
-  const bool timing_only = options_.profile && call.key && sampler_->wanted(call.key) == kTiming;
-  if (timing_only && cuda >= 0 && device_ && Sampler::may_refuse_after_window(call.key) &&
-      device_->settling_after_window(cuda))  // a call that also takes a snapshot is timed all the same
-    return CallRefusal::AfterCounterWindow;
   return CallRefusal::None;
 }
 

@@ -180,7 +180,6 @@ class Window : public OpenCounterWindow {
   ~Window() override {
     if (!closed_) try {
         owner_->cupti->end_window([this] { return d_->synchronize(ctx_); });
-        owner_->settle.window_closed(device_, std::chrono::steady_clock::now());
       } catch (...) {  // nothing escapes into the op's unwinding
       }
     owner_->lock.unlock(lock_fd_);
@@ -192,8 +191,6 @@ class Window : public OpenCounterWindow {
   }
   format::ProfileData close() override {
     WindowResult w = owner_->cupti->end_window([this] { return d_->synchronize(ctx_); });
-    if (owner_->options.timed_calls && !w.activity_taken_over && !WindowSlot::held()) Cupti::arm_timing_activity();
-    owner_->settle.window_closed(device_, std::chrono::steady_clock::now());
     closed_ = true;
     owner_->lock.unlock(lock_fd_);
     owner_->local_epoch.fetch_add(1);
@@ -360,10 +357,6 @@ uint64_t CounterWindows::window_epoch(int device) {
 
 uint64_t CounterWindows::windows() const { return s_->windows.load(); }
 uint64_t CounterWindows::stall_us() const { return s_->stall_us.load(); }
-
-bool CounterWindows::settling_after_window(int device) const {
-  return s_->settle.settling(device, std::chrono::steady_clock::now());
-}
 
 bool hold_counters(bool hold, int wait_seconds) {
   std::unique_lock<std::mutex> lock(g_hold_mu);

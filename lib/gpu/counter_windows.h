@@ -48,7 +48,6 @@ class CounterWindows {
     std::function<void(std::string)> on_probe;       // the probe's result once, as a metadata record line
     CounterLock::OpenDirectory open_lock_directory;  // where the launch's per-GPU locks live
     bool unguarded = false;                          // windows even while another tool holds CUPTI's subscriber
-    bool timed_calls = false;  // keys are timed too: Activity's kernel kind armed again after each window
   };
   explicit CounterWindows(Options options);
   ~CounterWindows();
@@ -68,9 +67,6 @@ class CounterWindows {
   // counter (every process's windows on the GPU) in the high half, this
   // process's own windows in the low half; odd halves while a window is open.
   uint64_t window_epoch(int device);
-  // Has a counter window on `device` ended within the last 100 us (window_settle.h)? A timed call waits for a
-  // later call of its key then. Lock-free, any thread.
-  bool settling_after_window(int device) const;
   // The writer's poll: Activity's kernel kind, left armed by the last session of timed calls, disabled once no
   // session has been open for a second (cupti_profiler.h: disarm_timing_activity); also at destruction.
   void poll();

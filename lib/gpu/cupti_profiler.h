@@ -95,10 +95,6 @@ class Cupti {
   // the windows' end; after a second without one from the writer's poll. Nothing when CUPTI was never loaded. Any
   // thread.
   static void disarm_timing_activity(std::chrono::steady_clock::duration idle_for = {});
-  // After a counter window (whose end disabled the kind inside the range profiler's session): the kind enabled
-  // again, armed, so that the next timed call's session only subscribes. The process's next launch pays the
-  // enable (~200 us) where the window left the GPU idle anyway, not inside a timed call.
-  static void arm_timing_activity();
   // Whether a torch.profiler-like tool holds CUPTI's subscriber right now.
   bool subscriber_held_elsewhere();
 

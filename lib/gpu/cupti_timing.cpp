@@ -93,17 +93,6 @@ void Cupti::disarm_timing_activity(std::chrono::steady_clock::duration idle_for)
   g_api->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // our buffers back (collecting is off: unread)
 }
 
-void Cupti::arm_timing_activity() {
-  if (!g_api) return;
-  Window& w = window();
-  std::lock_guard<std::mutex> session(w.session_mu);
-  if (w.activity_armed || w.timing_pending > 0) return;
-  g_api->ActivityRegisterCallbacks(buffer_requested, buffer_completed);
-  if (g_api->ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) return;  // the session enables it
-  w.activity_armed = true;
-  w.armed_since = std::chrono::steady_clock::now();
-}
-
 format::Status Cupti::begin_timing(void* ctx) {
   Window& w = window();
   std::lock_guard<std::mutex> session(w.session_mu);

@@ -37,7 +37,6 @@ void decide_window(WindowObservations seen, WindowResult& res) {
     res.status = WindowResult::Status::Failed;
   } else if (seen.taken_over) {
     res.status = WindowResult::Status::Abandoned;
-    res.activity_taken_over = true;
     res.reason =
         "another CUPTI client registered its Activity callbacks during the window (torch.profiler started on "
         "another thread?): the launch records went to it; its tracing was left enabled";

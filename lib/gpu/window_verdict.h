@@ -33,7 +33,6 @@ struct WindowResult {
   std::vector<std::string> foreign;  // kernels of other streams or contexts seen in the window
   bool launch_guard = false;         // the launch callback (CUPTI's subscriber) was armed
   uint32_t launches_held = 0;        // other threads' kernel/graph launches held at their entry until the window closed
-  bool activity_taken_over = false;  // another client registered its Activity callbacks meanwhile (its trace goes on)
 };
 
 const char* status_name(WindowResult::Status s);

@@ -339,8 +339,8 @@ TIMED = textwrap.dedent("""
                    "because the GPU idles before it under lingprobe (bench/idle_start_probe.py measures the same "
                    "without lingprobe); a call that starts the Activity session costs the op's thread ~500 us "
                    "(bench/cupti_session_probe.cu). With the kind armed between sessions: 0 of 3 H100 runs (87.5-88%), "
-                   "every miss a call right after a counter window or within the kernels' own spread; the rule that "
-                   "no call is timed within 100 us of a window (gpu/window_settle.h) is not yet measured on the gate. "
+                   "every miss a call right after a counter window or within the kernels' own spread (a 100 us "
+                   "settle rule after windows was tried and reverted: it did not fire). "
                    "docs/COUNTERS.md, docs/gpu/third-party-h200/against-trace-llama-*, "
                    "docs/gpu/timed-call-split-h100-2026-12-05, docs/gpu/timed-call-writer-h100-2026-12-05")
 def test_the_reported_kernel_time_matches_the_real_execution(build_dir, cli, tmp_path):

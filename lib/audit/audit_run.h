@@ -71,7 +71,9 @@ struct AuditRun {
   std::set<int64_t> ranks;
   std::string run_id;
   int64_t world_size = -1;
-  uint64_t dropped_total = 0;
+  // `dropped` split: records the run lost (calls, call records, lines, stage names) against sampled calls that went
+  // without some evidence (snapshots, profiles, timings: each such call leaves its key to a later one).
+  uint64_t records_lost = 0, evidence_refused = 0;
   std::map<std::string, uint64_t> nested;        // calls nested below recorded ones (LINGPROBE_SUPPRESS_NESTED)
   std::map<std::string, uint64_t> compile_time;  // compile-time calls on fake tensors
   std::map<std::string, std::map<std::string, uint64_t>> dropped;

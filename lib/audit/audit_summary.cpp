@@ -107,14 +107,20 @@ std::string top_by_flops_and_calls_markdown(const std::vector<const Signature*>&
 // before all of this in summary.md); the coverage by evidence after them.
 std::string make_summary(const std::map<std::string, std::vector<const Signature*>>& by_stage,
                          const std::vector<const Signature*>& all, const JsonValue& overall, const JsonValue& stages,
-                         size_t files, const std::set<int64_t>& ranks, uint64_t dropped) {
+                         size_t files, const std::set<int64_t>& ranks, uint64_t records_lost,
+                         uint64_t evidence_refused) {
   std::ostringstream md;
   uint64_t calls = 0;
   for (auto* s : all) calls += s->calls;
   md << "# lingprobe coverage audit\n\n"
      << all.size() << " distinct signatures, " << calls << " calls, from " << files << " metadata file(s) of "
-     << ranks.size() << " rank(s); " << dropped
-     << " dropped (call records, snapshots or profiles: `dropped` in coverage_audit.json says which).\n";
+     << ranks.size() << " rank(s); " << records_lost
+     << " record(s) lost (calls, call records, lines or stage names: `dropped` in coverage_audit.json says which)";
+  if (evidence_refused)
+    md << "; " << evidence_refused
+       << " sampled call(s) went without some evidence, each leaving its key to a later call (the Snapshots "
+          "section says which keys still miss it)";
+  md << ".\n";
   size_t i = 0;
   for (const auto& [stage, group] : by_stage) {
     const JsonValue& st = stages.items()[i++];
@@ -254,7 +260,8 @@ void write_outputs(AuditRun& a) {
   AuditOutcome& outcome = a.outcome;
   outcome.report_path = a.options.output.empty() ? a.run_dir + "/reports/coverage_audit.json" : a.options.output;
   outcome.summary_path = parent(outcome.report_path) + "/summary.md";
-  outcome.summary = make_summary(a.by_stage, a.all, a.overall, a.stages, a.used_files, a.ranks, a.dropped_total);
+  outcome.summary =
+      make_summary(a.by_stage, a.all, a.overall, a.stages, a.used_files, a.ranks, a.records_lost, a.evidence_refused);
   const size_t count_line_end = outcome.summary.find('\n', outcome.summary.find("\n\n") + 2);
   if (std::string nothing = nothing_matched_markdown(a); !nothing.empty())
     outcome.summary.insert(count_line_end + 1, "\n" + nothing);

@@ -133,8 +133,13 @@ void add_evidence_and_stalls(AuditRun& a, const FileSummary& f) {
 }
 
 void add_file_totals(AuditRun& a, const FileSummary& f) {
-  for (const auto& [what, reasons] : f.dropped)
-    for (const auto& [reason, n] : reasons) a.dropped[what][reason] += n, a.dropped_total += n;
+  for (const auto& [what, reasons] : f.dropped) {
+    const bool evidence = what == "snapshots" || what == "profiles" || what == "timings";
+    for (const auto& [reason, n] : reasons) {
+      a.dropped[what][reason] += n;
+      (evidence ? a.evidence_refused : a.records_lost) += n;
+    }
+  }
   for (const auto& [k, n] : f.sampling) a.sampling[k] += n;
   for (const auto& [k, n] : f.unsampled) a.unsampled[k] += n;
   a.refusals.insert(a.refusals.end(), f.refusals.begin(), f.refusals.end());

@@ -1,6 +1,8 @@
 #include "audit/key_evidence.h"
 
 #include <algorithm>
+#include <map>
+#include <utility>
 
 namespace lingprobe::audit {
 
@@ -25,6 +27,17 @@ std::string held_text(const KeyEvidence& k) {
   for (const auto& [has, what] : {std::pair{k.snapshot, "snapshot"}, {k.counters, "counters"}, {k.timed, "timed call"}})
     if (has) held += (held.empty() ? "" : ", ") + std::string(what);
   return held.empty() ? "nothing" : held;
+}
+
+// "evidence: reason, reason; evidence: reason".
+std::string refused_text(const KeyEvidence& k) {
+  std::string why;
+  for (const auto& [evidence, reasons] : k.reasons) {
+    std::string list;
+    for (const auto& r : reasons) list += (list.empty() ? "" : ", ") + r;
+    why += (why.empty() ? "" : "; ") + evidence + ": " + list;
+  }
+  return why;
 }
 
 }  // namespace
@@ -83,20 +96,24 @@ std::string key_evidence_markdown(const std::vector<KeyEvidence>& keys, size_t r
       std::to_string(keys.size() - missing) + " got it later, " + std::to_string(missing) +
       " still miss some (`refusals` in coverage_audit.json lists them all).\n";
   if (missing == 0) return md;
-  md += "\n| stage | op | holds | refused (evidence: reasons) |\n|---|---|---|---|\n";
-  size_t shown = 0;
+  // Keys that read alike (the same stage, op, evidence held and refusals: a weight init's many shapes) share a row.
+  std::vector<std::pair<std::string, size_t>> lines;  // in the keys' order
+  std::map<std::string, size_t> line_of;
   for (const auto& k : keys) {
-    if (complete(k) || shown == rows) continue;
-    ++shown;
-    std::string why;
-    for (const auto& [evidence, reasons] : k.reasons) {
-      std::string list;
-      for (const auto& r : reasons) list += (list.empty() ? "" : ", ") + r;
-      why += (why.empty() ? "" : "; ") + evidence + ": " + list;
-    }
-    md += "| " + k.stage + " | `" + k.op + "` | " + held_text(k) + " | " + why + " |\n";
+    if (complete(k)) continue;
+    const std::string line = "| " + k.stage + " | `" + k.op + "` | " + held_text(k) + " | " + refused_text(k) + " |";
+    auto [it, added] = line_of.emplace(line, lines.size());
+    if (added) lines.emplace_back(line, 0);
+    ++lines[it->second].second;
   }
-  if (missing > shown) md += "\n(" + std::to_string(missing - shown) + " more in coverage_audit.json)\n";
+  md += "\n| keys | stage | op | holds | refused (evidence: reasons) |\n|---|---|---|---|---|\n";
+  for (size_t i = 0; i < lines.size() && i < rows; ++i)
+    md += "| " + std::to_string(lines[i].second) + " " + lines[i].first + "\n";
+  if (lines.size() > rows) {
+    size_t more = 0;
+    for (size_t i = rows; i < lines.size(); ++i) more += lines[i].second;
+    md += "\n(" + std::to_string(more) + " more key(s) in coverage_audit.json)\n";
+  }
   return md;
 }
 

@@ -196,3 +196,26 @@ TEST_CASE("trace: every rank's calls, snapshots and windows; filters and the eve
   CHECK(l.slices == 100);
   CHECK(l.slices + l.over_limit == all.slices);
 }
+
+TEST_CASE("audit: the headline tells records lost from sampled calls that went without evidence", "[audit][phases]") {
+  // A refused snapshot (a budget, the setup share) leaves its key to a later call; the headline counted it among
+  // "dropped" records beside lost call records, and a run that lost nothing read as if it had.
+  StoredRunAudit stored;
+  AuditRun& a = stored.a;
+  REQUIRE(find_inputs(a));
+  REQUIRE(read_inputs(a));
+  a.summaries[0].dropped["snapshots"]["setup_share"] = 5;
+  a.summaries[1].dropped["profiles"]["budget_profile"] = 2;
+  a.summaries[2].dropped["call_records"]["buffer_full"] = 3;
+  REQUIRE(total_ranks(a));
+  check_evidence(a);
+  build_report(a);
+  write_outputs(a);
+  const std::string& md = stored.outcome.summary;
+  const std::string headline = md.substr(0, md.find('\n', md.find("\n\n") + 2));
+  CHECK(headline.find("; 3 record(s) lost (calls, call records") != std::string::npos);
+  CHECK(headline.find("; 7 sampled call(s) went without some evidence") != std::string::npos);
+  const auto* dropped = stored.outcome.report.find("dropped");  // the counts stay as they were, per reason
+  REQUIRE(dropped);
+  CHECK(dropped->find("snapshots")->find("setup_share")->as_int() == 5);
+}

@@ -114,8 +114,12 @@ std::string make_summary(const std::map<std::string, std::vector<const Signature
   for (auto* s : all) calls += s->calls;
   md << "# lingprobe coverage audit\n\n"
      << all.size() << " distinct signatures, " << calls << " calls, from " << files << " metadata file(s) of "
-     << ranks.size() << " rank(s); " << records_lost
-     << " record(s) lost (calls, call records, lines or stage names: `dropped` in coverage_audit.json says which)";
+     << ranks.size() << " rank(s); ";
+  if (records_lost)
+    md << records_lost
+       << " record(s) lost (calls, call records, lines or stage names: `dropped` in coverage_audit.json says which)";
+  else
+    md << "no record lost";
   if (evidence_refused)
     md << "; " << evidence_refused
        << " sampled call(s) went without some evidence, each leaving its key to a later call (the Snapshots "

@@ -219,3 +219,16 @@ TEST_CASE("audit: the headline tells records lost from sampled calls that went w
   REQUIRE(dropped);
   CHECK(dropped->find("snapshots")->find("setup_share")->as_int() == 5);
 }
+
+TEST_CASE("audit: a run that lost nothing says so in its headline", "[audit][phases]") {
+  StoredRunAudit stored;
+  AuditRun& a = stored.a;
+  REQUIRE(find_inputs(a));
+  REQUIRE(read_inputs(a));
+  REQUIRE(total_ranks(a));
+  check_evidence(a);
+  build_report(a);
+  write_outputs(a);
+  const std::string& md = stored.outcome.summary;
+  CHECK(md.substr(0, md.find('\n', md.find("\n\n") + 2)).find("rank(s); no record lost.") != std::string::npos);
+}

@@ -93,6 +93,8 @@ class CudaAccess : public capture::DeviceAccess {
     }
     return std::make_unique<Window>(std::move(w));
   }
+  void counter_call_ended(int device) override { windows_.counter_call_ended(device); }
+  bool settling_after_window(int device) const override { return windows_.settling_after_window(device); }
   uint64_t window_epoch(int device) { return windows_.window_epoch(device); }
   void poll() { windows_.poll(); }
   uint64_t windows() const { return windows_.windows(); }

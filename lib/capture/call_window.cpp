@@ -44,6 +44,29 @@ bool window_refusal_settles(const std::string& reason) {
   return reason == "collective" || reason == "counters_unavailable" || reason == "not_built_with_cupti";
 }
 
+CallRefusal early_refusal(const SampledCall& call, bool gpu_calls_only, bool timing_only, DeviceAccess* device) {
+  bool gpu = false, storage = true;
+  int cuda = -1;  // the first CUDA tensor's device
+  for (const auto& v : call.inputs) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      storage = storage && !t.is_meta() && t.has_storage();
+      gpu = gpu || t.is_cuda();
+      if (cuda < 0 && t.is_cuda()) cuda = t.get_device();
+    });
+    if (v.isDevice()) {  // factory ops and to(device): where the result goes
+      storage = storage && v.toDevice().type() != c10::DeviceType::Meta;
+      gpu = gpu || v.toDevice().is_cuda();
+    }
+  }
+  if (!storage) return CallRefusal::NoStorage;
+  if (gpu_calls_only && !gpu) return CallRefusal::NotOnGpu;
+  if (timing_only && cuda >= 0 && device && Sampler::may_refuse_after_window(call.key) &&
+      device->settling_after_window(cuda))
+    return CallRefusal::AfterCounterWindow;
+  return CallRefusal::None;
+}
+
 CallWindow open_call_window(const SampledCall& call, bool timing, bool setup, bool gpu_on_machine,
                             EvidenceBudgets& budgets, DeviceAccess& device) {
   auto refused = [](std::string reason, bool settled = false) {
@@ -69,6 +92,7 @@ CallWindow open_call_window(const SampledCall& call, bool timing, bool setup, bo
     w.refusal = reason.empty() ? "window_not_opened" : reason;
     w.settled = window_refusal_settles(w.refusal);
   }
+  w.device = cuda->index();
   return w;
 }
 

@@ -11,6 +11,7 @@
 #include "capture/device_access.h"
 #include "capture/evidence_budgets.h"
 #include "capture/sampled_call.h"
+#include "capture/sampler.h"
 
 namespace lingprobe::capture {
 
@@ -18,6 +19,7 @@ struct CallWindow {
   std::unique_ptr<CounterWindow> window;  // null: refused
   std::string refusal;                    // why not (a reason of the refusal records)
   bool settled = false;                   // no later call of the key could have one either
+  int device = -1;                        // the CUDA device it opened on
 };
 
 // Refused for a collective (a replayed NCCL kernel would wait for its peers
@@ -28,6 +30,12 @@ struct CallWindow {
 // device's own refusal. A refused attempt's wait is charged to the budget.
 CallWindow open_call_window(const SampledCall& call, bool timing, bool setup, bool gpu_on_machine,
                             EvidenceBudgets& budgets, DeviceAccess& device);
+
+// Why a due call is refused before it is taken (sampler.h: CallRefusal): it
+// runs on meta or fake tensors (no storage), on the CPU where only GPU calls
+// are sampled, or, due for timing only (`timing_only`), within
+// DeviceAccess::settling_after_window of a counter window's call on its GPU.
+CallRefusal early_refusal(const SampledCall& call, bool gpu_calls_only, bool timing_only, DeviceAccess* device);
 
 // Whether a window's refusal `reason` settles the key: no later call could have counters (nor timing) either.
 bool window_refusal_settles(const std::string& reason);

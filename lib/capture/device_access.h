@@ -68,6 +68,12 @@ class DeviceAccess {
   // profile has the one metric gpu__time_duration.sum. nullptr and `reason`
   // as for counters.
   virtual std::unique_ptr<CounterWindow> open_timing(int device, void* stream, std::string& reason) = 0;
+  // A counter window's call on `device` has ended: lingprobe's own work at
+  // its end done, the program about to go on. Any thread.
+  virtual void counter_call_ended(int device) = 0;
+  // Did a counter window's call on `device` end so recently that a call timed
+  // now would start on the GPU it left (idle, its L2 as the replay left it)?
+  virtual bool settling_after_window(int device) const = 0;
 };
 
 }  // namespace lingprobe::capture

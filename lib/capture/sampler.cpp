@@ -113,6 +113,7 @@ const char* call_refusal_name(CallRefusal why) {
   switch (why) {
     case CallRefusal::NoStorage: return "no_storage";
     case CallRefusal::NotOnGpu: return "not_on_gpu";
+    case CallRefusal::AfterCounterWindow: return "after_counter_window";
     default: return "none";
   }
 }
@@ -121,11 +122,18 @@ void Sampler::refused_early(SampleKey* k, CallRefusal why) {
   // The first kEarlyCallsWithoutBackoff calls are each looked at (a key traced on meta, then run on the CPU, then
   // on the GPU is taken at its GPU call); after them a key refused this way backs off like any other.
   const uint64_t n = k->calls.load(std::memory_order_relaxed);
-  if (n >= kEarlyCallsWithoutBackoff) back_off(k, n);
+  if (why == CallRefusal::AfterCounterWindow)  // the GPU settles by the key's next call: no backoff, bounded
+    k->after_window_refusals.fetch_add(1, std::memory_order_relaxed);
+  else if (n >= kEarlyCallsWithoutBackoff)
+    back_off(k, n);
   const auto bit = static_cast<uint8_t>(why);
   if (k->early_seen.load(std::memory_order_relaxed) & bit) return;
   k->early_seen.fetch_or(bit, std::memory_order_relaxed);
   note_refusal(k, wanted(k), call_refusal_name(why));
+}
+
+bool Sampler::may_refuse_after_window(const SampleKey* k) {
+  return k->after_window_refusals.load(std::memory_order_relaxed) < kAfterWindowRefusals;
 }
 
 void Sampler::note_refusal(SampleKey* k, uint8_t evidence, const std::string& reason) {

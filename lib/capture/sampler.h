@@ -51,12 +51,17 @@ enum Evidence : uint8_t { kSnapshot = 1, kCounters = 2, kTiming = 4 };
 const char* evidence_name(uint8_t evidence);
 
 // Why a due call is refused before it is taken: it runs where no evidence
-// is (meta or fake tensors; a CPU call where only GPU calls are sampled).
-// Such a refusal costs no claim and, for a key's first 64 calls, sets no
-// backoff: the key's next call that runs on real memory, or on the GPU, is
-// taken; later ones back off (calls 64, 128, 256, ...).
-enum class CallRefusal : uint8_t { None = 0, NoStorage = 1, NotOnGpu = 2 };
-const char* call_refusal_name(CallRefusal why);  // "no_storage", "not_on_gpu"
+// is (meta or fake tensors; a CPU call where only GPU calls are sampled), or
+// it would be timed right after a counter window ended on its GPU
+// (gpu/window_settle.h). Such a refusal costs no claim and, for a key's
+// first 64 calls, sets no backoff: the key's next call that runs on real
+// memory, or on the GPU, is taken; later ones back off (calls 64, 128, 256,
+// ...). The one after a window never backs off, and a key is refused it at
+// most kAfterWindowRefusals times (a key that always follows a new key's
+// window, in a decode loop whose attention keys change every token, is then
+// timed there).
+enum class CallRefusal : uint8_t { None = 0, NoStorage = 1, NotOnGpu = 2, AfterCounterWindow = 4 };
+const char* call_refusal_name(CallRefusal why);  // "no_storage", "not_on_gpu", "after_counter_window"
 
 struct SamplingOptions {
   bool enabled = false;          // LINGPROBE_SNAPSHOTS or LINGPROBE_PROFILE
@@ -108,6 +113,8 @@ struct SampleKey {
   std::atomic<uint64_t> retry_at{0};   // after a refusal: no try before the key's calls reach this
   std::atomic<uint8_t> missing{0};     // evidence still wanted (Evidence bits)
   std::atomic<uint8_t> early_seen{0};  // CallRefusal bits already reported (the calling thread's check, no lock)
+  std::atomic<uint8_t> after_window_refusals{
+      0};  // CallRefusal::AfterCounterWindow so far (at most kAfterWindowRefusals)
   std::string input_sha, op, stage;
   uint64_t hash = 0;
   std::atomic<KeyState> state{KeyState::Candidate};  // written under Sampler's mutex
@@ -155,6 +162,9 @@ class Sampler {
   // within the key's first 64 calls, no backoff set; the first refusal of
   // each kind is reported (the later ones cost one relaxed load).
   void refused_early(SampleKey* key, CallRefusal why);
+  // May the key's due call still be refused for following a counter window?
+  static bool may_refuse_after_window(const SampleKey* key);
+  static constexpr uint8_t kAfterWindowRefusals = 3;
   // A due call: take it (one at a time per key, the launch's claim made).
   bool take(SampleKey* key);
   // What a taken call should capture: the evidence the key still misses, or

@@ -5,19 +5,13 @@
 #include <algorithm>
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
-#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <c10/core/InferenceMode.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/version.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <cstdlib>
 #include <exception>
-#include <optional>
 #include <sstream>
-#include <type_traits>
 
 #include "capture/call_window.h"
 #include "capture/math_policy.h"
@@ -27,6 +21,7 @@
 #include "capture/signature_builder.h"
 #include "format/float_repr.h"
 #include "format/op_traits.h"
+#include "format/scope_guard.h"
 #include "format/tensor_layout.h"
 #include "runtime/snapshot_job.h"
 
@@ -44,6 +39,7 @@ struct SnapshotCapture::Captured {
 struct SnapshotCapture::Pending {
   std::unique_ptr<CounterWindow> window;  // open while the op runs
   uint8_t window_evidence = 0;            // kCounters or kTiming: what the window gives
+  int window_device = -1;                 // the CUDA device of the window
   // A timed call's status, set on the writer's thread when it completes (close_window): why it was not kept.
   std::shared_ptr<std::string> timing_status;
   SampleKey* key = nullptr;
@@ -122,21 +118,9 @@ void SnapshotCapture::give_up(std::unique_ptr<Pending> p) {
 }
 
 CallRefusal SnapshotCapture::refusal(const SampledCall& call) {
-  bool gpu = false, storage = true;
-  for (const auto& v : call.inputs) {
-    for_each_tensor(v, [&](const at::Tensor& t) {
-      if (!t.defined()) return;
-      storage = storage && !t.is_meta() && t.has_storage();
-      gpu = gpu || t.is_cuda();
-    });
-    if (v.isDevice()) {  // factory ops and to(device): where the result goes
-      storage = storage && v.toDevice().type() != c10::DeviceType::Meta;
-      gpu = gpu || v.toDevice().is_cuda();
-    }
-  }
-  if (!storage) return CallRefusal::NoStorage;
-  if (options_.gpu_calls_only && !gpu) return CallRefusal::NotOnGpu;
-  return CallRefusal::None;
+  // a call that also takes a snapshot is timed all the same
+  const bool timing_only = options_.profile && call.key && sampler_->wanted(call.key) == kTiming;
+  return early_refusal(call, options_.gpu_calls_only, timing_only, device_);
 }
 
 void* SnapshotCapture::begin(const SampledCall& call) {
@@ -259,6 +243,10 @@ void SnapshotCapture::copy_written_arguments(Pending& p, const SampledCall& call
 void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id, uint64_t seq) {
   std::unique_ptr<Pending> p(static_cast<Pending*>(token));
   SampleKey* key = p->key;
+  const int counters_on = p->window && p->window_evidence == kCounters ? p->window_device : -1;
+  format::ScopeGuard ended([&] {  // lingprobe's own end of the call done: the GPU idle from here (window_settle)
+    if (counters_on >= 0) device_->counter_call_ended(counters_on);
+  });
   try {
     // The op raised: its end runs while the exception unwinds, with no outputs, nothing a replay could match. The
     // exception count sees it on torch 1.13, not on torch 2.11's wheel (docs/gpu/snapshots-raised-check-h100-
@@ -477,6 +465,7 @@ void SnapshotCapture::open_window(Pending& p, const SampledCall& call, uint8_t e
   }
   p.window = std::move(w.window);
   p.window_evidence = evidence;
+  p.window_device = w.device;
 }
 
 void SnapshotCapture::abandon(void* token) {

@@ -358,6 +358,14 @@ uint64_t CounterWindows::window_epoch(int device) {
 uint64_t CounterWindows::windows() const { return s_->windows.load(); }
 uint64_t CounterWindows::stall_us() const { return s_->stall_us.load(); }
 
+void CounterWindows::counter_call_ended(int device) {
+  s_->settle.counter_call_ended(device, std::chrono::steady_clock::now());
+}
+
+bool CounterWindows::settling_after_window(int device) const {
+  return s_->settle.settling(device, std::chrono::steady_clock::now());
+}
+
 bool hold_counters(bool hold, int wait_seconds) {
   std::unique_lock<std::mutex> lock(g_hold_mu);
   if (!hold) {

@@ -67,6 +67,12 @@ class CounterWindows {
   // counter (every process's windows on the GPU) in the high half, this
   // process's own windows in the low half; odd halves while a window is open.
   uint64_t window_epoch(int device);
+  // A counter window's call on `device` has ended, lingprobe's own work at its end included (capture's end hook:
+  // the window's close alone comes before evaluating its metrics, which takes the host milliseconds).
+  void counter_call_ended(int device);
+  // Has a counter window's call on `device` ended within the last 2 ms (window_settle.h)? A timed call waits for a
+  // later call of its key then. Lock-free, any thread.
+  bool settling_after_window(int device) const;
   // The writer's poll: Activity's kernel kind, left armed by the last session of timed calls, disabled once no
   // session has been open for a second (cupti_profiler.h: disarm_timing_activity); also at destruction.
   void poll();

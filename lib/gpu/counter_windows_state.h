@@ -16,6 +16,7 @@
 
 #include "format/status.h"
 #include "gpu/cuda_driver.h"
+#include "gpu/window_settle.h"
 #ifdef LINGPROBE_HAVE_CUPTI
 #include "gpu/cupti_profiler.h"
 #endif
@@ -45,6 +46,7 @@ struct CounterWindows::State {
   std::string unavailable;
   std::atomic<uint64_t> windows{0}, stall_us{0};
   std::atomic<uint64_t> local_epoch{0};  // this process's windows (see window_epoch)
+  WindowSettle settle;                   // when each GPU's last counter window ended
 #ifdef LINGPROBE_HAVE_CUPTI
   Cupti* cupti = nullptr;
   MetricSet set;

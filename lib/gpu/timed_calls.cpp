@@ -34,7 +34,12 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
  public:
   TimingWindow(CounterWindows::State* owner, CudaDriver* d, int device, void* stream,
                std::chrono::steady_clock::time_point t0)
-      : owner_(owner), d_(d), device_(device), stream_(stream), t0_(t0) {}
+      : owner_(owner),
+        d_(d),
+        device_(device),
+        stream_(stream),
+        t0_(t0),
+        since_counter_call_ns_(owner->settle.since_ns(device, t0)) {}
   // Made before CUPTI's begin (nothing to undo if it cannot be made), open once it began; joined: into a session
   // other pending calls had open (else this call started it).
   void began(bool joined) {
@@ -131,6 +136,10 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
     p.identity.set("joined_session", format::JsonValue::boolean(joined_));
     p.identity.set("open_us", format::JsonValue::floating(open_seconds_ * 1e6));
     p.identity.set("stop_us", format::JsonValue::floating(stop_seconds_ * 1e6));
+    // Host time from the last counter window's call end on this GPU to this call's start (window_settle), or null.
+    p.identity.set("since_counter_call_us", since_counter_call_ns_ < 0
+                                                ? format::JsonValue::null()
+                                                : format::JsonValue::floating(since_counter_call_ns_ / 1e3));
     // The writer's side: waiting for the records after the end event (records_wait_us), in how many
     // cuptiActivityFlushAll calls, the last forced or not.
     p.identity.set("records_wait_us", format::JsonValue::floating(t.records_wait_seconds * 1e6));
@@ -143,12 +152,13 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
   int device_;
   void* stream_;
   std::chrono::steady_clock::time_point t0_;
-  std::vector<uint32_t> own_;    // the call's launches, from stop_noting
-  void* event_ = nullptr;        // recorded on the op's stream at its end
-  State state_ = State::Closed;  // under owner_->pending_mu; Open once began()
-  double seconds_ = 0;           // open to stop: the stall charged
-  double open_seconds_ = 0;      // open to began
-  double stop_seconds_ = 0;      // stop_noting's own
+  int64_t since_counter_call_ns_;  // WindowSettle::since_ns at t0_
+  std::vector<uint32_t> own_;      // the call's launches, from stop_noting
+  void* event_ = nullptr;          // recorded on the op's stream at its end
+  State state_ = State::Closed;    // under owner_->pending_mu; Open once began()
+  double seconds_ = 0;             // open to stop: the stall charged
+  double open_seconds_ = 0;        // open to began
+  double stop_seconds_ = 0;        // stop_noting's own
   bool joined_ = false;
   format::ProfileData data_;
 };

@@ -304,6 +304,52 @@ def test_timed_calls_do_not_wait_for_their_kernels(build_dir, tmp_path):
                for t in timings), timings
 
 
+SPACING_JOB = """
+    import glob, json, os, time, torch
+    dev = torch.device("cuda")
+    def wait_for_profiles(n):                        # each key's counters written: its next call wants timing
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            files = glob.glob(os.path.join(os.environ["LINGPROBE_OUT"], "*", "metadata", "*.jsonl"))
+            if sum(json.loads(l).get("kind") == "profile" for f in files for l in open(f) if l.strip()) >= n:
+                return
+            time.sleep(0.05)
+    x, a = torch.randn(2048, 2048, device=dev), torch.randn(1024, 1024, device=dev)
+    torch.add(x, x)                                  # counters
+    wait_for_profiles(1)
+    torch.mm(a, a)                                   # counters
+    torch.add(x, x)                                  # right after the window: not timed
+    time.sleep(0.01)
+    torch.sub(x, x)                                  # unsampled
+    torch.add(x, x)                                  # timed
+    wait_for_profiles(2)
+    torch.mm(a, a)                                   # timed
+    torch.cuda.synchronize()
+    print("ok")
+"""
+
+
+def test_no_call_is_timed_right_after_a_counter_window(build_dir, tmp_path):
+    """A counter window leaves the GPU idle and its L2 as its replay passes left it: the gate's weight cast right
+    after one read 7-12% short of the trace in every run (COUNTERS.md). A call due for timing within 2 ms of a
+    window's end on its GPU is refused before its claim, with no backoff, so its key's next call is timed. (A 100 us
+    rule never fired on an H100: lingprobe's own end of the window's call took longer.)"""
+    run_dir, _ = run_script(tmp_path, build_dir, SPACING_JOB, LINGPROBE_OPS="aten::add,aten::mm,aten::sub",
+                            LINGPROBE_SAMPLE_OPS="aten::add;aten::mm")
+    records = [r for f in metadata.files(run_dir) for r in metadata.read(f)]
+    sig_op = {r["id"]: json.loads(r["signature_json"])["op"] for r in records if r["kind"] == "signature"}
+    seq_op = {r["seq"]: sig_op[r["id"]] for r in records if r["kind"] == "call"}
+    seqs = sorted(seq_op)
+    assert [seq_op[q] for q in seqs] == ["aten.add.Tensor", "aten.mm.default", "aten.add.Tensor", "aten.sub.Tensor",
+                                         "aten.add.Tensor", "aten.mm.default"], seq_op
+    timings = sorted((r for r in records if r["kind"] == "kernel_timing"), key=lambda r: r["seq"])
+    assert [(t["seq"], t["status"]) for t in timings] == [(seqs[4], "passed"), (seqs[5], "passed")], timings
+    refusals = [(r["evidence"], r["reason"], r["op"], r["call"]) for r in records if r["kind"] == "refusal"]
+    assert refusals == [("timing", "after_counter_window", "aten::add.Tensor", 2)], refusals
+    # each timed call says how long after a counter window's call it began (the add: after the 10 ms sleep)
+    assert timings[0]["since_counter_call_us"] >= 10000, timings[0]
+
+
 OTHER_THREAD_JOB = """
     import sys, threading, time, torch, torch.nn.functional as F
     dev = torch.device("cuda")

@@ -328,6 +328,29 @@ TEST_CASE("sampler: refusals are reported once per key, evidence and reason; ear
   CHECK(reports.size() == 3);  // once per key, evidence and reason
 }
 
+TEST_CASE("sampler: a call refused after a counter window leaves the next call due, past 64 calls too, 3 times at most",
+          "[sampler]") {
+  Sampler s;
+  FakeBroker b;
+  s.configure(on(), &b, 0, 1);
+  std::vector<std::string> reports;
+  s.set_refusal_sink([&](const SampleKey&, const char* evidence, const std::string& reason, uint64_t) {
+    reports.push_back(std::string(evidence) + ":" + reason);
+  });
+  SampleKey* k = s.key_for(kKey, "aten::mm", "aten::mm", "unstaged");
+  for (int call = 1; call <= 100; ++call) REQUIRE(s.due(k));  // a key not yet taken, well past the early calls
+  CHECK(std::string(call_refusal_name(CallRefusal::AfterCounterWindow)) == "after_counter_window");
+  for (int refusal = 1; refusal <= Sampler::kAfterWindowRefusals; ++refusal) {
+    CHECK(Sampler::may_refuse_after_window(k));
+    s.refused_early(k, CallRefusal::AfterCounterWindow);
+    CHECK(s.due(k));  // no backoff: the GPU has settled by the next call (before: a not_on_gpu here backs off)
+  }
+  CHECK_FALSE(Sampler::may_refuse_after_window(k));  // the next call is taken after a window all the same
+  CHECK(reports == std::vector<std::string>{"snapshot:after_counter_window"});  // once per key
+  s.refused_early(k, CallRefusal::NotOnGpu);  // the other early refusals still back off after 64 calls
+  CHECK_FALSE(s.due(k));
+}
+
 TEST_CASE("sampler: the claims poll keeps its pace", "[sampler]") {
   SamplingOptions o = on();
   o.poll_interval_ms = 60000;

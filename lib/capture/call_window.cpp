@@ -46,13 +46,11 @@ bool window_refusal_settles(const std::string& reason) {
 
 CallRefusal early_refusal(const SampledCall& call, bool gpu_calls_only, bool timing_only, DeviceAccess* device) {
   bool gpu = false, storage = true;
-  int cuda = -1;  // the first CUDA tensor's device
   for (const auto& v : call.inputs) {
     for_each_tensor(v, [&](const at::Tensor& t) {
       if (!t.defined()) return;
       storage = storage && !t.is_meta() && t.has_storage();
       gpu = gpu || t.is_cuda();
-      if (cuda < 0 && t.is_cuda()) cuda = t.get_device();
     });
     if (v.isDevice()) {  // factory ops and to(device): where the result goes
       storage = storage && v.toDevice().type() != c10::DeviceType::Meta;
@@ -61,9 +59,10 @@ CallRefusal early_refusal(const SampledCall& call, bool gpu_calls_only, bool tim
   }
   if (!storage) return CallRefusal::NoStorage;
   if (gpu_calls_only && !gpu) return CallRefusal::NotOnGpu;
-  if (timing_only && cuda >= 0 && device && Sampler::may_refuse_after_window(call.key) &&
-      device->settling_after_window(cuda))
-    return CallRefusal::AfterCounterWindow;
+  if (timing_only && gpu && device && Sampler::may_refuse_after_window(call.key)) {
+    const std::optional<c10::Device> cuda = cuda_device_of(call);  // a factory's device argument too
+    if (cuda && device->settling_after_window(cuda->index())) return CallRefusal::AfterCounterWindow;
+  }
   return CallRefusal::None;
 }
 

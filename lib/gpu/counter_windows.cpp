@@ -180,6 +180,7 @@ class Window : public OpenCounterWindow {
   ~Window() override {
     if (!closed_) try {
         owner_->cupti->end_window([this] { return d_->synchronize(ctx_); });
+        owner_->settle.counter_call_ended(device_, std::chrono::steady_clock::now());
       } catch (...) {  // nothing escapes into the op's unwinding
       }
     owner_->lock.unlock(lock_fd_);
@@ -191,6 +192,7 @@ class Window : public OpenCounterWindow {
   }
   format::ProfileData close() override {
     WindowResult w = owner_->cupti->end_window([this] { return d_->synchronize(ctx_); });
+    owner_->settle.counter_call_ended(device_, std::chrono::steady_clock::now());  // again at the call's end
     closed_ = true;
     owner_->lock.unlock(lock_fd_);
     owner_->local_epoch.fetch_add(1);

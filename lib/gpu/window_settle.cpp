@@ -1,5 +1,7 @@
 #include "gpu/window_settle.h"
 
+#include <algorithm>
+
 namespace lingprobe::gpu {
 namespace {
 
@@ -16,8 +18,8 @@ void WindowSettle::counter_call_ended(int device, std::chrono::steady_clock::tim
 int64_t WindowSettle::since_ns(int device, std::chrono::steady_clock::time_point now) const {
   if (device < 0 || device >= kDevices) return -1;
   const int64_t ended = closed_ns_[device].load(std::memory_order_relaxed);
-  const int64_t since = ns_of(now) - ended;
-  return ended != 0 && since >= 0 ? since : -1;
+  if (ended == 0) return -1;
+  return std::max<int64_t>(0, ns_of(now) - ended);  // stamped after `now` was read: just now
 }
 
 bool WindowSettle::settling(int device, std::chrono::steady_clock::time_point now) const {

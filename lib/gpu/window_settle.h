@@ -4,15 +4,18 @@
 // start on a GPU the run without lingprobe never has there. The gate's
 // weight cast timed as the next call after a window read 5-12% short of
 // torch.profiler's trace of the same call in every run (docs/COUNTERS.md).
-// A timed call that would begin within kSettle of a window's call ending on
-// its device is refused (capture: `after_counter_window`, no backoff), so the
-// key is timed at a later call; views and other threads' calls in between
-// do not shorten the wait. The call's end is stamped when lingprobe's own
-// work at it is done (capture's end hook), not at the window's close: the
-// metrics evaluated after the close take the host milliseconds, so a rule
-// from the close never fired. kSettle is host time from there, 2 ms: by
-// then the program has queued and the GPU run its next calls' kernels.
-// Lock-free, any thread.
+// A call due for timing alone (not for a snapshot or counters too) that
+// would begin within kSettle of a window's call ending on its device is
+// refused (capture: `after_counter_window`, no backoff, at most 3 times per
+// key: then it is timed there), so the key is timed at a later call; views
+// and other threads' calls in between do not shorten the wait. The end is
+// stamped twice: at the window's close (other threads wait from there) and
+// again when lingprobe's own work at that call is done (capture's end hook,
+// also for a call that raised or was abandoned): the metrics evaluated
+// after the close take the host past any short settle time. kSettle is
+// host time from the later stamp, 2 ms: by then the program has queued and
+// the GPU run its next calls' kernels. Per process: another process's
+// window on a shared GPU is not seen. Lock-free, any thread.
 #pragma once
 
 #include <array>

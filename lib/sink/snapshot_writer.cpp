@@ -345,8 +345,10 @@ void SnapshotWriter::keep_timing(const runtime::SnapshotJob& job) {
   if (!job.timing.reason.empty()) r.set("reason", format::JsonValue::string(job.timing.reason));
   r.set("window_s", format::JsonValue::floating(job.timing.window_seconds));
   if (const format::JsonValue* policy = job.timing.identity.find("math_policy")) r.set("math_policy", *policy);
-  // window_s's parts on the op's thread, then the writer's reading of the records
-  for (const char* part : {"joined_session", "open_us", "stop_us", "records_wait_us", "flushes", "forced_flush"})
+  // window_s's parts on the op's thread, then the writer's reading of the records; how long after a counter
+  // window's call on its GPU the call began (gpu/window_settle.h)
+  for (const char* part :
+       {"joined_session", "open_us", "stop_us", "records_wait_us", "flushes", "forced_flush", "since_counter_call_us"})
     if (const format::JsonValue* v = job.timing.identity.find(part)) r.set(part, *v);
   r.set("kernels", format::kernels_json(job.timing));
   metadata_->add_record(format::canonical_json(r) + "\n");

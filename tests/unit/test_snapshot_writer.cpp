@@ -88,6 +88,7 @@ TEST_CASE("a timed call's job is one kernel_timing record: no file, no claim, no
   job.timing.identity.set("records_wait_us", format::JsonValue::floating(400.0));
   job.timing.identity.set("flushes", format::JsonValue::integer(3));
   job.timing.identity.set("forced_flush", format::JsonValue::boolean(false));
+  job.timing.identity.set("since_counter_call_us", format::JsonValue::floating(2500.0));
   uint8_t which = 0;
   std::string kept_sha;
   job.done = [&](runtime::SnapshotJob::Result r, const std::string&, const std::string& s, uint8_t w) {
@@ -116,6 +117,7 @@ TEST_CASE("a timed call's job is one kernel_timing record: no file, no claim, no
   CHECK(timing.find("\"records_wait_us\":400") != std::string::npos);
   CHECK(timing.find("\"flushes\":3") != std::string::npos);
   CHECK(timing.find("\"forced_flush\":false") != std::string::npos);
+  CHECK(timing.find("\"since_counter_call_us\":2500") != std::string::npos);  // was never copied
   REQUIRE(std::system(("rm -rf " + run).c_str()) == 0);
 }
 

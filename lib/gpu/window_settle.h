@@ -2,7 +2,7 @@
 // A window ends with the context synchronised and the GPU idle, its L2 as
 // the replay passes left it: the program's kernels dispatched right after
 // start on a GPU the run without lingprobe never has there. The gate's
-// weight cast timed as the next call after a window read 5-12% short of
+// weight cast timed as the next call after a window read 4.6-11.7% short of
 // torch.profiler's trace of the same call in every run (docs/COUNTERS.md).
 // A call due for timing alone (not for a snapshot or counters too) that
 // would begin within kSettle of a window's call ending on its device is

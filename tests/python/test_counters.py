@@ -332,7 +332,7 @@ SPACING_JOB = """
 
 def test_no_call_is_timed_right_after_a_counter_window(build_dir, tmp_path):
     """A counter window leaves the GPU idle and its L2 as its replay passes left it: the gate's weight cast right
-    after one read 7-12% short of the trace in every run (COUNTERS.md). A call due for timing within 2 ms of a
+    after one read 4.6-11.7% short of the trace in every run (COUNTERS.md). A call due for timing within 2 ms of a
     window's end on its GPU is refused before its claim, with no backoff, so its key's next call is timed. (A 100 us
     rule never fired on an H100: lingprobe's own end of the window's call took longer.)"""
     run_dir, _ = run_script(tmp_path, build_dir, SPACING_JOB, LINGPROBE_OPS="aten::add,aten::mm,aten::sub",

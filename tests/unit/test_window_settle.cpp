@@ -1,6 +1,6 @@
 // gpu/window_settle: a timed call does not begin within 2 ms of a counter
 // window's end on its GPU (the gate's weight cast timed right after a window
-// read 7-12% short of the trace in every run: docs/COUNTERS.md).
+// read 4.6-11.7% short of the trace in every run: docs/COUNTERS.md).
 #include <catch2/catch.hpp>
 
 #include <chrono>

@@ -237,15 +237,18 @@ def test_set_rank_names_the_file_and_header(build_dir, tmp_path):
     assert sum(counts.values()) == 1
 
 
-def test_sustained_fast_calls_keep_up_with_default_buffers(build_dir, tmp_path):
+def test_sustained_fast_calls_wake_the_writer_before_the_buffer_fills(build_dir, tmp_path):
     # 300,000 tiny calls in a tight loop (about 3 us each) with the default
-    # 65,536-record buffer and 500 ms flush interval: before the half-full
-    # wake-up the writer drained only every interval and a third to two
-    # thirds of the records were dropped. With it none are, unless the
-    # writer thread is not scheduled for longer than half a ring takes to
-    # fill (~50 ms): a fresh-clone CI run on a 2-core VM dropped 4,857
-    # (1.6%) once (2026-12-05). Drops stay the explicit, counted policy
-    # (LINGPROBE_OVERFLOW=drop); the bound catches the writer not keeping up.
+    # 65,536-record buffer. Before the half-full wake-up the writer drained
+    # only every flush interval and a third to two thirds of the records
+    # were dropped. With the interval set to 60 s, only that wake-up can
+    # drain the ring during the loop: without it every record past the
+    # first 65,536 (78%) would be dropped. With it drops are a scheduling
+    # matter: a writer thread not run for longer than half a ring takes to
+    # fill (~50 ms). A fresh-clone CI run on a 2-core VM dropped 1.6% once
+    # (2026-12-05) and 11% once (2026-12-06), when this test asserted at
+    # most 5% and was flaky; the bound is now half, well clear of both.
+    # Drops stay the explicit, counted policy (LINGPROBE_OVERFLOW=drop).
     code = f"""
         import torch, lingprobe
         x = torch.ones(4)
@@ -257,10 +260,10 @@ def test_sustained_fast_calls_keep_up_with_default_buffers(build_dir, tmp_path):
         print(s["dropped"], s["calls_recorded"])
         print(lingprobe.metadata_path())
     """
-    p = run_py(code, build_dir)
+    p = run_py(code, build_dir, LINGPROBE_FLUSH_INTERVAL_MS="60000")
     assert p.returncode == 0, p.stderr.decode()
     dropped, recorded, path = p.stdout.decode().split()
-    assert int(recorded) == 300000 and int(dropped) <= 300000 // 20, (dropped, recorded)
+    assert int(recorded) == 300000 and int(dropped) <= 300000 // 2, (dropped, recorded)
     header, sigs, counts, calls, last = metadata.summarize(path)
     assert len(calls) + int(dropped) == 300000
     assert last.get("dropped", {}).get("call_records", {}).get("buffer_full", 0) == int(dropped), last.get("dropped")

@@ -481,9 +481,7 @@ bool SnapshotCapture::undo(Pending& p) {
 }
 
 void SnapshotCapture::drop(std::unique_ptr<Pending> p, const char* why) {
-  const bool counters = p->window && p->window_evidence == kCounters;
-  if (undo(*p)) count_profile(why, p->window_evidence);
-  if (counters) device_->counter_call_ended(p->window_device);  // abandoned or raised: ended all the same
+  if (undo(*p)) count_profile(why, p->window_evidence);  // a counter window's close stamps its end (window_settle)
   if (p->snapshot) count_drop(why);
   give_up(std::move(p));
 }

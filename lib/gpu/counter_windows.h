@@ -68,7 +68,8 @@ class CounterWindows {
   // process's own windows in the low half; odd halves while a window is open.
   uint64_t window_epoch(int device);
   // A counter window's call on `device` has ended, lingprobe's own work at its end included (capture's end hook:
-  // the window's close alone comes before evaluating its metrics, which takes the host milliseconds).
+  // the window's close alone comes before evaluating its metrics and building the call's job, which outlasted the
+  // 2 ms on an H100: docs/COUNTERS.md, "The settle rule").
   void counter_call_ended(int device);
   // Has a counter window's call on `device` ended within the last 2 ms (window_settle.h)? A timed call waits for a
   // later call of its key then. Lock-free, any thread.

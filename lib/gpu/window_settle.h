@@ -12,7 +12,7 @@
 // stamped twice: at the window's close (other threads wait from there) and
 // again when lingprobe's own work at that call is done (capture's end hook,
 // also for a call that raised or was abandoned): the metrics evaluated
-// after the close take the host past any short settle time. kSettle is
+// after the close took the host past a 2 ms rule stamped there. kSettle is
 // host time from the later stamp, 2 ms: by then the program has queued and
 // the GPU run its next calls' kernels. Per process: another process's
 // window on a shared GPU is not seen. Lock-free, any thread.

@@ -1,7 +1,7 @@
 """Inline kernel time against the real execution, call by call.
 
     lingprobe validate RUN_DIR --against-trace TRACE.json[.gz] [--min-kernel-us 20] [--tolerance 0.03]
-                       [--rank R] [--json OUT]
+                       [--rank R] [--noise-trace TRACE2.json[.gz]] [--json OUT]
 
 RUN_DIR is a run recorded with LINGPROBE_PROFILE=1 (call records on, the
 default). TRACE is torch.profiler's Chrome trace (`prof.export_chrome_trace`)
@@ -28,7 +28,10 @@ Exit status 0 when the gate holds, 1 when it does not or nothing could be
 compared, 2 on bad input. The difference between the two is the first call's
 history (cold caches, autotuning, clocks), not only the measurement: both
 sides are a key's first call in its process where the profiled call was, and
-its second where the timed call was."""
+its second where the timed call was. --noise-trace, a second trace of the
+same program without lingprobe, shows the method's own noise: the same
+gated kernels in the two traces, and how many are within the tolerance of
+each other (a gate the program's own spread cannot meet is no gate)."""
 import argparse
 import bisect
 import difflib
@@ -212,7 +215,8 @@ def compare_kernels(inline, traced, min_us, tolerance, idle_before=lambda n: Non
         rows.append({"index": n, "kernel": k["name"][:80], "trace_kernel": t["name"][:80],
                      "inline_us": ours, "trace_us": real, "relative": rel,
                      "gated": real >= min_us, "within": abs(rel) <= tolerance,
-                     "inline_idle_before_us": idle_before(n), "trace_idle_before_us": t.get("idle_before_us")})
+                     "inline_idle_before_us": idle_before(n), "trace_idle_before_us": t.get("idle_before_us"),
+                     "trace_index": m})
     return rows
 
 
@@ -250,7 +254,41 @@ def inline_kernels(run_dir, seq, profiles, timings, timed_ids):
     return (kernels["kernels"] if isinstance(kernels, dict) else kernels), "counters", prof["id"] not in timed_ids
 
 
-def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0):
+def calls_of_the_same_program(top, other_threads, probe=2000):
+    """Each top-level call of one trace thread -> the same call in another trace of the same program (the other
+    trace's thread whose calls align best, then by order): {id(call): call}."""
+    names = [c["name"] for c in top]
+    if not other_threads or not names:
+        return {}
+    best = max(other_threads, key=lambda t: len(align(names[:probe], [c["name"] for c in t[:probe]])))
+    return {id(top[i]): best[j] for i, j in align(names, [c["name"] for c in best])}
+
+
+def add_method_noise(report, row_calls, noise_path, tolerance):
+    """The method's own noise: each row's trace kernel against the same kernel in NOISE, a trace of a second run of
+    the same program without lingprobe (row["noise_relative"]), and report["noise"] over the gated rows. Where two
+    runs without lingprobe differ by more than the tolerance, the gate cannot tell lingprobe's error from the
+    program's own spread."""
+    noise_threads, _ = trace_calls(load_json(noise_path))
+    same, compared, within = {}, 0, 0
+    for row, (top, j) in zip(report["calls"], row_calls):
+        if id(top) not in same:
+            same[id(top)] = calls_of_the_same_program(top, noise_threads)
+        row["noise_relative"] = None
+        other = same[id(top)].get(id(top[j]))
+        m = dict(kernel_pairs(top[j]["kernels"], other["kernels"])).get(row["trace_index"]) if other else None
+        if m is None or float(other["kernels"][m]["dur"]) <= 0:
+            continue
+        first, second = float(top[j]["kernels"][row["trace_index"]]["dur"]), float(other["kernels"][m]["dur"])
+        row["noise_relative"] = (first - second) / second
+        if row["gated"]:
+            compared += 1
+            within += abs(row["noise_relative"]) <= tolerance
+    report["noise"] = {"trace": str(noise_path), "gated_kernels": compared, "within": within,
+                       "fraction_within": within / compared if compared else None}
+
+
+def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0, noise_path=None):
     fname, run_threads, profiles, timings, passed = run_calls(run_dir, rank)
     timed_ids = {t["id"] for t in timings.values()}
     trace, has_kernels = trace_calls(load_json(trace_path))
@@ -261,6 +299,7 @@ def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0):
                        "ProfilerActivity.CUDA]")
     report = {"run": str(run_dir), "trace": str(trace_path), "file": fname, "min_kernel_us": min_us,
               "tolerance": tolerance, "threads": [], "calls": [], "kernel_count_mismatches": []}
+    row_calls = []  # per row of report["calls"]: its trace thread and call index (for the method's noise)
     for calls, top in pair_threads(run_threads, trace):
         pairs = align([c[0] for c in calls], [c["name"] for c in top])
         matched = {j for _, j in pairs}
@@ -284,11 +323,14 @@ def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0):
                 row["gated"] = row["gated"] and reported
                 report["calls"].append({"op": calls[i][0], "seq": calls[i][1], "source": source,
                                         "reported": reported, **row})
+                row_calls.append((top, j))
     gated = [r for r in report["calls"] if r["gated"]]
     report["gated_kernels"] = len(gated)
     report["within"] = sum(r["within"] for r in gated)
     report["fraction_within"] = report["within"] / len(gated) if gated else None
     report["gate"] = bool(gated) and report["within"] >= 0.9 * len(gated)
+    if noise_path is not None:
+        add_method_noise(report, row_calls, noise_path, tolerance)
     return report
 
 
@@ -296,15 +338,17 @@ def print_report(rep, out=sys.stdout):
     for t in rep["threads"]:
         print(f"{t['file']}: {t['matched']} of {t['run_calls']} top-level calls matched by order "
               f"(the trace has {t['trace_calls']})", file=out)
+    noise = "noise" in rep
     print(f"\n| op | seq | time from | kernel | inline us | trace us | diff | gated (>= {rep['min_kernel_us']:g} us, "
-          "the report's time) | GPU idle before, us: inline / trace |", file=out)
-    print("|---|---|---|---|---|---|---|---|---|", file=out)
+          "the report's time) | GPU idle before, us: inline / trace |" + (" trace against a 2nd trace |" if noise else ""),
+          file=out)
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|" if noise else ""), file=out)
     idle = lambda v: "?" if v is None else f"{v:.1f}"
     for r in rep["calls"]:
         print(f"| {r['op']} | {r['seq']} | {r['source']} | {r['kernel'][:48]} | {r['inline_us']:.2f} | "
               f"{r['trace_us']:.2f} | {100 * r['relative']:+.1f}% | {'yes' if r['gated'] else 'no'}"
               f"{' (within)' if r['within'] else ''} | {idle(r.get('inline_idle_before_us'))} / "
-              f"{idle(r.get('trace_idle_before_us'))} |", file=out)
+              f"{idle(r.get('trace_idle_before_us'))} |" + (f" {percent(r['noise_relative'])} |" if noise else ""), file=out)
     for m in rep["kernel_count_mismatches"]:
         print(f"{m['op']} (seq {m['seq']}) launched {m['inline']} kernel(s) inline, {m['trace']} in the trace: "
               f"{m['compared']} of the same names compared", file=out)
@@ -314,6 +358,15 @@ def print_report(rep, out=sys.stdout):
         print(f"\n{rep['within']} of {rep['gated_kernels']} kernels >= {rep['min_kernel_us']:g} us within "
               f"{100 * rep['tolerance']:g}% ({100 * rep['fraction_within']:.1f}%): gate "
               f"{'passed' if rep['gate'] else 'failed'} (90%)", file=out)
+    if noise:
+        n = rep["noise"]
+        share = "-" if n["fraction_within"] is None else f"{100 * n['fraction_within']:.1f}%"
+        print(f"the method's own noise: the same {n['gated_kernels']} gated kernels in two runs without lingprobe, "
+              f"{n['within']} within {100 * rep['tolerance']:g}% of each other ({share}; {n['trace']})", file=out)
+
+
+def percent(fraction):
+    return "-" if fraction is None else f"{100 * fraction:+.1f}%"
 
 
 def main(argv=None):
@@ -323,10 +376,12 @@ def main(argv=None):
     ap.add_argument("--min-kernel-us", type=float, default=20.0)
     ap.add_argument("--tolerance", type=float, default=0.03)
     ap.add_argument("--rank", type=int, default=0, help="the rank whose calls the trace's process made (default 0)")
+    ap.add_argument("--noise-trace", type=pathlib.Path,
+                    help="a second trace of the same program without lingprobe: shows the method's own noise")
     ap.add_argument("--json", type=pathlib.Path)
     a = ap.parse_args(argv)
     try:
-        rep = validate(a.run_dir, a.against_trace, a.min_kernel_us, a.tolerance, a.rank)
+        rep = validate(a.run_dir, a.against_trace, a.min_kernel_us, a.tolerance, a.rank, a.noise_trace)
     except (BadInput, OSError, ValueError, KeyError) as e:
         print(f"lingprobe validate: {e}", file=sys.stderr)
         return 2

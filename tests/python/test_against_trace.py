@@ -279,3 +279,27 @@ def test_the_timed_call_split_sets_each_timed_call_beside_the_trace(tmp_path):
     assert "| aten::relu | 2 | joined | 0.4 | 1.2 | 30.0 | 0.5 (50.0) | 1.0 (200.0) | 650.0 (4) |" in p.stdout, p.stdout
     assert "median records' wait 650.0 us, 4 flushes in all, 0 of 1 calls forced" in p.stdout, p.stdout
     assert "joined one: 1 calls" in p.stdout and "started a session: 0 calls" in p.stdout, p.stdout
+
+
+def test_a_second_trace_shows_the_methods_own_noise(cli, tmp_path):
+    """--noise-trace: the same program traced twice without lingprobe. Each gated kernel of the first trace against
+    the same kernel in the second: the spread the gate cannot tell from lingprobe's own error. Here the second run's
+    linear kernel took 104 us against the first's 100: -3.8%, outside 3%."""
+    run, trace = fake_run(tmp_path, 102.0), fake_trace(tmp_path)
+    second = tmp_path / "trace2.json"
+    events = json.loads(trace.read_text())["traceEvents"]
+    for e in events:
+        if e["name"] == "linear_kernel":
+            e["dur"] = 104.0
+    second.write_text(json.dumps({"traceEvents": events}))
+    out = tmp_path / "report.json"
+    p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace), "--noise-trace", str(second),
+                        "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr  # the gate itself still holds: 102 against 100
+    assert "the method's own noise: the same 1 gated kernels in two runs without lingprobe, 0 within 3%" in p.stdout, \
+        p.stdout
+    rep = json.loads(out.read_text())
+    rows = {r["op"]: r for r in rep["calls"]}
+    assert abs(rows["aten::linear"]["noise_relative"] - (100 - 104) / 104) < 1e-9
+    assert rows["aten::relu"]["noise_relative"] == 0.0  # shown for every row, counted for the gated ones only
+    assert rep["noise"]["gated_kernels"] == 1 and rep["noise"]["within"] == 0

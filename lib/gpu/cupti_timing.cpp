@@ -153,7 +153,8 @@ void Cupti::end_timing_session() {
 // that call would fail. Unforced, CUPTI returns only buffers whose records
 // are complete. Forced after kUnforcedFlushWait (a later kernel still
 // running by then: that call fails and its key is timed at a later call).
-// A call that launched nothing (a view) wants no record: nothing is flushed.
+// A call that launched nothing (a view) wants no record, and a call whose
+// records an earlier call's flush brought needs none: nothing is flushed.
 void Cupti::flush_records_of(const std::unordered_set<uint32_t>& wanted, TimingResult& res) {
   constexpr auto kUnforcedFlushWait = std::chrono::milliseconds(50);
   if (wanted.empty()) return;
@@ -166,6 +167,7 @@ void Cupti::flush_records_of(const std::unordered_set<uint32_t>& wanted, TimingR
       if (wanted.count(k.correlation)) arrived.insert(k.correlation);
     return arrived.size() == wanted.size();
   };
+  if (all_arrived()) return;
   for (;;) {
     api_->ActivityFlushAll(0);
     ++res.flushes;

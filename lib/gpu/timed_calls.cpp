@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/counter_windows_state.h"
@@ -60,13 +61,29 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
     stop_noting();
     owner_->pending_timings.push_back(this);
   }
+  // On the writer's thread: a stopped call is read no sooner than kBatchedRead after its stop.
   format::ProfileData close() override {
+    wait_for_the_batch();
     complete();
     return data_;
   }
 
  private:
   enum class State { Open, Stopped, Completing, Closed };
+  // Reading a call's records flushes CUPTI's Activity buffers (Cupti::flush_records_of), and a flush holds the
+  // launches of the op's thread meanwhile: read at once, call by call, each timed call took ~200 us more on the
+  // host where the GPU kept up, and the GPU idled before its kernels (docs/COUNTERS.md). Read 10 ms after its stop,
+  // one flush brings the records of every call stopped by then, and the later calls' reads need none.
+  static constexpr std::chrono::milliseconds kBatchedRead{10};
+  void wait_for_the_batch() {
+    std::chrono::steady_clock::time_point due;
+    {
+      std::lock_guard<std::mutex> lock(owner_->pending_mu);
+      if (state_ != State::Stopped) return;  // not stopped (nothing to read yet) or claimed already
+      due = stopped_at_ + kBatchedRead;
+    }
+    std::this_thread::sleep_until(due);  // a counter window opening meanwhile completes it (complete() waits)
+  }
   void complete() {
     std::unique_lock<std::mutex> lock(owner_->pending_mu);
     if (state_ == State::Completing) owner_->pending_cv.wait(lock, [&] { return state_ == State::Closed; });
@@ -110,6 +127,7 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
     event_ = d_->record_event(device_, stream_, error);
     state_ = State::Stopped;
     const auto stopped = std::chrono::steady_clock::now();
+    stopped_at_ = stopped;
     owner_->add_stall(stopped - t0_, true);
     seconds_ = std::chrono::duration<double>(stopped - t0_).count();
     stop_seconds_ = std::chrono::duration<double>(stopped - stopping).count();
@@ -152,6 +170,7 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
   int device_;
   void* stream_;
   std::chrono::steady_clock::time_point t0_;
+  std::chrono::steady_clock::time_point stopped_at_;  // set by stop_noting
   int64_t since_counter_call_ns_;  // WindowSettle::since_ns at t0_
   std::vector<uint32_t> own_;      // the call's launches, from stop_noting
   void* event_ = nullptr;          // recorded on the op's stream at its end

@@ -171,13 +171,13 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
   void* stream_;
   std::chrono::steady_clock::time_point t0_;
   std::chrono::steady_clock::time_point stopped_at_;  // set by stop_noting
-  int64_t since_counter_call_ns_;  // WindowSettle::since_ns at t0_
-  std::vector<uint32_t> own_;      // the call's launches, from stop_noting
-  void* event_ = nullptr;          // recorded on the op's stream at its end
-  State state_ = State::Closed;    // under owner_->pending_mu; Open once began()
-  double seconds_ = 0;             // open to stop: the stall charged
-  double open_seconds_ = 0;        // open to began
-  double stop_seconds_ = 0;        // stop_noting's own
+  int64_t since_counter_call_ns_;                     // WindowSettle::since_ns at t0_
+  std::vector<uint32_t> own_;                         // the call's launches, from stop_noting
+  void* event_ = nullptr;                             // recorded on the op's stream at its end
+  State state_ = State::Closed;                       // under owner_->pending_mu; Open once began()
+  double seconds_ = 0;                                // open to stop: the stall charged
+  double open_seconds_ = 0;                           // open to began
+  double stop_seconds_ = 0;                           // stop_noting's own
   bool joined_ = false;
   format::ProfileData data_;
 };

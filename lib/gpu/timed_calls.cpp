@@ -8,7 +8,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gpu/counter_windows_state.h"
@@ -75,14 +74,12 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
   // host where the GPU kept up, and the GPU idled before its kernels (docs/COUNTERS.md). Read 10 ms after its stop,
   // one flush brings the records of every call stopped by then, and the later calls' reads need none.
   static constexpr std::chrono::milliseconds kBatchedRead{10};
+  // Until then, unless another device's timed call was refused meanwhile (read_now: the session ends sooner).
   void wait_for_the_batch() {
-    std::chrono::steady_clock::time_point due;
-    {
-      std::lock_guard<std::mutex> lock(owner_->pending_mu);
-      if (state_ != State::Stopped) return;  // not stopped (nothing to read yet) or claimed already
-      due = stopped_at_ + kBatchedRead;
-    }
-    std::this_thread::sleep_until(due);  // a counter window opening meanwhile completes it (complete() waits)
+    std::unique_lock<std::mutex> lock(owner_->pending_mu);
+    owner_->pending_cv.wait_until(lock, stopped_at_ + kBatchedRead, [&] {
+      return state_ != State::Stopped || owner_->read_now;  // claimed meanwhile (a counter window opening)
+    });
   }
   void complete() {
     std::unique_lock<std::mutex> lock(owner_->pending_mu);
@@ -109,6 +106,7 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
     }
     std::lock_guard<std::mutex> lock(owner_->pending_mu);
     if (--owner_->timing_calls == 0) {  // the last: the lock, the epoch and the slot given back
+      owner_->read_now = false;
       owner_->lock.unlock(owner_->timing_lock_fd);
       owner_->timing_lock_fd = -1;
       owner_->local_epoch.fetch_add(1);
@@ -189,6 +187,8 @@ std::unique_ptr<OpenCounterWindow> CounterWindows::State::join_timing(int device
   if (WindowSlot::held()) return refusal = WindowRefusal::ProfilerActive, nullptr;  // torch.profiler is starting
   if (device != timing_device) {
     detail = "timed calls on another device are pending";
+    read_now = true;  // the writer reads the pending ones without waiting for the batch: the session ends sooner
+    pending_cv.notify_all();
     return refusal = WindowRefusal::WindowBusy, nullptr;
   }
   CudaDriver* d = CudaDriver::get(&detail);

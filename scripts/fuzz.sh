@@ -25,7 +25,10 @@ cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 mkdir -p "$build/artifacts"
 status=0
+# What a target leaves in /tmp (its run directories must go at its exit): listed before, compared after.
+temporaries() { find /tmp -maxdepth 1 -name 'lingprobe-fuzz-*' 2>/dev/null | sort; }
 for t in "${targets[@]}"; do
+  before=$(temporaries)
   name=${t#fuzz_}
   if [ -d "$root/fuzz/regressions/$name" ] && [ -n "$(ls -A "$root/fuzz/regressions/$name")" ]; then
     "$build/fuzz/$t" -runs=1 "$root/fuzz/regressions/$name"/* >"$build/$t.regressions.log" 2>&1 \
@@ -42,6 +45,11 @@ for t in "${targets[@]}"; do
   else
     echo "fuzz: $t: FINDING after $(( $(date +%s) - start )) s (input in $build/artifacts/):"
     grep -E "ERROR|SUMMARY|runtime error|Test unit written" "$build/$t.log" | head -10
+    status=1
+  fi
+  left=$(comm -13 <(echo "$before") <(temporaries))
+  if [ -n "$left" ]; then
+    echo "fuzz: $t left temporary files behind (remove them at exit): $(echo $left)"
     status=1
   fi
 done

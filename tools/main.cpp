@@ -122,7 +122,7 @@ const Command kCommands[] = {
      "inline counters against Nsight Compute on replays: lingprobe validate RUN_DIR [--top N] [--signatures H16,...] "
      "[--random N [--seed S] [--min-kernel-us US]] [--runs N] [--json OUT]; "
      "or against the real execution's kernel time: lingprobe validate RUN_DIR --against-trace TRACE.json "
-     "[--min-kernel-us US] [--tolerance F] [--json OUT]",
+     "[--min-kernel-us US] [--tolerance F] [--noise-trace TRACE2.json] [--json OUT]",
      cmd_validate},
     {"run", "run a command with lingprobe preloaded: lingprobe run [options] -- CMD ARGS",
      lingprobe::tools::run_command},

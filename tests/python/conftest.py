@@ -3,12 +3,28 @@ import json
 import os
 import pathlib
 import socket
+import tempfile
 
 import pytest
 
 BUILD_DIR = pathlib.Path(os.environ.get("LPTEST_BUILD_DIR", pathlib.Path(__file__).resolve().parents[2] / "build"))
 SHIM_DIR = pathlib.Path(__file__).resolve().parents[2] / "python_shim"
 SEEDS_DIR = pathlib.Path(os.environ.get("LPTEST_SEEDS_DIR", pathlib.Path(__file__).resolve().parents[3] / "shared" / "seeds"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temporary_files_under_pytests_own(tmp_path_factory):
+    """The jobs the tests start make their temporary files under TMPDIR (torchrun's torchelastic_* directories: 16
+    left in /tmp by each CI run before): under pytest's temporary directory they go with it."""
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmpdir"))
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    yield
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    tempfile.tempdir = None
 
 
 @pytest.fixture(scope="session")

@@ -283,23 +283,36 @@ def test_the_timed_call_split_sets_each_timed_call_beside_the_trace(tmp_path):
 
 def test_a_second_trace_shows_the_methods_own_noise(cli, tmp_path):
     """--noise-trace: the same program traced twice without lingprobe. Each gated kernel of the first trace against
-    the same kernel in the second: the spread the gate cannot tell from lingprobe's own error. Here the second run's
-    linear kernel took 104 us against the first's 100: -3.8%, outside 3%."""
+    the same kernel in the second: the spread the gate cannot tell from lingprobe's own error. Here the second run
+    also has a call the first has not (an `empty` before the linear) and a cast kernel inside the linear, which
+    shift nothing; its linear kernel took 104 us against the first's 100: -3.8%, outside 3%."""
     run, trace = fake_run(tmp_path, 102.0), fake_trace(tmp_path)
     second = tmp_path / "trace2.json"
-    events = json.loads(trace.read_text())["traceEvents"]
-    for e in events:
-        if e["name"] == "linear_kernel":
-            e["dur"] = 104.0
+    ev = lambda **k: {"ph": "X", "pid": 1, **k}
+    events = [ev(cat="cpu_op", name="aten::empty", tid=7, ts=-50, dur=5),
+              ev(cat="cuda_runtime", name="cudaLaunchKernel", tid=7, ts=20, dur=5, args={"correlation": 3}),
+              ev(cat="kernel", name="cast_kernel", tid=9, ts=30, dur=30.0, args={"correlation": 3})]
+    for e in json.loads(trace.read_text())["traceEvents"]:
+        events.append({**e, "dur": 104.0} if e["name"] == "linear_kernel" else e)
     second.write_text(json.dumps({"traceEvents": events}))
     out = tmp_path / "report.json"
     p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace), "--noise-trace", str(second),
                         "--json", str(out)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr  # the gate itself still holds: 102 against 100
-    assert "the method's own noise: the same 1 gated kernels in two runs without lingprobe, 0 within 3%" in p.stdout, \
-        p.stdout
+    assert ("the method's own noise: 1 of the 1 gated kernels found in the second run without lingprobe, 0 of them "
+            "within 3%") in p.stdout, p.stdout
     rep = json.loads(out.read_text())
     rows = {r["op"]: r for r in rep["calls"]}
     assert abs(rows["aten::linear"]["noise_relative"] - (100 - 104) / 104) < 1e-9
     assert rows["aten::relu"]["noise_relative"] == 0.0  # shown for every row, counted for the gated ones only
-    assert rep["noise"]["gated_kernels"] == 1 and rep["noise"]["within"] == 0
+    assert (rep["noise"]["gated_kernels"], rep["noise"]["found"], rep["noise"]["within"]) == (1, 1, 0)
+
+
+def test_a_second_trace_without_kernels_is_refused_in_one_line(cli, tmp_path):
+    run, trace = fake_run(tmp_path, 102.0), fake_trace(tmp_path)
+    second = tmp_path / "trace2.json"
+    second.write_text(json.dumps({"traceEvents": [e for e in json.loads(trace.read_text())["traceEvents"]
+                                                  if e["cat"] == "cpu_op"]}))
+    p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace), "--noise-trace", str(second)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "trace2.json" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

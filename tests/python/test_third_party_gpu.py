@@ -368,9 +368,9 @@ def test_the_reported_kernel_time_matches_the_real_execution(build_dir, cli, tmp
         shutil.copy(out, os.path.join(keep, "third_party", "against_trace.json")) if out.exists() else None
         for f in (run / "metadata").glob("*.jsonl"):  # the timed calls' records: their op-thread split
             shutil.copy(f, os.path.join(keep, "third_party", "against_trace_" + f.name))
-        with open(trace, "rb") as src, gzip.open(os.path.join(keep, "third_party", "against_trace_trace.json.gz"),
-                                                 "wb") as dst:
-            shutil.copyfileobj(src, dst)
+        for path, name in ((trace, "against_trace_trace.json.gz"), (second, "against_trace_trace2.json.gz")):
+            with open(path, "rb") as src, gzip.open(os.path.join(keep, "third_party", name), "wb") as dst:
+                shutil.copyfileobj(src, dst)
     print(v.stdout[-4000:])
     assert v.returncode == 0, v.stdout[-4000:] + v.stderr
     rows = json.loads(out.read_text())["calls"]

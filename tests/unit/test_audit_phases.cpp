@@ -11,6 +11,7 @@
 #include "audit/coverage_audit.h"
 #include "audit/run_diff.h"
 #include "audit/trace_export.h"
+#include "test_support.h"
 
 using namespace lingprobe;
 using namespace lingprobe::audit;
@@ -19,8 +20,7 @@ namespace {
 
 // A fresh copy of the stored run; its directory.
 std::string unpacked_run() {
-  char tmpl[] = "/tmp/lpunit-audit-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const std::string dir = test::temp_dir("lpunit-audit-");
   const std::string cmd =
       "tar xzf '" + std::string(LINGPROBE_TEST_DATA_DIR) + "/h200-seed-profile-run.tgz' -C '" + dir + "'";
   REQUIRE(std::system(cmd.c_str()) == 0);
@@ -123,9 +123,8 @@ TEST_CASE("audit phases: evidence whose files changed after the run is not count
 }
 
 TEST_CASE("audit phases: a directory without metadata stops at the first phase with the reason", "[audit][phases]") {
-  char tmpl[] = "/tmp/lpunit-empty-XXXXXX";
   AuditOptions o;
-  o.inputs = {mkdtemp(tmpl)};
+  o.inputs = {test::temp_dir("lpunit-empty-")};
   o.write = false;
   AuditOutcome out;
   AuditRun a(o, out);

@@ -10,14 +10,12 @@
 #include <string>
 
 #include "sink/claims.h"
+#include "test_support.h"
 
 using namespace lingprobe::sink;
 
 namespace {
-std::string temp_dir() {
-  char tmpl[] = "/tmp/lpclaimsXXXXXX";
-  return mkdtemp(tmpl);
-}
+std::string temp_dir() { return lingprobe::test::temp_dir("lpclaims"); }
 const std::string kKey = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
 }  // namespace
 

@@ -10,6 +10,7 @@
 
 #include "gpu/counter_lock.h"
 #include "gpu/window_verdict.h"
+#include "test_support.h"
 using namespace lingprobe::gpu;
 
 namespace {
@@ -158,8 +159,7 @@ TEST_CASE("timing verdict: a launch without its record, or a record without time
 }
 
 TEST_CASE("counter lock: one holder per GPU, its epoch odd while held", "[counter_lock]") {
-  char tmpl[] = "/tmp/lpunit-lock-XXXXXX";
-  const std::string path = mkdtemp(tmpl);
+  const std::string path = lingprobe::test::temp_dir("lpunit-lock-");
   auto open_dir = [path] { return ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); };
   CounterLock a(open_dir, 0), b(open_dir, 0);
   CHECK(a.shared_epoch(0, "GPU-x") == 0);

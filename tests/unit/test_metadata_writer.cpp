@@ -22,6 +22,7 @@
 #include "format/canonical_json.h"
 #include "format/json_parse.h"
 #include "sink/metadata_writer.h"
+#include "test_support.h"
 
 using namespace lingprobe;
 
@@ -51,8 +52,7 @@ TEST_CASE("call record lines are canonical JSON", "[sink]") {
 }
 
 TEST_CASE("the writer writes header, signature, calls and final counts in order", "[sink]") {
-  char dir[] = "/tmp/lingprobe-writer-XXXXXX";
-  REQUIRE(mkdtemp(dir));
+  const std::string dir = test::temp_dir("lingprobe-writer-");
   const std::string path = std::string(dir) + "/sub/m.jsonl";
   {
     sink::MetadataWriter w({path, "{\"kind\":\"header\"}", 10000}, [] {
@@ -74,7 +74,6 @@ TEST_CASE("the writer writes header, signature, calls and final counts in order"
     kinds.push_back(r.value.find("kind")->as_string());
   }
   CHECK(kinds == std::vector<std::string>{"header", "signature", "call", "call", "call", "counts"});
-  std::remove(path.c_str());
 }
 
 namespace {
@@ -119,8 +118,7 @@ struct FileSizeLimit {
 }  // namespace
 
 TEST_CASE("a write refused part-way leaves whole lines, retries signatures and counts the lost calls", "[sink]") {
-  char dir[] = "/tmp/lingprobe-writer-XXXXXX";
-  REQUIRE(mkdtemp(dir));
+  const std::string dir = test::temp_dir("lingprobe-writer-");
   const std::string path = std::string(dir) + "/m.jsonl";
   uint64_t pushed = 0;
   sink::MetadataWriter w({path, "{\"kind\":\"header\"}", 100000}, [&] {
@@ -166,16 +164,13 @@ TEST_CASE("a write refused part-way leaves whole lines, retries signatures and c
   CHECK(last.find("final")->as_bool());
   CHECK(last.find("dropped")->find("lines")->find("write_error")->as_int() == 7);
   CHECK(w.stats().call_records_written == 5);
-  std::remove(path.c_str());
-  ::rmdir(dir);
 }
 
 TEST_CASE("a counts record names only signature ids whose records precede it in the file", "[sink]") {
   // An id registered after the cycle took the queue is counted before its record is written: a kill
   // between the two cycles left a counts record naming an id the file never defines (the 20 SIGKILL
   // trials found it; the audit refuses such a file).
-  char dir[] = "/tmp/lingprobe-writer-XXXXXX";
-  REQUIRE(mkdtemp(dir));
+  const std::string dir = test::temp_dir("lingprobe-writer-");
   const std::string path = std::string(dir) + "/m.jsonl";
   sink::MetadataWriter w({path, "{\"kind\":\"header\"}", 100000}, [] {
     format::CountsSnapshot s;
@@ -192,13 +187,10 @@ TEST_CASE("a counts record names only signature ids whose records precede it in 
   w.finalize();
   lines = whole_lines(path);
   CHECK(lines.back().find("calls")->find("1")->as_int() == 5);
-  std::remove(path.c_str());
-  ::rmdir(dir);
 }
 
 TEST_CASE("a signature handed over unbuilt is built on the writer's thread, before the calls after it", "[sink]") {
-  char dir[] = "/tmp/lingprobe-writer-XXXXXX";
-  REQUIRE(mkdtemp(dir));
+  const std::string dir = test::temp_dir("lingprobe-writer-");
   const std::string path = std::string(dir) + "/m.jsonl";
   std::atomic<int> builds{0};
   std::thread::id built_on;
@@ -231,14 +223,11 @@ TEST_CASE("a signature handed over unbuilt is built on the writer's thread, befo
   CHECK(lines[3].find("kind")->as_string() == "call");
   CHECK(lines[4].find("calls")->find("1")->as_int() == 2);
   CHECK(lines[5].find("final") != nullptr);
-  std::remove(path.c_str());
-  ::rmdir(dir);
 }
 
 TEST_CASE("compile-time calls and collective times go into the counts record in key order, only when there are any",
           "[sink]") {
-  char dir[] = "/tmp/lingprobe-writer-XXXXXX";
-  REQUIRE(mkdtemp(dir));
+  const std::string dir = test::temp_dir("lingprobe-writer-");
   for (const bool traced : {false, true}) {
     const std::string path = std::string(dir) + (traced ? "/traced.jsonl" : "/plain.jsonl");
     {
@@ -276,8 +265,7 @@ TEST_CASE("a wake that arrives while the writer drains gets a drain of its own",
   // A fast producer fills its buffer to half again while the writer is still draining the previous half: that
   // wake was swallowed (one pending request counted the one in progress), the writer slept its whole flush
   // interval and the ring overflowed (2 of 3 call records dropped at 1.4 us per call, issue 25).
-  char dir[] = "/tmp/lingprobe-writer-XXXXXX";
-  REQUIRE(mkdtemp(dir));
+  const std::string dir = test::temp_dir("lingprobe-writer-");
   const std::string path = std::string(dir) + "/m.jsonl";
   std::atomic<int> cycles{0};
   sink::MetadataWriter* writer = nullptr;
@@ -292,15 +280,12 @@ TEST_CASE("a wake that arrives while the writer drains gets a drain of its own",
   for (int i = 0; i < 500 && cycles.load() < 2; ++i) usleep(10000);
   CHECK(cycles.load() >= 2);  // within 5 s, not after the 60 s interval
   w.finalize();
-  std::remove(path.c_str());
-  ::rmdir(dir);
 }
 
 TEST_CASE("wakes drain without the counts record; a flush interval, a flush() and finalize write it", "[sink]") {
   // The snapshot writer wakes the writer at every snapshot record; each cycle wrote the cumulative counts record
   // (one entry per signature), so a torchvision detection run wrote 2,666 of them: 44 of its 50 MB.
-  char dir[] = "/tmp/lingprobe-writer-XXXXXX";
-  REQUIRE(mkdtemp(dir));
+  const std::string dir = test::temp_dir("lingprobe-writer-");
   const std::string path = std::string(dir) + "/m.jsonl";
   std::atomic<int> cycles{0};
   sink::MetadataWriter w(
@@ -326,6 +311,4 @@ TEST_CASE("wakes drain without the counts record; a flush interval, a flush() an
   CHECK(counts_records() == 3);
   const auto lines = whole_lines(path);
   CHECK(lines.back().find("final")->as_bool());
-  std::remove(path.c_str());
-  ::rmdir(dir);
 }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "replay/replay_profile.h"
+#include "test_support.h"
 
 using lingprobe::format::JsonValue;
 
@@ -35,8 +36,7 @@ double field(const JsonValue& v, const char* k) {
 }  // namespace
 
 TEST_CASE("replay profile: kernels matched by launch order and mangled name, differences per metric", "[replay]") {
-  char root[] = "/tmp/lingprobe-rp-XXXXXX";
-  REQUIRE(mkdtemp(root));
+  const std::string root = lingprobe::test::temp_dir("lingprobe-rp-");
   const std::string run = profile(root, "run", kernel("_Z4gemmv", 100, 50) + "," + kernel("_Z3addv", 10, 8), "passed");
   const std::string same =
       profile(root, "same", kernel("_Z4gemmv", 102, 40) + "," + kernel("_Z3addv", 10, 8), "passed");

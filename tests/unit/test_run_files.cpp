@@ -15,8 +15,7 @@
 using namespace lingprobe;
 
 TEST_CASE("run files: metadata_files lists metadata/*.jsonl sorted, nothing else", "[run_directory]") {
-  char tmpl[] = "/tmp/lprunfilesXXXXXX";
-  const std::string run = mkdtemp(tmpl);
+  const std::string run = test::temp_dir("lprunfiles");
   CHECK(sink::metadata_files(run).empty());  // no metadata/ at all
   REQUIRE(sink::make_directories(run + "/metadata").empty());
   for (const char* n : {"metadata_rank1.jsonl", "metadata_rank0.jsonl", "notes.txt", ".jsonl", "x.jsonl.tmp123"})
@@ -28,8 +27,7 @@ TEST_CASE("run files: metadata_files lists metadata/*.jsonl sorted, nothing else
 }
 
 TEST_CASE("run files: replace_file replaces whole, leaves no temporary, says why it cannot", "[run_directory]") {
-  char tmpl[] = "/tmp/lprunfilesXXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const std::string dir = test::temp_dir("lprunfiles");
   const std::string path = dir + "/report.json";
   CHECK(sink::replace_file(path, "first, a longer text\n").empty());
   CHECK(sink::replace_file(path, "second\n").empty());

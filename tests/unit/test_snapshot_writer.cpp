@@ -14,6 +14,7 @@
 #include "sink/metadata_writer.h"
 #include "sink/snapshot_writer.h"
 #include "runtime/snapshot_job.h"
+#include "test_support.h"
 
 using namespace lingprobe;
 
@@ -25,8 +26,7 @@ bool exists(const std::string& p) {
 }  // namespace
 
 TEST_CASE("a profile-only job counts as a profile, not as a snapshot", "[sink][snapshot]") {
-  char dir[] = "/tmp/lingprobe-evidence-XXXXXX";
-  REQUIRE(mkdtemp(dir));
+  const std::string dir = test::temp_dir("lingprobe-evidence-");
   const std::string run = dir;
   REQUIRE(std::system(("mkdir -p " + run + "/metadata " + run + "/snapshots " + run + "/profiles").c_str()) == 0);
   sink::MetadataWriter metadata({run + "/metadata/m.jsonl", "{\"kind\":\"header\"}", 10000, {}, run},
@@ -55,13 +55,11 @@ TEST_CASE("a profile-only job counts as a profile, not as a snapshot", "[sink][s
   CHECK(writer.written() == 0);
   CHECK(writer.profiles_written() == 1);
   CHECK(writer.bytes_written() == 0);
-  REQUIRE(std::system(("rm -rf " + run).c_str()) == 0);
 }
 
 TEST_CASE("a timed call's job is one kernel_timing record: no file, no claim, no snapshot or profile counted",
           "[sink][snapshot]") {
-  char dir[] = "/tmp/lingprobe-evidence-XXXXXX";
-  REQUIRE(mkdtemp(dir));
+  const std::string dir = test::temp_dir("lingprobe-evidence-");
   const std::string run = dir;
   REQUIRE(std::system(("mkdir -p " + run + "/metadata").c_str()) == 0);
   sink::MetadataWriter metadata({run + "/metadata/m.jsonl", "{\"kind\":\"header\"}", 10000, {}, run},
@@ -118,7 +116,6 @@ TEST_CASE("a timed call's job is one kernel_timing record: no file, no claim, no
   CHECK(timing.find("\"flushes\":3") != std::string::npos);
   CHECK(timing.find("\"forced_flush\":false") != std::string::npos);
   CHECK(timing.find("\"since_counter_call_us\":2500") != std::string::npos);  // was never copied
-  REQUIRE(std::system(("rm -rf " + run).c_str()) == 0);
 }
 
 // A timed call's window is completed on the writer's thread (the op's thread
@@ -126,8 +123,7 @@ TEST_CASE("a timed call's job is one kernel_timing record: no file, no claim, no
 // that the window is given back; a failed timing is dropped with its status.
 TEST_CASE("the writer completes a timed call: a passed one is written, a failed one dropped with its status",
           "[sink][snapshot]") {
-  char dir[] = "/tmp/lingprobe-evidence-XXXXXX";
-  REQUIRE(mkdtemp(dir));
+  const std::string dir = test::temp_dir("lingprobe-evidence-");
   const std::string run = dir;
   REQUIRE(std::system(("mkdir -p " + run + "/metadata").c_str()) == 0);
   sink::MetadataWriter metadata({run + "/metadata/m.jsonl", "{\"kind\":\"header\"}", 10000, {}, run},
@@ -177,13 +173,11 @@ TEST_CASE("the writer completes a timed call: a passed one is written, a failed 
   int records = 0;
   while (std::getline(in, line)) records += line.find("\"kind\":\"kernel_timing\"") != std::string::npos;
   CHECK(records == 1);
-  REQUIRE(std::system(("rm -rf " + run).c_str()) == 0);
 }
 
 TEST_CASE("a timed call that also took a snapshot keeps its timing when another process owns the signature",
           "[sink][snapshot]") {
-  char dir[] = "/tmp/lingprobe-evidence-XXXXXX";
-  REQUIRE(mkdtemp(dir));
+  const std::string dir = test::temp_dir("lingprobe-evidence-");
   const std::string run = dir;
   REQUIRE(std::system(("mkdir -p " + run + "/metadata " + run + "/snapshots").c_str()) == 0);
   const std::string sha(64, 'c');
@@ -214,5 +208,4 @@ TEST_CASE("a timed call that also took a snapshot keeps its timing when another 
   bool timing = false;
   while (std::getline(in, line)) timing = timing || line.find("\"kind\":\"kernel_timing\"") != std::string::npos;
   CHECK(timing);  // before the fix it was written only after the claim, and so never
-  REQUIRE(std::system(("rm -rf " + run).c_str()) == 0);
 }

@@ -14,6 +14,7 @@
 #include "format/canonical_json.h"
 #include "format/json_parse.h"
 #include "sink/metadata_writer.h"
+#include "test_support.h"
 
 using namespace lingprobe;
 
@@ -32,8 +33,7 @@ double num(const format::JsonValue& v, const char* key) {
 }  // namespace
 
 TEST_CASE("stage GPU time round-trips through the counts record", "[report][stage_time]") {
-  char dir[] = "/tmp/lingprobe-stage-XXXXXX";
-  REQUIRE(mkdtemp(dir));
+  const std::string dir = test::temp_dir("lingprobe-stage-");
   const std::string path = std::string(dir) + "/m.jsonl";
   {
     sink::MetadataWriter w(
@@ -70,8 +70,6 @@ TEST_CASE("stage GPU time round-trips through the counts record", "[report][stag
   CHECK(s.stage_gpu_lost.at("stream_capturing") == 4);
   CHECK(s.sampling.at("keys") == 2);
   CHECK(s.unsampled.empty());  // the sampling block's (empty) "unsampled" reasons, unchanged by stage_gpu
-  std::remove(path.c_str());
-  rmdir(dir);
 }
 
 TEST_CASE("no stage measurement: no denominator", "[report][stage_time]") {

@@ -1,10 +1,15 @@
-// Helpers shared by the unit tests: reading the golden seed files.
+// Helpers shared by the unit tests: reading the golden seed files, temporary directories.
 #pragma once
 
+#include <stdlib.h>
+
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <system_error>
+#include <vector>
 
 namespace lingprobe::test {
 
@@ -21,5 +26,23 @@ inline std::string read_file(const std::string& path) {
 
 inline std::string seed_path(const char* name) { return std::string(LINGPROBE_SEEDS_DIR) + "/" + name; }
 inline std::string data_path(const char* name) { return std::string(LINGPROBE_TEST_DATA_DIR) + "/" + name; }
+
+// A fresh directory /tmp/{prefix}XXXXXX, removed with what it holds when the test program exits.
+inline std::string temp_dir(const char* prefix) {
+  struct Made {
+    std::vector<std::string> paths;
+    ~Made() {
+      for (const std::string& p : paths) {
+        std::error_code ignored;
+        std::filesystem::remove_all(p, ignored);
+      }
+    }
+  };
+  static Made made;
+  std::string path = std::string("/tmp/") + prefix + "XXXXXX";
+  if (!mkdtemp(path.data())) throw std::runtime_error("cannot make a directory " + path);
+  made.paths.push_back(path);
+  return path;
+}
 
 }  // namespace lingprobe::test

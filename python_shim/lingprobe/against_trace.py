@@ -346,16 +346,17 @@ def print_report(rep, out=sys.stdout):
         print(f"{t['file']}: {t['matched']} of {t['run_calls']} top-level calls matched by order "
               f"(the trace has {t['trace_calls']})", file=out)
     noise = "noise" in rep
+    second = " trace against a 2nd trace |" if noise else ""
     print(f"\n| op | seq | time from | kernel | inline us | trace us | diff | gated (>= {rep['min_kernel_us']:g} us, "
-          "the report's time) | GPU idle before, us: inline / trace |" + (" trace against a 2nd trace |" if noise else ""),
-          file=out)
+          f"the report's time) | GPU idle before, us: inline / trace |{second}", file=out)
     print("|---|---|---|---|---|---|---|---|---|" + ("---|" if noise else ""), file=out)
     idle = lambda v: "?" if v is None else f"{v:.1f}"
     for r in rep["calls"]:
         print(f"| {r['op']} | {r['seq']} | {r['source']} | {r['kernel'][:48]} | {r['inline_us']:.2f} | "
               f"{r['trace_us']:.2f} | {100 * r['relative']:+.1f}% | {'yes' if r['gated'] else 'no'}"
               f"{' (within)' if r['within'] else ''} | {idle(r.get('inline_idle_before_us'))} / "
-              f"{idle(r.get('trace_idle_before_us'))} |" + (f" {percent(r['noise_relative'])} |" if noise else ""), file=out)
+              f"{idle(r.get('trace_idle_before_us'))} |" + (f" {percent(r['noise_relative'])} |" if noise else ""),
+              file=out)
     for m in rep["kernel_count_mismatches"]:
         print(f"{m['op']} (seq {m['seq']}) launched {m['inline']} kernel(s) inline, {m['trace']} in the trace: "
               f"{m['compared']} of the same names compared", file=out)

@@ -265,7 +265,7 @@ NO_WAIT_JOB = """
     torch.cuda.synchronize()
     def profiles_on_disk():                          # written by the writer's thread, which then reports them
         files = glob.glob(os.path.join(os.environ["LINGPROBE_OUT"], "*", "metadata", "*.jsonl"))
-        return sum(json.loads(l).get("kind") == "profile" for f in files for l in open(f) if l.strip())
+        return sum(l.endswith("\\n") and '"kind":"profile"' in l for f in files for l in open(f))  # whole lines
     deadline = time.time() + 60                      # a fixed sleep was too short on a cold first run
     while profiles_on_disk() < 2 and time.time() < deadline:
         time.sleep(0.1)
@@ -346,7 +346,7 @@ SPACING_JOB = """
         deadline = time.time() + 60
         while time.time() < deadline:
             files = glob.glob(os.path.join(os.environ["LINGPROBE_OUT"], "*", "metadata", "*.jsonl"))
-            if sum(json.loads(l).get("kind") == "profile" for f in files for l in open(f) if l.strip()) >= n:
+            if sum(l.endswith("\\n") and '"kind":"profile"' in l for f in files for l in open(f)) >= n:  # whole lines
                 return
             time.sleep(0.05)
     x, a = torch.randn(2048, 2048, device=dev), torch.randn(1024, 1024, device=dev)

@@ -254,18 +254,13 @@ def inline_kernels(run_dir, seq, profiles, timings, timed_ids):
     return (kernels["kernels"] if isinstance(kernels, dict) else kernels), "counters", prof["id"] not in timed_ids
 
 
-def same_calls_in(first_threads, second_threads, probe=2000):
+def same_calls_in(first_threads, second_threads):
     """Each top-level call of the first trace's threads -> the same call in a second trace of the same program: the
-    threads paired one to one (the busiest first, each with the free thread whose first calls align best), then
-    the calls by order. {id(call): call}."""
-    same, free = {}, list(second_threads)
-    for top in sorted(first_threads, key=len, reverse=True):
-        names = [c["name"] for c in top]
-        if not free or not names:
-            break
-        best = max(free, key=lambda t: len(align(names[:probe], [c["name"] for c in t[:probe]])))
-        free.remove(best)
-        same.update({id(top[i]): best[j] for i, j in align(names, [c["name"] for c in best])})
+    threads paired as a run's are with a trace's (pair_threads), then the calls by order. {id(call): call}."""
+    tagged = [[(c["name"], c) for c in top] for top in first_threads]
+    same = {}
+    for calls, other in pair_threads(tagged, second_threads):
+        same.update({id(calls[i][1]): other[j] for i, j in align([c[0] for c in calls], [c["name"] for c in other])})
     return same
 
 

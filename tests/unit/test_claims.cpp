@@ -15,12 +15,11 @@
 using namespace lingprobe::sink;
 
 namespace {
-std::string temp_dir() { return lingprobe::test::temp_dir("lpclaims"); }
 const std::string kKey = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
 }  // namespace
 
 TEST_CASE("claims: one owner per key; done and failed states", "[claims]") {
-  const std::string dir = temp_dir();
+  const std::string dir = lingprobe::test::temp_dir("lpclaims");
   Claims a(dir, 0), b(dir, 1);
   CHECK(a.key_state(kKey) == Claims::KeyState::None);
   CHECK(a.claim_key(kKey) == Claims::Outcome::Owned);
@@ -36,7 +35,7 @@ TEST_CASE("claims: one owner per key; done and failed states", "[claims]") {
 }
 
 TEST_CASE("claims: a failed claim, or a dead claimer's, is taken over once", "[claims]") {
-  const std::string dir = temp_dir();
+  const std::string dir = lingprobe::test::temp_dir("lpclaims");
   Claims a(dir, 0), b(dir, 1), c(dir, 2);
   REQUIRE(a.claim_key(kKey) == Claims::Outcome::Owned);
   a.release_key(kKey, true, 0);
@@ -60,7 +59,7 @@ TEST_CASE("claims: a failed claim, or a dead claimer's, is taken over once", "[c
 }
 
 TEST_CASE("claims: signatures are claimed exclusively; the run budget adds up across processes", "[claims]") {
-  const std::string dir = temp_dir();
+  const std::string dir = lingprobe::test::temp_dir("lpclaims");
   Claims a(dir, 0), b(dir, 1);
   CHECK_FALSE(a.signature_claimed(kKey));
   CHECK(a.claim_signature(kKey, "snapshots/x.pt"));

@@ -84,6 +84,7 @@ struct CounterWindows::State {
   uint32_t timing_calls = 0;                    // under pending_mu: begun, not completed
   uint32_t completing = 0;                      // under pending_mu: completions under way
   int timing_device = -1, timing_lock_fd = -1;  // under pending_mu: while timing_calls > 0
+  bool read_now = false;  // under pending_mu: a timed call on another device was refused; until timing_calls is 0
   // Every stopped timed call completed, by this thread or the one already at it (bounded: 10 s).
   void complete_pending_timings() {
     std::unique_lock<std::mutex> lock(pending_mu);

@@ -39,6 +39,7 @@ format::Status Cupti::start_timing_session(void* ctx) {
     std::lock_guard<std::mutex> lock(w.correlations_mu);
     w.own_correlations.clear();
     w.noted.clear();
+    w.noted_graphs.clear();
   }
   format::ScopeGuard not_open([&] {
     w.timing.store(false);
@@ -141,6 +142,7 @@ void Cupti::end_timing_session() {
   {
     std::lock_guard<std::mutex> lock(w.correlations_mu);
     w.noted.clear();
+    w.noted_graphs.clear();
   }
   std::lock_guard<std::mutex> lock(w.mu);
   w.open = false;
@@ -153,7 +155,9 @@ void Cupti::end_timing_session() {
 // that call would fail. Unforced, CUPTI returns only buffers whose records
 // are complete. Forced after kUnforcedFlushWait (a later kernel still
 // running by then: that call fails and its key is timed at a later call).
-// A call that launched nothing (a view) wants no record: nothing is flushed.
+// A call that launched nothing (a view) wants no record, and a call whose
+// records an earlier call's flush brought needs none (unless it launched a
+// graph, whose kernels share one id): nothing is flushed.
 void Cupti::flush_records_of(const std::unordered_set<uint32_t>& wanted, TimingResult& res) {
   constexpr auto kUnforcedFlushWait = std::chrono::milliseconds(50);
   if (wanted.empty()) return;
@@ -166,6 +170,12 @@ void Cupti::flush_records_of(const std::unordered_set<uint32_t>& wanted, TimingR
       if (wanted.count(k.correlation)) arrived.insert(k.correlation);
     return arrived.size() == wanted.size();
   };
+  bool graph = false;  // a graph's kernels share its launch's id: one of them arrived says nothing of the others
+  {
+    std::lock_guard<std::mutex> lock(w.correlations_mu);
+    for (uint32_t id : wanted) graph = graph || w.noted_graphs.count(id);
+  }
+  if (!graph && all_arrived()) return;
   for (;;) {
     api_->ActivityFlushAll(0);
     ++res.flushes;
@@ -196,7 +206,7 @@ TimingResult Cupti::end_timing(const std::vector<uint32_t>& own, const std::func
   }
   {
     std::lock_guard<std::mutex> lock(w.correlations_mu);
-    for (uint32_t id : own) w.noted.erase(id);
+    for (uint32_t id : own) w.noted.erase(id), w.noted_graphs.erase(id);
   }
   {
     std::lock_guard<std::mutex> session(w.session_mu);

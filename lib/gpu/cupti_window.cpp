@@ -133,6 +133,7 @@ void CUPTIAPI on_driver_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId
     std::lock_guard<std::mutex> lock(w.correlations_mu);  // not mu: a buffer being read must not hold the launch
     w.own_correlations.push_back(cb->correlationId);
     w.noted.insert(cb->correlationId);
+    if (graph) w.noted_graphs.insert(cb->correlationId);  // many kernel records under one id
     return;
   }
   if (!own_thread) {

@@ -57,9 +57,10 @@ struct Window {
   // paid before its own kernels. Cupti::disarm_timing_activity disables it.
   bool activity_armed = false;
   std::chrono::steady_clock::time_point armed_since;
-  std::mutex correlations_mu;              // not mu: a buffer being read must not hold a launch
-  std::vector<uint32_t> own_correlations;  // under correlations_mu: the open call's launches
-  std::unordered_set<uint32_t> noted;      // under correlations_mu: every pending call's launches
+  std::mutex correlations_mu;                 // not mu: a buffer being read must not hold a launch
+  std::vector<uint32_t> own_correlations;     // under correlations_mu: the open call's launches
+  std::unordered_set<uint32_t> noted;         // under correlations_mu: every pending call's launches
+  std::unordered_set<uint32_t> noted_graphs;  // under correlations_mu: those of them that launched a graph
   size_t dropped_records = 0;
 };
 

@@ -60,13 +60,27 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
     stop_noting();
     owner_->pending_timings.push_back(this);
   }
+  // On the writer's thread: a stopped call is read no sooner than kBatchedRead after its stop.
   format::ProfileData close() override {
+    wait_for_the_batch();
     complete();
     return data_;
   }
 
  private:
   enum class State { Open, Stopped, Completing, Closed };
+  // Reading a call's records flushes CUPTI's Activity buffers (Cupti::flush_records_of), and a flush holds the
+  // launches of the op's thread meanwhile: read at once, call by call, each timed call took ~200 us more on the
+  // host where the GPU kept up, and the GPU idled before its kernels (docs/COUNTERS.md). Read 10 ms after its stop,
+  // one flush brings the records of every call stopped by then, and the later calls' reads need none.
+  static constexpr std::chrono::milliseconds kBatchedRead{10};
+  // Until then, unless another device's timed call was refused meanwhile (read_now: the session ends sooner).
+  void wait_for_the_batch() {
+    std::unique_lock<std::mutex> lock(owner_->pending_mu);
+    owner_->pending_cv.wait_until(lock, stopped_at_ + kBatchedRead, [&] {
+      return state_ != State::Stopped || owner_->read_now;  // claimed meanwhile (a counter window opening)
+    });
+  }
   void complete() {
     std::unique_lock<std::mutex> lock(owner_->pending_mu);
     if (state_ == State::Completing) owner_->pending_cv.wait(lock, [&] { return state_ == State::Closed; });
@@ -92,6 +106,7 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
     }
     std::lock_guard<std::mutex> lock(owner_->pending_mu);
     if (--owner_->timing_calls == 0) {  // the last: the lock, the epoch and the slot given back
+      owner_->read_now = false;
       owner_->lock.unlock(owner_->timing_lock_fd);
       owner_->timing_lock_fd = -1;
       owner_->local_epoch.fetch_add(1);
@@ -110,6 +125,7 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
     event_ = d_->record_event(device_, stream_, error);
     state_ = State::Stopped;
     const auto stopped = std::chrono::steady_clock::now();
+    stopped_at_ = stopped;
     owner_->add_stall(stopped - t0_, true);
     seconds_ = std::chrono::duration<double>(stopped - t0_).count();
     stop_seconds_ = std::chrono::duration<double>(stopped - stopping).count();
@@ -152,13 +168,14 @@ class TimingWindow : public OpenCounterWindow, CounterWindows::State::PendingTim
   int device_;
   void* stream_;
   std::chrono::steady_clock::time_point t0_;
-  int64_t since_counter_call_ns_;  // WindowSettle::since_ns at t0_
-  std::vector<uint32_t> own_;      // the call's launches, from stop_noting
-  void* event_ = nullptr;          // recorded on the op's stream at its end
-  State state_ = State::Closed;    // under owner_->pending_mu; Open once began()
-  double seconds_ = 0;             // open to stop: the stall charged
-  double open_seconds_ = 0;        // open to began
-  double stop_seconds_ = 0;        // stop_noting's own
+  std::chrono::steady_clock::time_point stopped_at_;  // set by stop_noting
+  int64_t since_counter_call_ns_;                     // WindowSettle::since_ns at t0_
+  std::vector<uint32_t> own_;                         // the call's launches, from stop_noting
+  void* event_ = nullptr;                             // recorded on the op's stream at its end
+  State state_ = State::Closed;                       // under owner_->pending_mu; Open once began()
+  double seconds_ = 0;                                // open to stop: the stall charged
+  double open_seconds_ = 0;                           // open to began
+  double stop_seconds_ = 0;                           // stop_noting's own
   bool joined_ = false;
   format::ProfileData data_;
 };
@@ -170,6 +187,8 @@ std::unique_ptr<OpenCounterWindow> CounterWindows::State::join_timing(int device
   if (WindowSlot::held()) return refusal = WindowRefusal::ProfilerActive, nullptr;  // torch.profiler is starting
   if (device != timing_device) {
     detail = "timed calls on another device are pending";
+    read_now = true;  // the writer reads the pending ones without waiting for the batch: the session ends sooner
+    pending_cv.notify_all();
     return refusal = WindowRefusal::WindowBusy, nullptr;
   }
   CudaDriver* d = CudaDriver::get(&detail);

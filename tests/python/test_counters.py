@@ -299,9 +299,44 @@ def test_timed_calls_do_not_wait_for_their_kernels(build_dir, tmp_path):
     # the op thread's split: the first started the session, the second joined it while the first was pending
     assert [t["joined_session"] for t in timings] == [False, True], timings
     assert all(0 <= t["open_us"] + t["stop_us"] <= t["window_s"] * 1e6 for t in timings), timings
-    # the writer's reading: each call's records came in at least one flush, after its own wait
-    assert all(t["flushes"] >= 1 and t["records_wait_us"] >= 0 and t["forced_flush"] in (False, True)
+    # the writer's reading: the records came in a flush, the second call's maybe in the one made for the first
+    assert sum(t["flushes"] for t in timings) >= 1, timings
+    assert all(t["flushes"] >= 0 and t["records_wait_us"] >= 0 and t["forced_flush"] in (False, True)
                for t in timings), timings
+
+
+BATCH_JOB = """
+    import glob, json, os, time, torch
+    dev = torch.device("cuda")
+    xs = [torch.randn(256 + 64 * i, 512, device=dev) for i in range(12)]   # twelve keys
+    for x in xs:
+        torch.add(x, x)                              # each key's counters
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        files = glob.glob(os.path.join(os.environ["LINGPROBE_OUT"], "*", "metadata", "*.jsonl"))
+        if sum(l.endswith("\\n") and '"kind":"profile"' in l for f in files for l in open(f)) >= len(xs):
+            break
+        time.sleep(0.05)
+    time.sleep(0.05)
+    for x in xs:
+        torch.add(x, x)                              # each key's timed call, back to back
+    torch.cuda.synchronize()
+    print("ok")
+"""
+
+
+def test_timed_calls_pending_at_once_are_read_in_few_flushes(build_dir, tmp_path):
+    """Reading a timed call's records flushes CUPTI's buffers, and a flush holds the op thread's launches: read call
+    by call as each ended, the joined calls of the gate's program took ~200 us more on the host than in the trace
+    (docs/gpu/timing-reads-batched-h100-2026-12-06). The writer reads a call no sooner than 10 ms after its stop, so
+    one flush brings the records of the calls stopped by then, and a call whose records came needs no flush."""
+    run_dir, _ = run_script(tmp_path, build_dir, BATCH_JOB, LINGPROBE_OPS="aten::add", LINGPROBE_SAMPLE_OPS="aten::add")
+    timings = [r for f in metadata.files(run_dir) for r in metadata.read(f) if r["kind"] == "kernel_timing"]
+    passed = [t for t in timings if t["status"] == "passed"]
+    assert len(passed) >= 8, timings
+    flushes = sum(t["flushes"] for t in timings)
+    print(f"{len(timings)} timed calls ({len(passed)} passed), {flushes} flushes")
+    assert 1 <= flushes <= len(timings) // 3, [(t["seq"], t["flushes"], t.get("joined_session")) for t in timings]
 
 
 SPACING_JOB = """

@@ -107,12 +107,12 @@ Cupti& fake_cupti() {
   return *cupti;
 }
 
-// A kernel launch on the calling thread, as the driver callback sees it.
-void launch(uint32_t correlation) {
+// A kernel (or a graph) launch on the calling thread, as the driver callback sees it.
+void launch(uint32_t correlation, CUpti_CallbackId cbid = CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel) {
   CUpti_CallbackData cb{};
   cb.callbackSite = CUPTI_API_ENTER;
   cb.correlationId = correlation;
-  on_driver_api(nullptr, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, &cb);
+  on_driver_api(nullptr, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &cb);
 }
 
 CUpti_ActivityKernel10 kernel(uint32_t correlation, uint64_t start, uint64_t end) {
@@ -160,6 +160,7 @@ TEST_CASE("timed calls: pending together, each ended with its own kernels; the l
   const TimingResult b = cupti.end_timing(second, nullptr);  // its record arrived with the first's flush
   REQUIRE(b.passed);
   REQUIRE(b.kernels.size() == 1);
+  CHECK(b.flushes == 0);  // so it flushed nothing (before, one flush per call held the op thread's launches)
   CHECK(b.kernels[0].end_ns - b.kernels[0].start_ns == 200);
   CHECK(FakeCupti::unsubscribes >= 1);     // the last pending call ended the session
   CHECK(FakeCupti::disables == disables);  // the kind left armed for the next one
@@ -274,6 +275,26 @@ TEST_CASE("timed calls: a call that launched nothing (a view) flushes nothing, s
   REQUIRE(b.passed);
   CHECK(b.kernels.at(0).end_ns - b.kernels.at(0).start_ns == 200);
   FakeCupti::running.clear();
+  FakeCupti::delivered.clear();
+}
+
+TEST_CASE("timed calls: a graph's call flushes even when one of its kernels came already, so none is left out",
+          "[gpu][timing]") {
+  Cupti& cupti = fake_cupti();
+  void* ctx = reinterpret_cast<void*>(uintptr_t{0x10});
+  REQUIRE(cupti.begin_timing(ctx).ok());
+  launch(60);
+  const std::vector<uint32_t> first = cupti.stop_timing();
+  REQUIRE(cupti.begin_timing(ctx).ok());
+  launch(61, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch);  // two nodes, both under the launch's id
+  const std::vector<uint32_t> graph = cupti.stop_timing();
+  FakeCupti::delivered = {kernel(60, 100, 200), kernel(61, 300, 400)};  // the graph's first node in the same buffer
+  REQUIRE(cupti.end_timing(first, nullptr).passed);
+  FakeCupti::delivered = {kernel(61, 500, 700)};  // its second node, in the next buffer
+  const TimingResult g = cupti.end_timing(graph, nullptr);
+  REQUIRE(g.passed);
+  CHECK(g.kernels.size() == 2);  // without its own flush: the first node alone, and the call passed short
+  CHECK(g.flushes >= 1);
   FakeCupti::delivered.clear();
 }
 #endif

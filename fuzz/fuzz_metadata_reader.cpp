@@ -13,36 +13,20 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
-#include <vector>
 
 #include "audit/coverage_audit.h"
 #include "audit/metadata_reader.h"
 #include "audit/run_diff.h"
 #include "audit/trace_export.h"
+#include "remove_at_exit.h"
 
 namespace {
-
-// The run directories made below, removed at the fuzzer's exit (each run left two in /tmp before).
-struct TemporaryDirectories {
-  std::vector<std::string> paths;
-  ~TemporaryDirectories() {
-    for (const std::string& p : paths) {
-      std::error_code ignored;
-      std::filesystem::remove_all(p, ignored);
-    }
-  }
-};
-TemporaryDirectories& temporary_directories() {
-  static TemporaryDirectories dirs;  // made before the first directory, so destroyed after its users
-  return dirs;
-}
 
 // A run directory of one metadata file, made once.
 std::string make_run_dir() {
   char tmpl[] = "/tmp/lingprobe-fuzz-run-XXXXXX";
-  TemporaryDirectories& dirs = temporary_directories();
   if (!mkdtemp(tmpl)) return "/tmp";
-  dirs.paths.push_back(tmpl);
+  lingprobe::test::remove_at_exit(tmpl);  // each run left two in /tmp before
   std::error_code ignored;
   std::filesystem::create_directories(std::string(tmpl) + "/metadata", ignored);
   std::filesystem::create_directories(std::string(tmpl) + "/reports", ignored);

@@ -3,13 +3,12 @@
 
 #include <stdlib.h>
 
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <system_error>
-#include <vector>
+
+#include "remove_at_exit.h"
 
 namespace lingprobe::test {
 
@@ -29,19 +28,9 @@ inline std::string data_path(const char* name) { return std::string(LINGPROBE_TE
 
 // A fresh directory /tmp/{prefix}XXXXXX, removed with what it holds when the test program exits.
 inline std::string temp_dir(const char* prefix) {
-  struct Made {
-    std::vector<std::string> paths;
-    ~Made() {
-      for (const std::string& p : paths) {
-        std::error_code ignored;
-        std::filesystem::remove_all(p, ignored);
-      }
-    }
-  };
-  static Made made;
   std::string path = std::string("/tmp/") + prefix + "XXXXXX";
   if (!mkdtemp(path.data())) throw std::runtime_error("cannot make a directory " + path);
-  made.paths.push_back(path);
+  remove_at_exit(path);
   return path;
 }
 

@@ -53,7 +53,7 @@ TEST_CASE("call record lines are canonical JSON", "[sink]") {
 
 TEST_CASE("the writer writes header, signature, calls and final counts in order", "[sink]") {
   const std::string dir = test::temp_dir("lingprobe-writer-");
-  const std::string path = std::string(dir) + "/sub/m.jsonl";
+  const std::string path = dir + "/sub/m.jsonl";
   {
     sink::MetadataWriter w({path, "{\"kind\":\"header\"}", 10000}, [] {
       format::CountsSnapshot s;
@@ -119,7 +119,7 @@ struct FileSizeLimit {
 
 TEST_CASE("a write refused part-way leaves whole lines, retries signatures and counts the lost calls", "[sink]") {
   const std::string dir = test::temp_dir("lingprobe-writer-");
-  const std::string path = std::string(dir) + "/m.jsonl";
+  const std::string path = dir + "/m.jsonl";
   uint64_t pushed = 0;
   sink::MetadataWriter w({path, "{\"kind\":\"header\"}", 100000}, [&] {
     format::CountsSnapshot s;
@@ -171,7 +171,7 @@ TEST_CASE("a counts record names only signature ids whose records precede it in 
   // between the two cycles left a counts record naming an id the file never defines (the 20 SIGKILL
   // trials found it; the audit refuses such a file).
   const std::string dir = test::temp_dir("lingprobe-writer-");
-  const std::string path = std::string(dir) + "/m.jsonl";
+  const std::string path = dir + "/m.jsonl";
   sink::MetadataWriter w({path, "{\"kind\":\"header\"}", 100000}, [] {
     format::CountsSnapshot s;
     s.calls = {{0, 2}, {1, 5}};
@@ -191,7 +191,7 @@ TEST_CASE("a counts record names only signature ids whose records precede it in 
 
 TEST_CASE("a signature handed over unbuilt is built on the writer's thread, before the calls after it", "[sink]") {
   const std::string dir = test::temp_dir("lingprobe-writer-");
-  const std::string path = std::string(dir) + "/m.jsonl";
+  const std::string path = dir + "/m.jsonl";
   std::atomic<int> builds{0};
   std::thread::id built_on;
   {
@@ -229,7 +229,7 @@ TEST_CASE("compile-time calls and collective times go into the counts record in 
           "[sink]") {
   const std::string dir = test::temp_dir("lingprobe-writer-");
   for (const bool traced : {false, true}) {
-    const std::string path = std::string(dir) + (traced ? "/traced.jsonl" : "/plain.jsonl");
+    const std::string path = dir + (traced ? "/traced.jsonl" : "/plain.jsonl");
     {
       sink::MetadataWriter w({path, "{\"kind\":\"header\"}", 10000}, [traced] {
         format::CountsSnapshot s;
@@ -266,7 +266,7 @@ TEST_CASE("a wake that arrives while the writer drains gets a drain of its own",
   // wake was swallowed (one pending request counted the one in progress), the writer slept its whole flush
   // interval and the ring overflowed (2 of 3 call records dropped at 1.4 us per call, issue 25).
   const std::string dir = test::temp_dir("lingprobe-writer-");
-  const std::string path = std::string(dir) + "/m.jsonl";
+  const std::string path = dir + "/m.jsonl";
   std::atomic<int> cycles{0};
   sink::MetadataWriter* writer = nullptr;
   sink::MetadataWriter w(
@@ -286,7 +286,7 @@ TEST_CASE("wakes drain without the counts record; a flush interval, a flush() an
   // The snapshot writer wakes the writer at every snapshot record; each cycle wrote the cumulative counts record
   // (one entry per signature), so a torchvision detection run wrote 2,666 of them: 44 of its 50 MB.
   const std::string dir = test::temp_dir("lingprobe-writer-");
-  const std::string path = std::string(dir) + "/m.jsonl";
+  const std::string path = dir + "/m.jsonl";
   std::atomic<int> cycles{0};
   sink::MetadataWriter w(
       {path, "{\"kind\":\"header\"}", 60000}, [] { return format::CountsSnapshot{}; }, [&] { cycles.fetch_add(1); });

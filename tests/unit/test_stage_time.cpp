@@ -34,7 +34,7 @@ double num(const format::JsonValue& v, const char* key) {
 
 TEST_CASE("stage GPU time round-trips through the counts record", "[report][stage_time]") {
   const std::string dir = test::temp_dir("lingprobe-stage-");
-  const std::string path = std::string(dir) + "/m.jsonl";
+  const std::string path = dir + "/m.jsonl";
   {
     sink::MetadataWriter w(
         {path,

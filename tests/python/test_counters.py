@@ -255,20 +255,28 @@ def test_graph_launches_inside_a_window_and_results_are_correct(build_dir, tmp_p
     assert last_counts(run_dir)["dropped"]["profiles"]["abandoned"] >= 1
 
 
-NO_WAIT_JOB = """
-    import glob, json, os, time, torch
+# The jobs' wait for the writer's thread: profile records written whole to the run's metadata (each key's counters).
+WAIT_FOR_PROFILES = """
+    import glob, os, time
+    def wait_for_profiles(n, seconds=60):            # a fixed sleep was too short on a cold first run
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            files = glob.glob(os.path.join(os.environ["LINGPROBE_OUT"], "*", "metadata", "*.jsonl"))
+            if sum(l.endswith("\\n") and '"kind":"profile"' in l for f in files for l in open(f)) >= n:  # whole lines
+                return
+            time.sleep(0.05)
+"""
+
+
+NO_WAIT_JOB = WAIT_FOR_PROFILES + """
+    import json, torch
     dev = torch.device("cuda")
     x = torch.randn(8192, 8192, device=dev)          # fp32: GEMMs of tens of milliseconds
     v = torch.randn(4096, 8192, device=dev)
     torch.mm(x, x)                                   # two keys' counters
     torch.mm(v, x)
     torch.cuda.synchronize()
-    def profiles_on_disk():                          # written by the writer's thread, which then reports them
-        files = glob.glob(os.path.join(os.environ["LINGPROBE_OUT"], "*", "metadata", "*.jsonl"))
-        return sum(l.endswith("\\n") and '"kind":"profile"' in l for f in files for l in open(f))  # whole lines
-    deadline = time.time() + 60                      # a fixed sleep was too short on a cold first run
-    while profiles_on_disk() < 2 and time.time() < deadline:
-        time.sleep(0.1)
+    wait_for_profiles(2)
     time.sleep(0.2)                                  # each key's next call is timed
     t0 = time.perf_counter()
     y = torch.mm(x, x)                               # timed: the op returns before its kernel ends
@@ -305,18 +313,13 @@ def test_timed_calls_do_not_wait_for_their_kernels(build_dir, tmp_path):
                for t in timings), timings
 
 
-BATCH_JOB = """
-    import glob, json, os, time, torch
+BATCH_JOB = WAIT_FOR_PROFILES + """
+    import torch
     dev = torch.device("cuda")
     xs = [torch.randn(256 + 64 * i, 512, device=dev) for i in range(12)]   # twelve keys
     for x in xs:
         torch.add(x, x)                              # each key's counters
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        files = glob.glob(os.path.join(os.environ["LINGPROBE_OUT"], "*", "metadata", "*.jsonl"))
-        if sum(l.endswith("\\n") and '"kind":"profile"' in l for f in files for l in open(f)) >= len(xs):
-            break
-        time.sleep(0.05)
+    wait_for_profiles(len(xs), seconds=120)
     time.sleep(0.05)
     for x in xs:
         torch.add(x, x)                              # each key's timed call, back to back
@@ -339,16 +342,9 @@ def test_timed_calls_pending_at_once_are_read_in_few_flushes(build_dir, tmp_path
     assert 1 <= flushes <= len(timings) // 3, [(t["seq"], t["flushes"], t.get("joined_session")) for t in timings]
 
 
-SPACING_JOB = """
-    import glob, json, os, time, torch
+SPACING_JOB = WAIT_FOR_PROFILES + """
+    import torch
     dev = torch.device("cuda")
-    def wait_for_profiles(n):                        # each key's counters written: its next call wants timing
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            files = glob.glob(os.path.join(os.environ["LINGPROBE_OUT"], "*", "metadata", "*.jsonl"))
-            if sum(l.endswith("\\n") and '"kind":"profile"' in l for f in files for l in open(f)) >= n:  # whole lines
-                return
-            time.sleep(0.05)
     x, a = torch.randn(2048, 2048, device=dev), torch.randn(1024, 1024, device=dev)
     torch.add(x, x)                                  # counters
     wait_for_profiles(1)

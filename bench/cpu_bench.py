@@ -105,23 +105,29 @@ def run_child(prefix, group, mode, workloads, configs, calls, pairs, env):
     return reply["results"]
 
 
-def callgrind_totals(directory):
-    """{label: instructions} from the dumps of one callgrind run. With
-    --separate-threads=yes a client request dumps the requesting thread only
-    (files cg.out.N-01): the calling thread's count."""
+def callgrind_events(directory):
+    """{label: {event: count}} from the dumps of one callgrind run (Ir, and with --cache-sim=yes the cache
+    events: I1mr, D1mr, D1mw, ILmr, DLmr, DLmw among them). With --separate-threads=yes a client request dumps
+    the requesting thread only (files cg.out.N-01): the calling thread's counts."""
     totals = {}
     for path in glob.glob(os.path.join(directory, "cg.out.*")):
-        label, total = None, None
+        label, events = None, None
         with open(path) as f:
             for line in f:
-                if line.startswith("desc: Trigger: Client Request: "):
+                if line.startswith("events:"):
+                    events = line.split()[1:]
+                elif line.startswith("desc: Trigger: Client Request: "):
                     label = line.split("Client Request: ", 1)[1].strip()
                 elif line.startswith(("totals:", "summary:")):
-                    total = int(line.split()[1])
+                    if label is not None and events:
+                        totals[label] = dict(zip(events, map(int, line.split()[1:])))
                     break
-        if label is not None and total is not None:
-            totals[label] = total
     return totals
+
+
+def callgrind_totals(directory):
+    """{label: instructions} from the dumps of one callgrind run (callgrind_events' Ir)."""
+    return {label: events["Ir"] for label, events in callgrind_events(directory).items()}
 
 
 class ValgrindCannotRun(typing.NamedTuple):

@@ -43,7 +43,11 @@ calls per token (lingprobe's counters), the toggle's cost (one off/on pair of
 at::enableRecordFunction, timed in the process) times the suppressed calls,
 the top-level floor (floor-toplevel minus the toggles), the nested floor
 avoided (floor minus the top-level floor) and lingprobe's own work (lingprobe
-minus floor-toplevel, the toggles being the same calls)."""
+minus floor-toplevel, the toggles being the same calls).
+
+--callgrind counts instructions per token instead, one process per
+configuration; --callgrind --cache-sim adds valgrind's cache simulation: the
+calling thread's first- and last-level cache misses per token over none's."""
 import argparse
 import json
 import os
@@ -303,7 +307,7 @@ def callgrind_child(args):
 
 def callgrind_main(args):
     # the same dump reading, heap settings and valgrind probe as bench/cpu_bench.py
-    from cpu_bench import HEAP_TUNABLES, callgrind_totals, under_valgrind, valgrind_cannot_run_torch, valgrind_preload
+    from cpu_bench import HEAP_TUNABLES, callgrind_events, under_valgrind, valgrind_cannot_run_torch, valgrind_preload
     cannot = valgrind_cannot_run_torch(path=os.environ.get("PATH"), preload=valgrind_preload(args.build))
     if cannot:
         raise SystemExit(f"instruction counts: {cannot.reason}; the wall-clock figures need no valgrind "
@@ -316,6 +320,7 @@ def callgrind_main(args):
                 continue
             d = tempfile.mkdtemp(prefix="lp-decode-cg-")
             cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no",
+                   f"--cache-sim={'yes' if args.cache_sim and separate == 'yes' else 'no'}",
                    f"--separate-threads={separate}", f"--callgrind-out-file={d}/cg.out", sys.executable, __file__,
                    "--callgrind-child", config, "--device", args.device, "--build", str(args.build),
                    "--tokens", str(args.tokens), "--warmup", str(args.warmup)] + (["--quick"] if args.quick else [])
@@ -325,9 +330,13 @@ def callgrind_main(args):
             if p.returncode != 0:
                 raise SystemExit(f"callgrind {config} failed:\n{p.stderr[-3000:]}")
             child = json.loads(p.stdout.strip().splitlines()[-1])
-            totals = callgrind_totals(d)
-            per_token = (totals[f"decode/{config}/2"] - totals[f"decode/{config}/1"]) / args.tokens
-            rows.setdefault(config, {"stats": child.get("stats")})["calling" if separate == "yes" else "all"] = per_token
+            events = callgrind_events(d)
+            n, n2 = events[f"decode/{config}/1"], events[f"decode/{config}/2"]
+            per_token = (n2["Ir"] - n["Ir"]) / args.tokens
+            row = rows.setdefault(config, {"stats": child.get("stats")})
+            row["calling" if separate == "yes" else "all"] = per_token
+            if args.cache_sim and separate == "yes":
+                row["cache"] = {e: (n2[e] - n[e]) / args.tokens for e in n if e != "Ir"}
             print(f"decode_bench callgrind: {config} ({'calling thread' if separate == 'yes' else 'all threads'}): "
                   f"{per_token:,.0f} instructions per token", flush=True)
     base = rows["none"]["calling"]
@@ -340,8 +349,22 @@ def callgrind_main(args):
         other = f"{r['all'] - r['calling']:+14,.0f}" if "all" in r else " " * 14
         ratio = f"{added / floor_added:8.2f}" if floor_added else "       -"
         print(f"{c:24} {r['calling']:12,.0f} {added:+12,.0f} {ratio} {other}")
+    if args.cache_sim:
+        print_cache_misses(rows)
     if args.json:
         args.json.write_text(json.dumps({"callgrind": rows, "tokens": args.tokens}, indent=1))
+
+
+def print_cache_misses(rows):
+    """Cache misses per token on the calling thread, added over `none` (valgrind's simulation of this host's first-
+    level and last-level caches): whether a configuration's data and code evict more than its instructions say."""
+    keys = [("I1mr", "I1 misses"), ("D1mr", "D1 read misses"), ("D1mw", "D1 write misses"),
+            ("ILmr", "LL instr misses"), ("DLmr", "LL read misses"), ("DLmw", "LL write misses")]
+    base = rows["none"]["cache"]
+    print("\ncache misses added per token, calling thread (callgrind --cache-sim=yes):")
+    print(f"{'configuration':24}" + "".join(f"{label:>17}" for _, label in keys))
+    for c, r in rows.items():
+        print(f"{c:24}" + "".join(f"{r['cache'][e] - base[e]:+17,.0f}" for e, _ in keys))
 
 
 def run_child(args, config):
@@ -380,6 +403,8 @@ def main():
     ap.add_argument("--child")
     ap.add_argument("--callgrind", action="store_true",
                     help="instructions per token under valgrind's callgrind, one process per configuration")
+    ap.add_argument("--cache-sim", action="store_true",
+                    help="with --callgrind: also valgrind's cache simulation, the added misses per token")
     ap.add_argument("--callgrind-child")
     args = ap.parse_args()
     args.main_configs = args.main_configs.split(",")

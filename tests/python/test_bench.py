@@ -20,7 +20,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "cpu_bench.py"
 sys.path.insert(0, str(BENCH.parent))
-from cpu_bench import valgrind_cannot_run_torch, valgrind_preload  # noqa: E402
+from cpu_bench import callgrind_events, callgrind_totals, valgrind_cannot_run_torch, valgrind_preload  # noqa: E402
 
 # What valgrind 3.19 prints on an AMD EPYC virtual machine whose CPUID hides RDTSCP (issue 25).
 FAKE_VALGRIND = r"""#!/bin/sh
@@ -64,6 +64,23 @@ def fake_valgrind_on_path(tmp_path, monkeypatch, script=FAKE_VALGRIND):
     (bin_dir / "valgrind").write_text(script)
     (bin_dir / "valgrind").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_callgrind_dumps_are_read_per_label_with_every_event(tmp_path):
+    """decode_bench.py --callgrind --cache-sim reads the cache events beside the instructions: each dump's events
+    line names the columns of its summary line (callgrind writes `summary:` or `totals:` at the end)."""
+    (tmp_path / "cg.out.1-01").write_text("version: 1\ncreator: callgrind-3.19.0\npid: 7\ncmd: python3\npart: 1\n"
+                                          "desc: Trigger: Client Request: decode/lingprobe/1\n"
+                                          "events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\nfn=(1) f\n0 5 1 1 0 0 0 0 0 0\n"
+                                          "summary: 1000 300 40 12 9 2 1 0 1\n")
+    (tmp_path / "cg.out.2-01").write_text("part: 2\ndesc: Trigger: Client Request: decode/lingprobe/2\n"
+                                          "events: Ir\ntotals: 2100\n")
+    (tmp_path / "cg.out").write_text("events: Ir\nsummary: 5\n")  # the exit dump: not a cg.out.N, not read
+    assert callgrind_events(tmp_path) == {
+        "decode/lingprobe/1": {"Ir": 1000, "Dr": 300, "Dw": 40, "I1mr": 12, "D1mr": 9, "D1mw": 2, "ILmr": 1, "DLmr": 0,
+                               "DLmw": 1},
+        "decode/lingprobe/2": {"Ir": 2100}}
+    assert callgrind_totals(tmp_path) == {"decode/lingprobe/1": 1000, "decode/lingprobe/2": 2100}
 
 
 def test_valgrind_probe_names_why_valgrind_cannot_run_torch(build_dir, tmp_path, monkeypatch):

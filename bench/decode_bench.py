@@ -407,6 +407,8 @@ def main():
                     help="with --callgrind: also valgrind's cache simulation, the added misses per token")
     ap.add_argument("--callgrind-child")
     args = ap.parse_args()
+    if args.cache_sim and not args.callgrind:
+        ap.error("--cache-sim simulates the caches under valgrind: give it with --callgrind")
     args.main_configs = args.main_configs.split(",")
     if args.quick:
         args.reps, args.pairs, args.tokens = 1, 3, 8

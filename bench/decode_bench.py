@@ -78,6 +78,7 @@ CONFIGS = {
 }
 PROCESS_DEFAULT = ["none", "floor", "lingprobe-off", "lingprobe", "lingprobe-never", "lingprobe-always",
                    "lingprobe-min2", "lingprobe-nested", "lingprobe-sampling-idle"]
+SCRATCH = "LPBENCH_DECODE_SCRATCH"  # the folder the parent process owns and removes: its children write below it
 CALLGRIND_DEFAULT = ["none", "floor", "floor-toplevel", "lingprobe", "lingprobe-never", "lingprobe-always",
                      "lingprobe-min2", "lingprobe-counts-only", "lingprobe-nested"]
 
@@ -95,7 +96,8 @@ def configure(args, name, stopped=False):
     os.environ["LINGPROBE_LIBRARY"] = str(args.build / "liblingprobe.so")
     sys.path.insert(0, str(ROOT / "python_shim"))
     import lingprobe
-    lingprobe.start(out_dir=tempfile.mkdtemp(prefix="lp-decode-"), **{"call_records": True, **opts})
+    lingprobe.start(out_dir=tempfile.mkdtemp(prefix="lp-decode-", dir=os.environ.get(SCRATCH)),
+                    **{"call_records": True, **opts})
     if stopped or name == "lingprobe-off":
         lingprobe.stop()
     return lingprobe
@@ -318,7 +320,7 @@ def callgrind_main(args):
         for separate in ("yes", "no"):  # the calling thread alone, then every thread (lingprobe's writer included)
             if separate == "no" and not config.startswith("lingprobe"):
                 continue
-            d = tempfile.mkdtemp(prefix="lp-decode-cg-")
+            d = tempfile.mkdtemp(prefix="lp-decode-cg-", dir=os.environ.get(SCRATCH))
             cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no",
                    f"--cache-sim={'yes' if args.cache_sim and separate == 'yes' else 'no'}",
                    f"--separate-threads={separate}", f"--callgrind-out-file={d}/cg.out", sys.executable, __file__,
@@ -418,6 +420,8 @@ def main():
     if args.callgrind_child:
         args.config = args.callgrind_child
         return callgrind_child(args)
+    scratch = tempfile.TemporaryDirectory(prefix="lp-decode-")  # the children's runs and dumps, removed at exit
+    os.environ[SCRATCH] = scratch.name
     if args.callgrind:
         if args.quick:
             args.warmup = 130

@@ -26,6 +26,7 @@
 #include "capture/recorder.h"
 #include "format/canonical_json.h"
 #include "format/json_value.h"
+#include "format/sha256.h"
 #include "gpu/cuda_driver.h"
 #include "sink/metadata_writer.h"
 
@@ -254,6 +255,7 @@ lingprobe_status session_init(const Config& config, std::string& error) {
   set_log_level(config.log_level);
   s.state.store(LINGPROBE_STATE_RUNNING);
   if (loaded_by_ld_preload(&error)) return LINGPROBE_ERROR_UNAVAILABLE;  // said once at load
+  format::sha256_ready_before_exit_handlers();  // finalize hashes at exit: it must run before libcrypto's cleanup
   std::atexit(at_exit_finalize);
   gpu::CudaDriver::on_first_load(&finalize_before_cuda_teardown);
   pthread_atfork(fork_prepare, fork_parent, fork_child);

@@ -1,5 +1,6 @@
 #include "format/sha256.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include <cstdio>
@@ -24,6 +25,12 @@ struct CtxDeleter {
 };
 
 }  // namespace
+
+void sha256_ready_before_exit_handlers() {
+  OPENSSL_init_crypto(0, nullptr);
+  EVP_MD_CTX_free(EVP_MD_CTX_new());
+  (void)sha256_hex("");  // the digest's implementation fetched and cached too
+}
 
 std::string sha256_hex(std::string_view bytes) {
   unsigned char digest[EVP_MAX_MD_SIZE];

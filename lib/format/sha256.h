@@ -10,6 +10,13 @@ namespace lingprobe::format {
 
 std::string sha256_hex(std::string_view bytes);
 
+// Initialises libcrypto now. Its own exit handler (OPENSSL_cleanup, which
+// frees the digests' locks) is registered at its first use; exit handlers run
+// in reverse order, so an exit handler that hashes must be registered after
+// this call, or it meets a torn-down libcrypto (a crash at exit). Any thread;
+// idempotent.
+void sha256_ready_before_exit_handlers();
+
 // Hash of a whole file, streamed; returns false (and leaves `hex` empty) when
 // the file cannot be read.
 bool sha256_file_hex(const std::string& path, std::string& hex);

@@ -54,7 +54,7 @@ int audit_command(int argc, char** argv) {
   options.progress = isatty(STDERR_FILENO) && !quiet;
   const auto t0 = std::chrono::steady_clock::now();
   audit::AuditOutcome outcome = audit::run_audit(options);
-  for (const auto& w : outcome.warnings) std::cerr << "lingprobe audit: warning: " << w << "\n";
+  for (const auto& w : outcome.warnings) std::cerr << audit::warning_line("audit", w) << "\n";
   if (!outcome.status.ok()) {
     std::cerr << "lingprobe audit: error: " << outcome.status.message() << "\nnothing was written.\n";
     return 1;

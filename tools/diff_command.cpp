@@ -60,7 +60,7 @@ int diff_command(int argc, char** argv) {
   options.run_a = runs[0];
   options.run_b = runs[1];
   const audit::DiffOutcome o = audit::diff_runs(options);
-  for (const auto& w : o.warnings) std::cerr << "lingprobe diff: warning: " << w << "\n";
+  for (const auto& w : o.warnings) std::cerr << audit::warning_line("diff", w) << "\n";
   if (!o.status.ok()) {
     std::cerr << "lingprobe diff: error: " << o.status.message() << "\n";
     return 1;

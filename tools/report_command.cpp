@@ -58,7 +58,7 @@ int report_command(int argc, char** argv) {
     }
   }
   audit::ReportOutcome outcome = audit::run_report(options);
-  for (const auto& w : outcome.warnings) std::cerr << "lingprobe report: warning: " << w << "\n";
+  for (const auto& w : outcome.warnings) std::cerr << audit::warning_line("report", w) << "\n";
   if (!outcome.status.ok()) {
     std::cerr << "lingprobe report: error: " << outcome.status.message() << "\n";
     if (outcome.written.empty()) std::cerr << "nothing was written.\n";

@@ -117,7 +117,7 @@ int trace_command(int argc, char** argv) {
     return 2;
   }
   const audit::TraceOutcome o = audit::write_trace(options);
-  for (const auto& w : o.warnings) std::cerr << "lingprobe trace: warning: " << w << "\n";
+  for (const auto& w : o.warnings) std::cerr << audit::warning_line("trace", w) << "\n";
   if (!o.status.ok()) {
     std::cerr << "lingprobe trace: error: " << o.status.message() << "\nnothing was written.\n";
     return 1;

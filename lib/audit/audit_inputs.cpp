@@ -29,9 +29,9 @@ void read_each_file_once(std::vector<std::string>& files, AuditOutcome& outcome)
     if (id.first || id.second) {
       const auto [it, fresh] = seen.emplace(id, path);
       if (!fresh) {
-        outcome.warnings.push_back(path + " is " + it->second +
-                                   " given again (a symlink such as latest, or the "
-                                   "same run twice); read once");
+        outcome.warnings.push_back({WarningCode::kGivenAgain, path + " is " + it->second +
+                                                                  " given again (a symlink such as latest, or the "
+                                                                  "same run twice); read once"});
         continue;
       }
     }
@@ -114,7 +114,8 @@ bool read_inputs(AuditRun& a) {
     }
     a.bytes_total += f.bytes;
     if (f.bytes == 0 || !f.has_header) {
-      outcome.warnings.push_back(path + ": " + (f.bytes == 0 ? "empty file" : "no header record") + "; skipped");
+      outcome.warnings.push_back(f.bytes == 0 ? Warning{WarningCode::kEmptyFile, path + ": empty file; skipped"}
+                                              : Warning{WarningCode::kNoHeader, path + ": no header record; skipped"});
       if (const int64_t rank = rank_in_file_name(basename(path)); rank >= 0) a.ranks_never_written.insert(rank);
       continue;
     }
@@ -122,7 +123,7 @@ bool read_inputs(AuditRun& a) {
       return bad_input(outcome,
                        path + ": format '" + f.format + "' is not lingprobe.metadata/1; refusing to mix formats");
     if (f.role == "launcher") {
-      outcome.warnings.push_back(path + ": written by a launcher process; skipped");
+      outcome.warnings.push_back({WarningCode::kLauncherFile, path + ": written by a launcher process; skipped"});
       continue;
     }
     run_ids.insert(f.run_id);
@@ -143,8 +144,9 @@ bool read_inputs(AuditRun& a) {
     if (!options.allow_mixed_runs)
       return bad_input(outcome, "these files belong to " + std::to_string(run_ids.size()) + " launches (run_id " + ids +
                                     "); audit one launch's run directory, or pass --allow-mixed-runs to sum them");
-    outcome.warnings.push_back("--allow-mixed-runs: summing " + std::to_string(run_ids.size()) + " launches (" + ids +
-                               ")");
+    outcome.warnings.push_back(
+        {WarningCode::kMixedRuns,
+         "--allow-mixed-runs: summing " + std::to_string(run_ids.size()) + " launches (" + ids + ")"});
   }
 
   return true;

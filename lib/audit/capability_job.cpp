@@ -69,25 +69,26 @@ std::string altered_file(const std::string& dir, const JsonValue& manifest) {
 
 // The profile's files read, each checked against the SHA-256 the run recorded (the manifest's) or its manifest
 // names; false with a warning when any is missing, altered or unreadable.
-bool read_profile_files(const std::string& run, const EvidenceRecord& p, std::vector<std::string>& warnings,
+bool read_profile_files(const std::string& run, const EvidenceRecord& p, std::vector<Warning>& warnings,
                         ProfileFiles& pf) {
   const std::string dir = run + "/" + p.path;
   if (!evidence_path_inside(p.path) || !format::sha256_file_hex(dir + "/manifest.json", pf.manifest_sha) ||
       pf.manifest_sha != p.evidence_sha) {
-    warnings.push_back(p.path + ": missing or altered since the run (its manifest's SHA-256 does not match); no job");
+    warnings.push_back({WarningCode::kProfileAltered,
+                        p.path + ": missing or altered since the run (its manifest's SHA-256 does not match); no job"});
     return false;
   }
   if (!format::parse_json_file(dir + "/manifest.json", pf.manifest)) {
-    warnings.push_back(p.path + ": unreadable manifest.json; no job");
+    warnings.push_back({WarningCode::kProfileUnreadable, p.path + ": unreadable manifest.json; no job"});
     return false;
   }
   if (const std::string altered = altered_file(dir, pf.manifest); !altered.empty()) {
-    warnings.push_back(p.path + ": " + altered + "; no job");
+    warnings.push_back({WarningCode::kProfileAltered, p.path + ": " + altered + "; no job"});
     return false;
   }
   if (!format::parse_json_file(dir + "/identity.json", pf.identity) ||
       !format::parse_json_file(dir + "/kernels.json", pf.kernels)) {
-    warnings.push_back(p.path + ": unreadable profile files; no job");
+    warnings.push_back({WarningCode::kProfileUnreadable, p.path + ": unreadable profile files; no job"});
     return false;
   }
   pf.replayed =
@@ -108,7 +109,7 @@ struct Derived {
 // The job's figures: kernel time, FLOP and DRAM rates against the device's roofs, and the GPU time that running at
 // the roof would save; a warning when a figure is over a roof.
 Derived measure_job(const EvidenceRecord& p, const ReportInputs& in, const ProfileFiles& pf,
-                    std::vector<std::string>& warnings, Job& j) {
+                    std::vector<Warning>& warnings, Job& j) {
   Derived m;
   const auto text = in.texts.find(p.sha);
   auto parsed = format::parse_json(text == in.texts.end() ? std::string() : text->second);
@@ -158,10 +159,11 @@ Derived measure_job(const EvidenceRecord& p, const ReportInputs& in, const Profi
   // Above 100% of a roof is a defect (a math mode or a time taken wrongly), never a figure to print as is.
   m.over_roof = j.frac_flops > 1.0 || j.frac_dram > 1.0;
   if (m.over_roof)
-    warnings.push_back(p.path + ": " + std::to_string(static_cast<int>(std::max(j.frac_flops, j.frac_dram) * 100)) +
-                       "% of its " + j.mode +
-                       " roof, over 100%: its math mode or its kernel time is wrong "
-                       "(report it); not counted in the totals");
+    warnings.push_back({WarningCode::kOverRoof,
+                        p.path + ": " + std::to_string(static_cast<int>(std::max(j.frac_flops, j.frac_dram) * 100)) +
+                            "% of its " + j.mode +
+                            " roof, over 100%: its math mode or its kernel time is wrong "
+                            "(report it); not counted in the totals"});
   j.passed = j.passed && !m.over_roof;
   // What running at its roof would save: the time x (1 - achieved / roof) of whichever roof bounds it (the
   // higher of the math mode's and DRAM's fractions).
@@ -276,7 +278,7 @@ format::Status read_report_inputs(const std::vector<std::string>& files, ReportI
 }
 
 bool profile_job(const std::string& run, const EvidenceRecord& p, const ReportInputs& in,
-                 std::vector<std::string>& warnings, Job& j) {
+                 std::vector<Warning>& warnings, Job& j) {
   ProfileFiles pf;
   if (!read_profile_files(run, p, warnings, pf)) return false;
   const Derived m = measure_job(p, in, pf, warnings, j);

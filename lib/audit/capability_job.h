@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "audit/audit_warning.h"
 #include "audit/metadata_reader.h"
 #include "format/json_value.h"
 
@@ -61,7 +62,7 @@ format::Status read_report_inputs(const std::vector<std::string>& files, ReportI
 // 2. The job of one profile record; false (with a warning) when its files are missing, altered since the run, or
 // unreadable.
 bool profile_job(const std::string& run, const EvidenceRecord& p, const ReportInputs& in,
-                 std::vector<std::string>& warnings, Job& j);
+                 std::vector<Warning>& warnings, Job& j);
 
 // A JSON value's text or number; "" or 0 when absent or of another kind.
 std::string json_text(const format::JsonValue* v);

@@ -160,7 +160,7 @@ std::string left_on_the_table(const std::vector<Job>& jobs) {
 namespace {
 
 // 2. One job per profiled signature: its first passed profile, else its first.
-std::vector<Job> signature_jobs(const std::string& run, const ReportInputs& in, std::vector<std::string>& warnings) {
+std::vector<Job> signature_jobs(const std::string& run, const ReportInputs& in, std::vector<Warning>& warnings) {
   std::vector<Job> jobs;
   for (const EvidenceRecord& p : in.profiles) {
     Job j;
@@ -170,11 +170,13 @@ std::vector<Job> signature_jobs(const std::string& run, const ReportInputs& in, 
     if (same == jobs.end()) {
       jobs.push_back(std::move(j));
     } else if (j.passed && !same->passed) {
-      warnings.push_back(json_text(same->json.find("output")) + ": " + json_text(same->json.find("status")) +
-                         "; this signature's job is " + p.path + ", which passed");
+      warnings.push_back({WarningCode::kProfileSuperseded,
+                          json_text(same->json.find("output")) + ": " + json_text(same->json.find("status")) +
+                              "; this signature's job is " + p.path + ", which passed"});
       *same = std::move(j);
     } else {
-      warnings.push_back(p.path + ": a further profile of a signature that has a job (not used)");
+      warnings.push_back(
+          {WarningCode::kFurtherProfile, p.path + ": a further profile of a signature that has a job (not used)"});
     }
   }
   return jobs;
@@ -343,11 +345,7 @@ ReportOutcome run_report(const ReportOptions& options) {
           "(docs/COUNTERS.md). " +
           std::to_string(t.unattributed_sigs) + " recorded signature(s) without a profile."));
   report.set("whole_run", std::move(whole));
-  report.set("warnings", [&] {
-    JsonValue w = JsonValue::array();
-    for (const auto& x : out.warnings) w.push_back(JsonValue::string(x));
-    return w;
-  }());
+  report.set("warnings", warnings_json(out.warnings));
 
   const std::string reports = run + "/reports";
   if (std::string e = sink::make_directories(reports); !e.empty()) {

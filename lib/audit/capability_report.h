@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "audit/audit_warning.h"
 #include "format/json_value.h"
 #include "format/status.h"
 
@@ -25,7 +26,7 @@ struct ReportOptions {
 
 struct ReportOutcome {
   format::Status status;  // kBadInput, kIoFailed (a file not read or written), kTooLarge (a line over 16 MiB)
-  std::vector<std::string> warnings;
+  std::vector<Warning> warnings;
   std::string report_path, svg_path;
   std::vector<std::string> written;  // files replaced so far (some, when writing failed midway)
   std::string summary;               // the capability section (also appended to summary.md)

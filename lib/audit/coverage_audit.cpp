@@ -39,12 +39,16 @@ const std::map<uint32_t, uint64_t>* counts_of(const FileSummary& f, AuditOutcome
   const std::map<uint32_t, uint64_t>* counts = &f.counts;
   if (!f.has_counts) {
     counts = &f.call_records;
-    outcome.warnings.push_back(f.path + ": no counts record; counted its call records instead");
+    outcome.warnings.push_back(
+        {WarningCode::kNoCountsRecord, f.path + ": no counts record; counted its call records instead"});
   } else if (!f.final_counts) {
-    outcome.warnings.push_back(f.path + ": no final counts record (the process did not finish); using its last counts");
+    outcome.warnings.push_back(
+        {WarningCode::kNoFinalCounts,
+         f.path + ": no final counts record (the process did not finish); using its last counts"});
   }
   if (f.truncated_last_line)
-    outcome.warnings.push_back(f.path + ": truncated last line skipped (killed while writing?)");
+    outcome.warnings.push_back(
+        {WarningCode::kTruncatedLastLine, f.path + ": truncated last line skipped (killed while writing?)"});
   for (const auto& [id, n] : *counts)
     if (!f.signature_sha.count(id)) {
       bad_input(outcome,
@@ -153,7 +157,7 @@ void add_file_totals(AuditRun& a, const FileSummary& f) {
 
 void reject(AuditRun& a, const Evidence& e, const std::string& why) {
   a.rejected.push_back(JsonValue::object({{"path", JsonValue::string(e.path)}, {"reason", JsonValue::string(why)}}));
-  a.outcome.warnings.push_back("evidence " + e.path + " not counted: " + why);
+  a.outcome.warnings.push_back({WarningCode::kEvidenceRejected, "evidence " + e.path + " not counted: " + why});
 }
 
 void keep_unaltered_snapshots(AuditRun& a, Signature& sig) {
@@ -235,9 +239,11 @@ void list_unnamed_evidence(AuditRun& a, const std::set<std::string>& named) {
           {{"path", JsonValue::string(rel)}, {"reason", JsonValue::string("not named by this run's metadata")}}));
     }
   if (!a.foreign.items().empty())
-    a.outcome.warnings.push_back(std::to_string(a.foreign.items().size()) +
-                                 " file(s) under snapshots/ or profiles/ are not this run's evidence (listed under "
-                                 "foreign_evidence; not counted)");
+    a.outcome.warnings.push_back(
+        {WarningCode::kForeignEvidence,
+         std::to_string(a.foreign.items().size()) +
+             " file(s) under snapshots/ or profiles/ are not this run's evidence (listed under "
+             "foreign_evidence; not counted)"});
 }
 
 // Rows in the seed's order: stage, calls descending, sha ascending.
@@ -372,8 +378,6 @@ void build_report(AuditRun& a) {
   for (const auto& [what, reasons] : a.dropped) dropped_json.set(what, counts_json(reasons));
   JsonValue ranks_json = JsonValue::array();
   for (int64_t r : a.ranks) ranks_json.push_back(JsonValue::integer(r));
-  JsonValue warnings = JsonValue::array();
-  for (const auto& w : a.outcome.warnings) warnings.push_back(JsonValue::string(w));
   JsonValue& report = a.report;
   report.set("status", JsonValue::string("structural_signature_coverage_audited"));
   report.set("scope", JsonValue::string(scope_text(a)));
@@ -403,7 +407,7 @@ void build_report(AuditRun& a) {
   report.set("rejected_evidence", std::move(a.rejected));
   report.set("foreign_evidence", std::move(a.foreign));
   if (!a.unrecorded.items().empty()) report.set("unrecorded_evidence", std::move(a.unrecorded));
-  report.set("warnings", std::move(warnings));
+  report.set("warnings", warnings_json(a.outcome.warnings));
 }
 
 AuditOutcome run_audit(const AuditOptions& options) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "audit/audit_warning.h"
 #include "format/json_value.h"
 #include "format/status.h"
 
@@ -25,7 +26,7 @@ struct AuditOptions {
 
 struct AuditOutcome {
   format::Status status;  // kBadInput, kIoFailed (a file not read or written), kTooLarge (a line over 16 MiB)
-  std::vector<std::string> warnings;
+  std::vector<Warning> warnings;
   std::string report_path;
   std::string summary_path;
   std::string summary;        // the Markdown summary (also printed by the CLI)

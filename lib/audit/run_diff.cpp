@@ -114,14 +114,14 @@ std::string calls_change_text(uint64_t a, uint64_t b) {
 }
 
 // The run audited in memory: kBadInput (not a run directory), else the audit's failure.
-format::Status load(const std::string& dir, Run& run, std::vector<std::string>& warnings) {
+format::Status load(const std::string& dir, Run& run, std::vector<Warning>& warnings) {
   if (std::string why = sink::run_directory_error(dir); !why.empty())
     return format::Status(format::StatusCode::kBadInput, why);
   AuditOptions o;
   o.inputs = {dir};
   o.write = false;
   AuditOutcome out = run_audit(o);
-  for (const auto& w : out.warnings) warnings.push_back(dir + ": " + w);
+  for (const Warning& w : out.warnings) warnings.push_back({w.code, dir + ": " + w.message});
   if (!out.status.ok()) return format::Status(out.status.code(), dir + ": " + out.status.message());
   run.dir = out.run_dir;
   run.fold_scalars = out.fold_scalars;

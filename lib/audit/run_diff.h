@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "audit/audit_warning.h"
 #include "format/json_value.h"
 #include "format/status.h"
 
@@ -30,7 +31,7 @@ struct DiffOptions {
 
 struct DiffOutcome {
   format::Status status;  // kBadInput, kIoFailed (a file not read or written), kTooLarge (a line over 16 MiB)
-  std::vector<std::string> warnings;
+  std::vector<Warning> warnings;
   format::JsonValue report;  // the whole diff
   std::string markdown;      // its human form
 };

@@ -345,7 +345,8 @@ bool choose_files(const TraceOptions& options, const std::vector<std::string>& f
       return false;
     }
     if (!f.has_header) {
-      outcome.warnings.push_back(path + ": " + (f.bytes == 0 ? "empty file" : "no header record") + "; skipped");
+      outcome.warnings.push_back(f.bytes == 0 ? Warning{WarningCode::kEmptyFile, path + ": empty file; skipped"}
+                                              : Warning{WarningCode::kNoHeader, path + ": no header record; skipped"});
       continue;
     }
     if (f.format != "lingprobe.metadata/1") {
@@ -373,7 +374,8 @@ bool choose_files(const TraceOptions& options, const std::vector<std::string>& f
     chosen.base = std::min(chosen.base, f.start_unix_ns);  // the run's first process start, whichever ranks are drawn
     if (!options.ranks.empty() && !options.ranks.count(f.rank)) continue;
     if (f.truncated_last_line)
-      outcome.warnings.push_back(path + ": truncated last line skipped (killed while writing?)");
+      outcome.warnings.push_back(
+          {WarningCode::kTruncatedLastLine, path + ": truncated last line skipped (killed while writing?)"});
     chosen.files.push_back(std::move(f));
   }
   return true;
@@ -481,11 +483,14 @@ TraceOutcome write_trace(const TraceOptions& options) {
     return outcome;
   }
   if (outcome.over_limit)
-    outcome.warnings.push_back(std::to_string(outcome.over_limit) + " call record(s) left out past --max-events " +
-                               std::to_string(options.max_events) + " (narrow the trace with --ranks or --from/--to)");
+    outcome.warnings.push_back({WarningCode::kEventsOverLimit, std::to_string(outcome.over_limit) +
+                                                                   " call record(s) left out past --max-events " +
+                                                                   std::to_string(options.max_events) +
+                                                                   " (narrow the trace with --ranks or --from/--to)"});
   if (outcome.slices == 0)
     outcome.warnings.push_back(
-        "no call record to draw (call records off, LINGPROBE_CALL_RECORDS=0, or outside the filters)");
+        {WarningCode::kNothingToDraw,
+         "no call record to draw (call records off, LINGPROBE_CALL_RECORDS=0, or outside the filters)"});
   return outcome;
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "audit/audit_warning.h"
 #include "format/status.h"
 
 namespace lingprobe::audit {
@@ -31,7 +32,7 @@ struct TraceOptions {
 
 struct TraceOutcome {
   format::Status status;  // kBadInput, kIoFailed (a file not read or written), kTooLarge (a line over 16 MiB)
-  std::vector<std::string> warnings;
+  std::vector<Warning> warnings;
   std::string output_path;
   uint64_t processes = 0, threads = 0;
   uint64_t slices = 0, snapshots = 0, windows = 0, timed_calls = 0;

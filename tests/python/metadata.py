@@ -62,3 +62,15 @@ def files(out):
     dirs = run_dirs(out)
     assert len(dirs) <= 1, f"several launches under {out}: {dirs}"
     return sorted((dirs[0] / "metadata").glob("*.jsonl")) if dirs else []
+
+
+def warning_codes(stderr):
+    """The codes of a lingprobe command's warnings, in order: its lines "lingprobe TOOL: warning: MESSAGE [CODE]"
+    (the codes are docs/AUDIT.md's; a test switches on them, never on a message's words)."""
+    return [line.rsplit(" [", 1)[1][:-1] for line in stderr.splitlines()
+            if line.startswith("lingprobe ") and ": warning: " in line and line.endswith("]")]
+
+
+def report_warning_codes(report):
+    """The codes of a report's "warnings" (coverage_audit.json, capability_report.json), in order."""
+    return [w["code"] for w in report["warnings"]]

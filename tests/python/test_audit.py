@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+import metadata
+
 
 def header(rank, pid, world_size=4, run_id="run-seed", fmt="lingprobe.metadata/1"):
     return {"kind": "header", "format": fmt, "run_id": run_id, "role": "rank", "rank": rank,
@@ -132,7 +134,10 @@ def test_truncated_last_line_is_a_warning(cli, seed_run):
         fh.write('{"kind":"call","id":0,"se')
     p = audit(cli, seed_run, "--quiet")
     assert p.returncode == 0, p.stderr
-    assert "truncated last line" in p.stderr and f.name in p.stderr
+    (line,) = [l for l in p.stderr.splitlines() if "warning" in l]
+    assert metadata.warning_codes(line) == ["truncated_last_line"] and f.name in line, p.stderr
+    report = json.loads((seed_run / "reports" / "coverage_audit.json").read_text())
+    assert metadata.report_warning_codes(report) == ["truncated_last_line"]
 
 
 def test_malformed_line_is_an_error_and_writes_nothing(cli, seed_run):
@@ -149,7 +154,7 @@ def test_malformed_line_is_an_error_and_writes_nothing(cli, seed_run):
 def test_empty_file_is_skipped_with_a_warning(cli, seed_run):
     (seed_run / "metadata" / "metadata_rank0_pid9.jsonl").write_text("")
     p = audit(cli, seed_run, "--quiet")
-    assert p.returncode == 0 and "empty file" in p.stderr
+    assert p.returncode == 0 and metadata.warning_codes(p.stderr) == ["empty_file"], p.stderr
 
 
 def test_mixed_runs(cli, seed_run):
@@ -157,7 +162,8 @@ def test_mixed_runs(cli, seed_run):
     p = audit(cli, seed_run, "--quiet")
     assert p.returncode == 1 and "2 launches (run_id 'other', 'run-seed')" in p.stderr and "--allow-mixed-runs" in p.stderr
     p = audit(cli, seed_run, "--quiet", "--allow-mixed-runs")
-    assert p.returncode == 0 and "summing 2 launches" in p.stderr
+    assert p.returncode == 0 and "mixed_runs" in metadata.warning_codes(p.stderr), p.stderr
+    assert "summing 2 launches" in p.stderr  # the message says how many
     write_file(seed_run / "metadata" / "metadata_rank0_pid8.jsonl", [header(0, 8, world_size=2)])
     p = audit(cli, seed_run, "--quiet", "--allow-mixed-runs")
     assert p.returncode == 1 and "world_size 2 disagrees" in p.stderr

@@ -152,7 +152,8 @@ def test_audit_counts_only_this_runs_evidence(ops_run, cli, tmp_path):
     assert [e["path"] for e in report["rejected_evidence"]] == [f"snapshots/{files[1].name}"]
     cov = report["coverage"]["snapshots"]["by_signatures"]
     assert (cov["covered"], cov["total"]) == (5, 6)
-    assert "not this run's evidence" in a.stderr
+    assert "foreign_evidence" in metadata.warning_codes(a.stderr), a.stderr
+    assert "foreign_evidence" in metadata.report_warning_codes(report)
 
 
 def rewrite_snapshot(src, dst, change):

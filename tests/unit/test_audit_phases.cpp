@@ -3,14 +3,18 @@
 // unpacked into a temporary directory. No torch, no GPU.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "audit/audit_run.h"
+#include "audit/audit_warning.h"
 #include "audit/coverage_audit.h"
 #include "audit/run_diff.h"
 #include "audit/trace_export.h"
+#include "format/canonical_json.h"
 #include "test_support.h"
 
 using namespace lingprobe;
@@ -86,7 +90,7 @@ TEST_CASE("audit phases: a run given twice (its directory and a symlink to it) i
   REQUIRE(find_inputs(a));
   CHECK(a.files.size() == 4);  // 8 before
   REQUIRE(stored.outcome.warnings.size() == 4);
-  CHECK(stored.outcome.warnings.front().find("given again") != std::string::npos);
+  CHECK(stored.outcome.warnings.front().code == WarningCode::kGivenAgain);
   REQUIRE((read_inputs(a) && total_ranks(a)));
   CHECK(a.summaries.size() == 4);
 }
@@ -120,6 +124,24 @@ TEST_CASE("audit phases: evidence whose files changed after the run is not count
   check_evidence(a);
   CHECK(profiles_counted(a) == 29);
   CHECK(profiles_rejected(a) == 1);
+  const auto& w = stored.outcome.warnings;
+  CHECK(std::count_if(w.begin(), w.end(), [&](const Warning& x) {
+          return x.code == WarningCode::kEvidenceRejected && x.message.find(edited) != std::string::npos;
+        }) == 1);
+}
+
+TEST_CASE("audit warnings: each code has its own name, in the reports' JSON and the printed line", "[audit]") {
+  std::set<std::string> names;
+  for (int c = 0; c <= static_cast<int>(WarningCode::kNothingToDraw); ++c) {
+    const std::string name = warning_code_name(static_cast<WarningCode>(c));
+    CHECK(name != "unknown");
+    CHECK(names.insert(name).second);
+  }
+  const Warning w{WarningCode::kTruncatedLastLine, "metadata/a.jsonl: truncated last line skipped"};
+  CHECK(warning_line("audit", w) ==
+        "lingprobe audit: warning: metadata/a.jsonl: truncated last line skipped [truncated_last_line]");
+  CHECK(format::canonical_json(warnings_json({w})) ==
+        R"([{"code":"truncated_last_line","message":"metadata/a.jsonl: truncated last line skipped"}])");
 }
 
 TEST_CASE("audit phases: a directory without metadata stops at the first phase with the reason", "[audit][phases]") {

@@ -181,7 +181,7 @@ LINGPROBE_API lingprobe_status lingprobe_start(void) {
 }
 LINGPROBE_API lingprobe_status lingprobe_stop(void) {
   LINGPROBE_NOT_IN_FORKED_CHILD();
-  LINGPROBE_GUARDED(lingprobe::api::session_set_recording(false, err))
+  LINGPROBE_GUARDED(lingprobe::api::session_stop(err))
 }
 LINGPROBE_API lingprobe_status lingprobe_flush(void) {
   LINGPROBE_NOT_IN_FORKED_CHILD();

@@ -84,8 +84,10 @@ typedef struct lingprobe_stats {
 LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options);
 
 /* Starts / stops recording (a window of a long-running server). Stopping
- * disables the hook, so the dispatcher stops boxing arguments. Any thread.
- * Returns LINGPROBE_OK, LINGPROBE_ERROR_NOT_INITIALIZED,
+ * disables the hook, so the dispatcher stops boxing arguments, then writes
+ * what the window recorded, as lingprobe_flush: the files hold the window
+ * when stop returns (it waits for one write of the writer thread, not fsync).
+ * Any thread. Returns LINGPROBE_OK, LINGPROBE_ERROR_NOT_INITIALIZED,
  * LINGPROBE_ERROR_INVALID_CONFIG (init failed), LINGPROBE_ERROR_FINALIZED,
  * LINGPROBE_ERROR_UNAVAILABLE (launcher, forked child). */
 LINGPROBE_API lingprobe_status lingprobe_start(void);

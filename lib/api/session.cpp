@@ -338,6 +338,11 @@ lingprobe_status session_flush(std::string& error) {
   return LINGPROBE_OK;
 }
 
+lingprobe_status session_stop(std::string& error) {
+  if (auto st = session_set_recording(false, error); st != LINGPROBE_OK) return st;
+  return session_flush(error);
+}
+
 lingprobe_status session_finalize() {
   if (g_forked_child.load()) return LINGPROBE_OK;  // the parent's files are not the child's to close
   Session& s = S();

@@ -19,6 +19,9 @@ void session_init_invalid();
 // Starts (on) or stops recording: the hook is registered or removed.
 lingprobe_status session_set_recording(bool on, std::string& error);
 lingprobe_status session_flush(std::string& error);
+// Recording off, then session_flush: the window's records are on disk when it returns. Not from the writer's
+// thread (the control file switches recording alone): the flush waits for that thread.
+lingprobe_status session_stop(std::string& error);
 lingprobe_status session_finalize();
 lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t world_size, std::string& error);
 // lingprobe_hold_counters: false when a window stayed open past the wait.

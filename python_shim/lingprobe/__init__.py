@@ -6,7 +6,7 @@ of every ATen operator call of this process.
     with lingprobe.stage("dit"):
         model(x)
     print(lingprobe.stats())
-    lingprobe.stop()          # recording off; lingprobe.finalize() (or exit) writes the final counts
+    lingprobe.stop()          # recording off, the window written; finalize() (or exit) writes the final counts
 
 Options are the names `lingprobe config` lists, as keywords (nested=True,
 call_records=False, flush_interval_ms=100, ...). The library is found through
@@ -71,16 +71,31 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
         from . import _profiler_guard
         after_import("torch.autograd.profiler", _profiler_guard.watch)
     elif options or out_dir or ops:
-        raise LingprobeError(1, "already initialised: options apply only to the first start()")
+        raise LingprobeError(1, _already_initialised(out_dir, ops, options))
     check(lib, lib.lingprobe_start())
 
 
+def _already_initialised(out_dir, ops, options):
+    """Why start()'s options cannot apply, and what to do instead."""
+    import os
+    names = (["LINGPROBE_OUT"] if out_dir else []) + (["LINGPROBE_OPS"] if ops else []) + \
+        [f"LINGPROBE_{k.upper()}" for k in options]
+    if "lingprobe" in os.environ.get("LD_PRELOAD", ""):
+        return ("already initialised at load by LD_PRELOAD (or `lingprobe run`), from the environment: set "
+                + ", ".join(names) + " there instead, or call start() without options")
+    return ("already initialised by an earlier start(): options apply only to the first start() of a process; "
+            "call start() without options to resume the same run")
+
+
 def stop():
+    """Stops recording and writes what was recorded: the run's files hold the window when it returns (start()
+    resumes the same run, in the same files)."""
     lib = _library()
     check(lib, lib.lingprobe_stop())
 
 
 def flush():
+    """Writes everything recorded so far and a counts record; returns when it is on disk. Recording goes on."""
     lib = _library()
     check(lib, lib.lingprobe_flush())
 

@@ -27,6 +27,8 @@ def test_start_stage_stats_stop(build_dir, tmp_path):
         s = lingprobe.stats()
         assert s["calls_recorded"] == 8 and s["signatures"] == 2 and s["recording"], s
         lingprobe.stop()
+        with open(lingprobe.metadata_path()) as f:  # the window on disk when stop returns
+            assert sum('"kind":"call"' in line for line in f) == 8
         torch.mm(x, x)                      # after stop: not recorded
         lingprobe.start()
         torch.mm(x, x)                      # window two: recorded, unstaged
@@ -199,9 +201,15 @@ def test_shim_finds_the_copy_the_preload_stub_loaded(build_dir, tmp_path):
         with lingprobe.stage("dit"):
             torch.mm(torch.ones(2, 2), torch.ones(2, 2))
         print(lingprobe.stats()["calls_recorded"])
+        try:  # the preload started it: a notebook's own out_dir cannot apply, and the error says where to set it
+            lingprobe.start(out_dir="elsewhere", nested=True)
+        except lingprobe.LingprobeError as e:
+            print(e)
     """)], env=env, capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr.decode()
-    assert p.stdout.decode().strip() == "1"
+    calls, error = p.stdout.decode().strip().split("\n")
+    assert calls == "1"
+    assert "LD_PRELOAD" in error and "LINGPROBE_OUT, LINGPROBE_NESTED" in error, error
 
 
 def test_nested_calls_on_request_with_their_depth(build_dir, tmp_path):

@@ -1,5 +1,5 @@
 """The C/C++ packaging a user links against (issue 28, item 7): an install to any prefix works with pkg-config and
-with find_package, and the build tree itself is a find_package package."""
+with find_package, and the build tree itself is a find_package and a pkg-config package."""
 import os
 import pathlib
 import subprocess
@@ -60,6 +60,16 @@ def test_pkg_config_from_an_installed_prefix(prefix, tmp_path):
     run(["cc", str(src / "prog.c"), "-o", str(tmp_path / "prog"), *flags])
     out = run([str(tmp_path / "prog")], env=dict(os.environ, LD_LIBRARY_PATH=str(libdir_of(prefix)))).stdout
     assert out == "0 ok\n"
+
+
+def test_pkg_config_from_the_build_tree(build_dir, tmp_path):
+    """PKG_CONFIG_PATH=build gave the installed .pc's paths relative to build/ (../../include: nothing there), and
+    the header's version.h is generated under build/include: a new user's first compile failed."""
+    src = source(tmp_path)
+    env = dict(os.environ, PKG_CONFIG_PATH=str(build_dir))
+    flags = run(["pkg-config", "--cflags", "--libs", "lingprobe"], env=env).stdout.split()
+    run(["cc", str(src / "prog.c"), "-o", str(tmp_path / "prog"), *flags])
+    assert run([str(tmp_path / "prog")]).stdout == "0 ok\n"  # found by its RPATH, no LD_LIBRARY_PATH
 
 
 @pytest.mark.parametrize("where", ["installed prefix", "build tree"])

@@ -38,7 +38,11 @@ std::unique_ptr<LoadedPlan> load_sample_plan(const Config& c, bool counters_poss
     log_info("sample plan from " + loaded->source + ": " + std::to_string(loaded->plan.keys.size()) + " of " +
              std::to_string(loaded->plan.ranked) + " keys (" + share + " of its " +
              (loaded->plan.basis == "flops" ? "FLOPs" : "measured kernel time") + "), " +
-             std::to_string(loaded->plan.over_budget) + " passed over by the budgets");
+             std::to_string(loaded->plan.over_budget) + " passed over by the budgets" +
+             (loaded->plan.unranked ? "; " + std::to_string(loaded->plan.unranked) +
+                                          " key(s) without a FLOP formula or a measured time were not ranked (profile "
+                                          "the earlier run, LINGPROBE_PROFILE=1, to rank by time)"
+                                    : std::string()));
   }
   return loaded;
 }
@@ -60,6 +64,7 @@ std::string plan_record(const LoadedPlan& plan, const std::vector<std::string>& 
   r.set("keys", JsonValue::integer(static_cast<int64_t>(plan.plan.keys.size())));
   r.set("ranked", JsonValue::integer(static_cast<int64_t>(plan.plan.ranked)));
   r.set("over_budget", JsonValue::integer(static_cast<int64_t>(plan.plan.over_budget)));
+  r.set("unranked", JsonValue::integer(static_cast<int64_t>(plan.plan.unranked)));
   r.set("covered_share", JsonValue::floating(plan.plan.covered_share));
   r.set("unmet", std::move(missing));
   return format::canonical_json(r) + "\n";

@@ -1,6 +1,11 @@
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "audit/audit_run.h"
 #include "audit/plan_report.h"
@@ -54,7 +59,17 @@ std::string top_by_time_markdown(const std::vector<const Signature*>& group) {
   return md.str();
 }
 
-// The run's coverage by snapshots and counters: a table, or one line where the run took neither.
+// Where the run has signatures whose FLOPs are unknown: one line saying the FLOP figures leave them out.
+std::string unknown_flops_line(const JsonValue& overall) {
+  const JsonValue* n = overall.find("signatures_without_flop_formula");
+  if (!n || n->kind() != JsonValue::Kind::Int || n->as_int() == 0) return "";
+  return "\n" + std::to_string(n->as_int()) +
+         " signature(s) have no FLOP formula: every FLOP figure and share leaves them out, whatever their time "
+         "(docs/AUDIT.md lists the formulas; their rows say `flops_per_call: null`).\n";
+}
+
+// The run's coverage by snapshots and counters: a table, or one line where the run took neither; then the
+// signatures without a FLOP formula.
 std::string coverage_markdown(const JsonValue& overall) {
   auto covered = [&](const char* kind) {
     const JsonValue* n = overall.find(kind)->find("by_signatures")->find("covered");
@@ -63,7 +78,8 @@ std::string coverage_markdown(const JsonValue& overall) {
   if (!covered("snapshots") && !covered("counters"))
     return "\n## Coverage\n\nNo snapshot or counter evidence in this run (LINGPROBE_SNAPSHOTS=1 and "
            "LINGPROBE_PROFILE=1 "
-           "take them): nothing is covered yet.\n";
+           "take them): nothing is covered yet.\n" +
+           unknown_flops_line(overall);
   std::ostringstream md;
   md << "\n## Coverage\n\n| coverage | by signatures | by calls | by FLOPs | by measured time "
         "|\n|---|---|---|---|---|\n";
@@ -73,6 +89,32 @@ std::string coverage_markdown(const JsonValue& overall) {
        << pct(*c.find("by_flops")) << " | "
        << (c.find("by_measured_time_us") ? pct(*c.find("by_measured_time_us")) : std::string("-")) << " |\n";
   }
+  md << unknown_flops_line(overall);
+  return md.str();
+}
+
+// A stage's ops without a FLOP formula that hold 1% or more of its host time (from the call records), the largest
+// three: every FLOP figure leaves them out, however long they take.
+std::string unknown_flops_by_time_markdown(const std::vector<const Signature*>& group) {
+  int64_t stage_ns = 0;
+  std::map<std::string, int64_t> by_op;
+  for (auto* s : group) {
+    stage_ns += s->host_ns;
+    if (!s->flops) by_op[s->op] += s->host_ns;
+  }
+  std::vector<std::pair<int64_t, std::string>> heavy;
+  for (const auto& [op, ns] : by_op)
+    if (stage_ns > 0 && ns * 100 >= stage_ns) heavy.emplace_back(ns, op);
+  if (heavy.empty()) return "";
+  std::sort(heavy.rbegin(), heavy.rend());
+  std::ostringstream md;
+  md << "\nWithout a FLOP formula (in no FLOP figure or share), by share of the stage's host time:";
+  for (size_t k = 0; k < heavy.size() && k < 3; ++k) {
+    char share[16];
+    std::snprintf(share, sizeof share, "%.1f%%", 100.0 * static_cast<double>(heavy[k].first) / stage_ns);
+    md << (k ? "," : "") << " `" << heavy[k].second << "` " << share;
+  }
+  md << ".\n";
   return md.str();
 }
 
@@ -136,6 +178,7 @@ std::string make_summary(const std::map<std::string, std::vector<const Signature
     md << "\nNot covered by counters: " << uncovered << " of " << group.size() << " signatures";
     const JsonValue& cov = *st.find("coverage")->find("counters");
     md << " (" << pct(*cov.find("by_calls")) << " of calls, " << pct(*cov.find("by_flops")) << " of FLOPs covered).\n";
+    md << unknown_flops_by_time_markdown(group);
   }
   md << coverage_markdown(overall);
   return md.str();

@@ -209,6 +209,7 @@ PlanRecord read_plan(simdjson::dom::object obj) {
                static_cast<uint64_t>(std::max<int64_t>(0, num(obj["keys"]))),
                static_cast<uint64_t>(std::max<int64_t>(0, num(obj["ranked"]))),
                static_cast<uint64_t>(std::max<int64_t>(0, num(obj["over_budget"]))),
+               static_cast<uint64_t>(std::max<int64_t>(0, num(obj["unranked"]))),
                0,
                {}};
   double d = 0;

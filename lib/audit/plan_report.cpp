@@ -45,6 +45,7 @@ JsonValue plan_json(const std::vector<PlanRecord>& records) {
                             {"keys", JsonValue::integer(static_cast<int64_t>(first.keys))},
                             {"ranked", JsonValue::integer(static_cast<int64_t>(first.ranked))},
                             {"over_budget", JsonValue::integer(static_cast<int64_t>(first.over_budget))},
+                            {"unranked", JsonValue::integer(static_cast<int64_t>(first.unranked))},
                             {"covered_share", JsonValue::floating(first.covered_share)},
                             {"processes", JsonValue::integer(static_cast<int64_t>(records.size()))},
                             {"unmet", std::move(unmet)}});
@@ -62,6 +63,10 @@ std::string plan_markdown(const std::vector<PlanRecord>& records, size_t rows) {
                    (first.basis == "flops" ? "FLOPs" : "measured kernel time") + "; " +
                    std::to_string(first.over_budget) + " passed over by the budgets); " + std::to_string(unmet.size()) +
                    " planned key(s) never met in this run.\n";
+  if (first.unranked)
+    md += "\n" + std::to_string(first.unranked) +
+          " key(s) of the earlier run had no FLOP formula and no measured time, so no share: none was planned, "
+          "whatever its time. Profile the earlier run (LINGPROBE_PROFILE=1) to rank every key by measured time.\n";
   if (unmet.empty()) return md;
   md += "\n| planned share | stage | op | input key |\n|---|---|---|---|\n";
   for (size_t i = 0; i < unmet.size() && i < rows; ++i) {

@@ -23,6 +23,7 @@ struct Ranked {
   double time_us = 0, flops = 0;
   uint64_t calls = 0;
   bool measured = false;
+  bool flops_unknown = false;  // a row of the key has no FLOP formula (flops_per_call null)
 };
 
 // The earlier run's mean counter window, or the default.
@@ -53,13 +54,18 @@ std::string build_sample_plan(const JsonValue& audit, const PlanBudgets& budgets
     r.key.snapshot_bytes = std::max(r.key.snapshot_bytes, format::signature_tensor_bytes(*sig));
     r.calls += static_cast<uint64_t>(calls);
     if (const double f = number(row.find("flops_per_call")); f > 0) r.flops += f * calls;
+    if (number(row.find("flops_per_call")) < 0) r.flops_unknown = true;  // null: no formula
     if (const double t = number(row.find("kernel_time_us_per_call")); t >= 0) r.time_us += t * calls, r.measured = true;
   }
   double total_time = 0, total_flops = 0;
   bool all_measured = true;
   std::vector<Ranked> ranked;
+  size_t unranked = 0;
   for (auto& [sha, r] : by_key) {
-    if (r.time_us <= 0 && r.flops <= 0) continue;
+    if (r.time_us <= 0 && r.flops <= 0) {
+      unranked += !r.measured && r.flops_unknown;
+      continue;
+    }
     total_time += r.time_us;
     total_flops += r.flops;
     all_measured = all_measured && r.measured;
@@ -78,6 +84,7 @@ std::string build_sample_plan(const JsonValue& audit, const PlanBudgets& budgets
   });
   out = SamplePlan{};
   out.ranked = ranked.size();
+  out.unranked = unranked;
   out.basis = by_time ? "measured_time" : "flops";
   const double window_s = mean_window_seconds(audit);
   uint64_t bytes_left = budgets.snapshot_bytes;

@@ -72,6 +72,16 @@ const char* const kDataMovement[] = {"to",
                                      "empty_like",
                                      "zeros_like"};
 
+// nn.MultiheadAttention's fused path (eval, no autograd): in-projections of query [B,L,E] and key/value [B,S,E]
+// with their biases, the attention (2BLSE for the scores and 2BLSE for the weighted values, all heads), and the
+// out-projection with its bias. Masks are not counted (the fused kernels compute every pair).
+std::optional<int64_t> multi_head_attention_flops(const std::vector<int64_t>& q, const std::vector<int64_t>& k) {
+  if (q.size() < 2 || k.size() < 2) return std::nullopt;
+  const int64_t batch = prod(q, 0, q.size() - 2), l = q[q.size() - 2], e = q.back(), s = k[k.size() - 2];
+  const int64_t projections = (2 * e + 1) * e * batch * (2 * l + 2 * s);  // q, k, v and out, each with its bias
+  return projections + 4 * batch * l * s * e;
+}
+
 }  // namespace
 
 std::optional<int64_t> flops_per_call(const JsonValue& sig) {
@@ -127,6 +137,19 @@ std::optional<int64_t> flops_per_call(const JsonValue& sig) {
     const bool half = causal && causal->kind() == JsonValue::Kind::Bool && causal->as_bool();
     const int64_t full = 2 * batch * l * s * e + 2 * batch * l * s * ev;
     return half ? full / 2 : full;
+  }
+  if (name == "_native_multi_head_attention") {  // (query, key, value, embed_dim, num_head, qkv_weight, ...)
+    if (!shape_of(arg(sig, 0), a) || !shape_of(arg(sig, 1), b)) return std::nullopt;
+    return multi_head_attention_flops(a, b);
+  }
+  if (name == "_transformer_encoder_layer_fwd") {  // nn.TransformerEncoderLayer's fused path: attention and FFN
+    std::vector<int64_t> ffn;                      // ffn_weight_1 [F, E], the 15th argument
+    if (!shape_of(arg(sig, 0), a) || !shape_of(arg(sig, 14), ffn) || a.size() < 2 || ffn.size() != 2)
+      return std::nullopt;
+    const auto attention = multi_head_attention_flops(a, a);
+    if (!attention) return std::nullopt;
+    const int64_t tokens = prod(a, 0, a.size() - 1), e = a.back(), f = ffn[0];
+    return *attention + tokens * (4 * e * f + f + e);  // two linears with their biases
   }
   if (name == "add" || name == "sub" || name == "mul" || name == "div") {
     if (!shape_of(output, out)) return std::nullopt;

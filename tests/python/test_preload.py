@@ -117,3 +117,32 @@ def test_torch_profiler_sessions_hold_counter_windows_off(build_dir, tmp_path):
     p = subprocess.run([sys.executable, "-c", job], env=env_for(build_dir, tmp_path, LINGPROBE_PROFILE="1"),
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "ok" in p.stdout, p.stderr
+
+
+def test_the_fused_attention_paths_have_their_flops(build_dir, cli, tmp_path):
+    """torch's nn.MultiheadAttention and nn.TransformerEncoderLayer in eval without autograd run one fused op each
+    (`_native_multi_head_attention`, `_transformer_encoder_layer_fwd`): a new user's torchvision ViT spent 71% of its
+    encoder's time in the first with no FLOP formula, so FLOP shares and sample plans left its attention out."""
+    job = ("import torch\n"
+           "layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()\n"
+           "mha = torch.nn.MultiheadAttention(64, 4, batch_first=True).eval()\n"
+           "x = torch.randn(2, 17, 64)\n"
+           "with torch.no_grad():\n"
+           "    layer(x); mha(x, x, x)\n"
+           "    torch.erfinv(torch.rand(4_000_000) * 0.5)\n")  # no formula, most of the host time
+    env = dict(env_for(build_dir, tmp_path),
+               LINGPROBE_OPS="aten::_native_multi_head_attention,aten::_transformer_encoder_layer_fwd,aten::erfinv")
+    p = subprocess.run([sys.executable, "-c", job], env=env, capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    (run,) = metadata.run_dirs(tmp_path)
+    assert subprocess.run([cli, "audit", "--quiet", str(run)], capture_output=True).returncode == 0
+    import json
+    rows = json.loads((run / "reports" / "coverage_audit.json").read_text())["rows"]
+    flops = {r["signature"]["op"]: r["flops_per_call"] for r in rows}
+    attention = 4 * (2 * 34 * 64 * 64 + 34 * 64) + 4 * 2 * 17 * 17 * 64  # 4 projections of 34 tokens; 2BLSE twice
+    assert flops == {"aten._native_multi_head_attention.default": attention,
+                     "aten._transformer_encoder_layer_fwd.default": attention + 34 * (4 * 64 * 128 + 128 + 64),
+                     "aten.erfinv.default": None}
+    # summary.md names the op whose time no FLOP figure holds, and only that one
+    (line,) = [l for l in (run / "reports" / "summary.md").read_text().splitlines() if "Without a FLOP formula" in l]
+    assert "`aten.erfinv.default`" in line and "attention" not in line and "encoder" not in line, line

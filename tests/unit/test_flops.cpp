@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <string>
+
 #include "format/flops.h"
 #include "format/json_parse.h"
 
@@ -84,4 +86,37 @@ TEST_CASE("data movement is 0, unknown ops are null, other formulas", "[flops]")
           R"({"op":"aten.scaled_dot_product_attention.default","args":[{"dtype":"f","shape":[1,8,64,32],"stride":[1,1,1,1]},
       {"dtype":"f","shape":[1,8,64,32],"stride":[1,1,1,1]},{"dtype":"f","shape":[1,8,64,32],"stride":[1,1,1,1]},null,0.0,true],
       "kwargs":{"scale":null},"output":null,"stage":"s"})") == 2LL * 8 * 64 * 64 * 32);
+}
+
+TEST_CASE("the fused attention paths of nn.MultiheadAttention and nn.TransformerEncoderLayer", "[flops]") {
+  // A new user's ViT (torchvision, eval, no autograd) ran its attention as _native_multi_head_attention: 71% of its
+  // encoder's time with no formula, so the FLOP shares and the sample plan left it out.
+  // Self-attention, query = key = value [2,17,64]: four projections of 34 tokens with their biases, then 2BLSE twice.
+  const int64_t self_attention = 4 * (2 * 34 * 64 * 64 + 34 * 64) + 4 * 2 * 17 * 17 * 64;
+  CHECK(flops(R"({"op":"aten._native_multi_head_attention.default","args":[
+      {"dtype":"f","shape":[2,17,64],"stride":[1088,64,1]},{"dtype":"f","shape":[2,17,64],"stride":[1088,64,1]},
+      {"dtype":"f","shape":[2,17,64],"stride":[1088,64,1]},64,4,{"dtype":"f","shape":[192,64],"stride":[64,1]},
+      {"dtype":"f","shape":[192],"stride":[1]},{"dtype":"f","shape":[64,64],"stride":[64,1]},
+      {"dtype":"f","shape":[64],"stride":[1]},null,false,true,null],"kwargs":{},"output":null,"stage":"s"})") ==
+        self_attention);
+  // Cross-attention, query [1,10,32] against key/value [1,20,32]: q and out over 10 tokens, k and v over 20.
+  CHECK(flops(R"({"op":"aten._native_multi_head_attention.default","args":[
+      {"dtype":"f","shape":[1,10,32],"stride":[320,32,1]},{"dtype":"f","shape":[1,20,32],"stride":[640,32,1]},
+      {"dtype":"f","shape":[1,20,32],"stride":[640,32,1]},32,2,{"dtype":"f","shape":[96,32],"stride":[32,1]},
+      {"dtype":"f","shape":[96],"stride":[1]},{"dtype":"f","shape":[32,32],"stride":[32,1]},
+      {"dtype":"f","shape":[32],"stride":[1]},null,false,true,null],"kwargs":{},"output":null,"stage":"s"})") ==
+        2 * (2 * 10 * 32 * 32 + 10 * 32) + 2 * (2 * 20 * 32 * 32 + 20 * 32) + 4 * 10 * 20 * 32);
+  // The encoder layer [2,17,64] with an FFN of 128 (ffn_weight_1 [128,64], its 15th argument): the attention above
+  // and two linears with their biases over 34 tokens.
+  const char* t = R"({"dtype":"f","shape":[64],"stride":[1]})";
+  const std::string layer =
+      std::string(
+          R"({"op":"aten._transformer_encoder_layer_fwd.default","args":[)"
+          R"({"dtype":"f","shape":[2,17,64],"stride":[1088,64,1]},64,4,{"dtype":"f","shape":[192,64],"stride":[64,1]},)"
+          R"({"dtype":"f","shape":[192],"stride":[1]},{"dtype":"f","shape":[64,64],"stride":[64,1]},)") +
+      t + ",false,false,1e-05," + t + "," + t + "," + t + "," + t +
+      R"(,{"dtype":"f","shape":[128,64],"stride":[64,1]},{"dtype":"f","shape":[128],"stride":[1]},)"
+      R"({"dtype":"f","shape":[64,128],"stride":[128,1]},)" +
+      t + R"(,null,null],"kwargs":{},"output":null,"stage":"s"})";
+  CHECK(flops(layer.c_str()) == self_attention + 34 * (2 * 64 * 128 + 128 + 2 * 128 * 64 + 64));
 }

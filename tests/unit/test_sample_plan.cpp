@@ -63,7 +63,7 @@ TEST_CASE("plan: keys ranked by FLOPs share, taken while the byte budget lasts",
   // never planned
   const std::string big = linear(512, 256, 512), mid = linear(64, 256, 512), small = linear(16, 256, 512);
   const JsonValue audit = audit_of({row(small, 10, "4194304"), row(big, 6, "134217728"), row(mid, 3, "50331648"),
-                                    row(linear(1, 1, 1, "view"), 1000, "null")});
+                                    row(linear(1, 1, 1, "view"), 1000, "null"), row(linear(2, 2, 2), 9, "0")});
   capture::PlanBudgets b;
   b.snapshots = true;
   b.snapshot_bytes = 3u << 19;  // 1.5 MiB: the big key's snapshot does not fit, the next two do
@@ -71,6 +71,7 @@ TEST_CASE("plan: keys ranked by FLOPs share, taken while the byte budget lasts",
   REQUIRE(build_sample_plan(audit, b, plan).empty());
   CHECK(plan.basis == "flops");
   CHECK(plan.ranked == 3);
+  CHECK(plan.unranked == 1);  // the key without a formula, said in the log and the report; a formula's 0 is not
   CHECK(plan.over_budget == 1);
   REQUIRE(plan.keys.size() == 2);
   CHECK(plan.keys[0].input_sha == format::input_key_sha256(sig(mid)));  // the big key passed over, the next taken

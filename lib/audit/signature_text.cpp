@@ -2,12 +2,31 @@
 
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "format/canonical_json.h"
 
 namespace lingprobe::audit {
 
 using format::JsonValue;
+
+namespace {
+
+// "torch.bfloat16" -> "bf16", "torch.float32" -> "f32", "torch.int64" -> "i64", "torch.uint8" -> "u8".
+std::string short_dtype(const JsonValue* dtype) {
+  if (!dtype || dtype->kind() != JsonValue::Kind::String) return "";
+  std::string name = dtype->as_string();
+  if (name.rfind("torch.", 0) == 0) name.erase(0, 6);
+  for (const auto& [word, abbreviation] : {std::pair<const char*, const char*>{"bfloat", "bf"},
+                                           {"float", "f"},
+                                           {"complex", "c"},
+                                           {"uint", "u"},
+                                           {"int", "i"}})
+    if (name.rfind(word, 0) == 0) return abbreviation + name.substr(std::string(word).size());
+  return name;
+}
+
+}  // namespace
 
 std::string short_signature(const JsonValue& signature) {
   const JsonValue* op = signature.find("op");
@@ -19,7 +38,7 @@ std::string short_signature(const JsonValue& signature) {
       if (!first) out += ", ";
       first = false;
       const JsonValue* shape = a.kind() == JsonValue::Kind::Object ? a.find("shape") : nullptr;
-      out += shape ? format::canonical_json(*shape) : format::canonical_json(a);
+      out += shape ? short_dtype(a.find("dtype")) + format::canonical_json(*shape) : format::canonical_json(a);
     }
   return out + ")";
 }

@@ -1,6 +1,6 @@
 // Text for people, shared by the audit's summary, the trace's slices and the
-// diff: a signature as one short line, `op(shape, shape, scalar)` (tensors by
-// their shapes, anything else as its canonical JSON); a count with its SI
+// diff: a signature as one short line, `op(bf16[2,3], f32[3], 0.5)` (tensors
+// by their dtype and shape, anything else as its canonical JSON); a count with its SI
 // prefix; and which ops are collectives.
 #pragma once
 

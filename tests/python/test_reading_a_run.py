@@ -325,20 +325,20 @@ def diff(cli, a, b, *args, expect_rc=0):
 # which go to 10,560. The VAE convolutions keep their channels and kernels; each rank decodes a quarter of the
 # width. Their cached (6-frame) and first-chunk (3-frame) variants pair with the same variant, by size order.
 EXPECTED_PAIRS = [
-    ("dit", "one_to_many", ["aten.linear.default([1,4680,5120], [5120,5120], [5120])"],
-     ["aten.linear.default([1,2640,5120], [5120,5120], [5120])", "aten.linear.default([1,10560,5120], [5120,5120], [5120])",
-      "aten.linear.default([1,2640,5120], [5120,5120], [5120])"]),
-    ("dit", "shape_changed", ["aten.linear.default([1,4680,5120], [15360,5120], [15360])"], ["aten.linear.default([1,2640,5120], [15360,5120], [15360])"]),
-    ("dit", "shape_changed", ["aten.linear.default([1,4680,5120], [13824,5120], [13824])"], ["aten.linear.default([1,2640,5120], [13824,5120], [13824])"]),
-    ("dit", "shape_changed", ["aten.linear.default([1,4680,13824], [5120,13824], [5120])"], ["aten.linear.default([1,2640,13824], [5120,13824], [5120])"]),
-    ("dit", "shape_changed", ["aten.linear.default([1,4680,1536], [5120,1536], [5120])"], ["aten.linear.default([1,10560,1536], [5120,1536], [5120])"]),
-    ("dit", "shape_changed", ["aten.linear.default([4680,144], [5120,144], [5120])"], ["aten.linear.default([10560,144], [5120,144], [5120])"]),
-    ("dit", "shape_changed", ["aten.linear.default([1,4680,5120], [64,5120], [64])"], ["aten.linear.default([1,10560,5120], [64,5120], [64])"]),
-    ("dit", "same_signature", ["aten.linear.default([1,3,5120], [30720,5120], [30720])"], ["aten.linear.default([1,3,5120], [30720,5120], [30720])"]),
-    ("dit", "same_signature", ["aten.linear.default([3,5120], [5120,5120], [5120])"], ["aten.linear.default([3,5120], [5120,5120], [5120])"]),
-    ("dit", "same_signature", ["aten.linear.default([3,256], [5120,256], [5120])"], ["aten.linear.default([3,256], [5120,256], [5120])"]),
-    ("output", "shape_changed", ['aten.to.dtype([1,3,9,480,832], "torch.uint8")'], ['aten.to.dtype([1,3,9,704,1280], "torch.uint8")']),
-] + [("vae", "shape_changed", [f"aten.conv3d.default({a}, {w}, {b})"], [f"aten.conv3d.default({a2}, {w}, {b})"]) for a, a2, w, b in [
+    ("dit", "one_to_many", ["aten.linear.default(bf16[1,4680,5120], bf16[5120,5120], bf16[5120])"],
+     ["aten.linear.default(bf16[1,2640,5120], bf16[5120,5120], bf16[5120])", "aten.linear.default(bf16[1,10560,5120], bf16[5120,5120], bf16[5120])",
+      "aten.linear.default(bf16[1,2640,5120], bf16[5120,5120], bf16[5120])"]),
+    ("dit", "shape_changed", ["aten.linear.default(bf16[1,4680,5120], bf16[15360,5120], bf16[15360])"], ["aten.linear.default(bf16[1,2640,5120], bf16[15360,5120], bf16[15360])"]),
+    ("dit", "shape_changed", ["aten.linear.default(bf16[1,4680,5120], bf16[13824,5120], bf16[13824])"], ["aten.linear.default(bf16[1,2640,5120], bf16[13824,5120], bf16[13824])"]),
+    ("dit", "shape_changed", ["aten.linear.default(bf16[1,4680,13824], bf16[5120,13824], bf16[5120])"], ["aten.linear.default(bf16[1,2640,13824], bf16[5120,13824], bf16[5120])"]),
+    ("dit", "shape_changed", ["aten.linear.default(bf16[1,4680,1536], bf16[5120,1536], bf16[5120])"], ["aten.linear.default(bf16[1,10560,1536], bf16[5120,1536], bf16[5120])"]),
+    ("dit", "shape_changed", ["aten.linear.default(bf16[4680,144], bf16[5120,144], bf16[5120])"], ["aten.linear.default(bf16[10560,144], bf16[5120,144], bf16[5120])"]),
+    ("dit", "shape_changed", ["aten.linear.default(bf16[1,4680,5120], bf16[64,5120], bf16[64])"], ["aten.linear.default(bf16[1,10560,5120], bf16[64,5120], bf16[64])"]),
+    ("dit", "same_signature", ["aten.linear.default(bf16[1,3,5120], bf16[30720,5120], bf16[30720])"], ["aten.linear.default(bf16[1,3,5120], bf16[30720,5120], bf16[30720])"]),
+    ("dit", "same_signature", ["aten.linear.default(bf16[3,5120], bf16[5120,5120], bf16[5120])"], ["aten.linear.default(bf16[3,5120], bf16[5120,5120], bf16[5120])"]),
+    ("dit", "same_signature", ["aten.linear.default(bf16[3,256], bf16[5120,256], bf16[5120])"], ["aten.linear.default(bf16[3,256], bf16[5120,256], bf16[5120])"]),
+    ("output", "shape_changed", ['aten.to.dtype(f32[1,3,9,480,832], "torch.uint8")'], ['aten.to.dtype(f32[1,3,9,704,1280], "torch.uint8")']),
+] + [("vae", "shape_changed", [f"aten.conv3d.default(f32{a}, f32{w}, f32{b})"], [f"aten.conv3d.default(f32{a2}, f32{w}, f32{b})"]) for a, a2, w, b in [
     ("[1,96,6,482,834]", "[1,96,6,706,322]", "[96,96,3,3,3]", "[96]"),
     ("[1,192,6,242,418]", "[1,192,6,354,162]", "[192,192,3,3,3]", "[192]"),
     ("[1,384,4,122,210]", "[1,384,4,178,82]", "[384,384,3,3,3]", "[384]"),
@@ -370,8 +370,8 @@ def test_diff_pairs_the_seeds_480x832_one_rank_run_with_the_704x1280_four_rank_o
     # The seeds' mistake: the 480x832 DiT linear against the two 704x1280 rows that differ only in stride.
     dit = next(e for st, e in entries if e["kind"] == "one_to_many")
     (row_a,) = dit["a"]
-    assert row_a["signature"] == "aten.linear.default([1,4680,5120], [5120,5120], [5120])"
-    quarter = [r for r in dit["b"] if r["signature"].startswith("aten.linear.default([1,2640,5120]")]
+    assert row_a["signature"] == "aten.linear.default(bf16[1,4680,5120], bf16[5120,5120], bf16[5120])"
+    quarter = [r for r in dit["b"] if r["signature"].startswith("aten.linear.default(bf16[1,2640,5120]")]
     strides = set()
     for r in quarter:
         pair = next(p for p in dit["pairs"] if p["b"] == r["signature_sha256"])

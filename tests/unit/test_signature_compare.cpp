@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "audit/signature_compare.h"
+#include "audit/signature_text.h"
 #include "format/json_parse.h"
 
 using namespace lingprobe;
@@ -36,4 +37,19 @@ TEST_CASE("signature compare: one layer at two input sizes pairs, another layer 
   const auto strided = linear("[1,2640,5120]", "[5120,5120]", "[1,5120]");
   CHECK(audit::without_strides(strided) == audit::without_strides(small));
   CHECK_FALSE(strided == small);
+}
+
+TEST_CASE("signature text: one line says each tensor's dtype, so a run against its autocast twin reads apart",
+          "[audit][diff]") {
+  // A new user's `lingprobe diff` of an fp32 run against a bf16-autocast one listed 110 rows only in A and 110
+  // only in B whose lines were identical: the line gave shapes only.
+  const auto bf16 = linear("[1,2640,5120]", "[5120,5120]");
+  auto parsed = format::parse_json(
+      R"({"args":[{"dtype":"torch.float32","shape":[1,2640,5120],"stride":[1,1]},{"dtype":"torch.float32",)"
+      R"("shape":[5120,5120],"stride":[5120,1]},true,2,"x"],"kwargs":{},"op":"aten.linear.default","output":null,)"
+      R"("stage":"dit"})");
+  REQUIRE(parsed.status.ok());
+  CHECK(audit::short_signature(bf16) == "aten.linear.default(bf16[1,2640,5120], bf16[5120,5120])");
+  CHECK(audit::short_signature(parsed.value) ==
+        "aten.linear.default(f32[1,2640,5120], f32[5120,5120], true, 2, \"x\")");
 }

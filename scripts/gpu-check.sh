@@ -61,12 +61,14 @@ step_test() {
   return $rc
 }
 
-# Chosen Python test files (tests/python/NAME.py), with ctest's environment.
+# Chosen Python test files (tests/python/NAME.py), with ctest's environment; PYTEST_K selects tests by keyword
+# (the corpus in halves: PYTEST_K="llama or nn_transformer or meta_then" ... pytest test_third_party_gpu.py).
 step_pytest() {
-  local files=() f
+  local files=() f select=()
   for f in "$@"; do files+=("$root/tests/python/$f"); done
+  [ -n "${PYTEST_K:-}" ] && select=(-k "$PYTEST_K" --durations=0)
   LPTEST_BUILD_DIR=$build LPTEST_SEEDS_DIR=$root/.deps/seeds PYTHONPATH=$root/python_shim LPTEST_KEEP=$OUT \
-    $py -m pytest -q -s -p no:cacheprovider "${files[@]}" 2>&1 | tee "$OUT/pytest.log" | tail -40
+    $py -m pytest -q -s -p no:cacheprovider "${select[@]}" "${files[@]}" 2>&1 | tee "$OUT/pytest.log" | tail -40
   return "${PIPESTATUS[0]}"
 }
 

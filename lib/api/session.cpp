@@ -192,10 +192,12 @@ void export_for_children(const Session& s) {
 
 void at_exit_finalize() { session_finalize(); }
 
-// Finalize resolves GPU work (the stage clock's last intervals, device copies of snapshots), which fails once the
-// CUDA driver has torn itself down at exit: registered again when lingprobe first loads the driver, after the
-// driver's own exit handler, it runs before it (a second finalize returns at once).
-void finalize_before_cuda_teardown() { std::atexit(at_exit_finalize); }
+// Exit handlers run in reverse order. Finalize resolves GPU work (the stage clock's last intervals, device copies
+// of snapshots), which fails once the CUDA driver has torn itself down at exit, and hashes the snapshots still being
+// written, which crashed once libcrypto's cleanup had run: registered again when lingprobe first loads the driver and
+// after its first digest, after those libraries' own exit handlers, it runs before them (a second finalize returns
+// at once).
+void register_finalize_again() { std::atexit(at_exit_finalize); }
 
 void fork_prepare() { capture::ForkGate::prepare_fork(); }
 void fork_parent() { capture::ForkGate::after_fork(); }
@@ -255,9 +257,9 @@ lingprobe_status session_init(const Config& config, std::string& error) {
   set_log_level(config.log_level);
   s.state.store(LINGPROBE_STATE_RUNNING);
   if (loaded_by_ld_preload(&error)) return LINGPROBE_ERROR_UNAVAILABLE;  // said once at load
-  format::sha256_ready_before_exit_handlers();  // finalize hashes at exit: it must run before libcrypto's cleanup
   std::atexit(at_exit_finalize);
-  gpu::CudaDriver::on_first_load(&finalize_before_cuda_teardown);
+  gpu::CudaDriver::on_first_load(&register_finalize_again);
+  format::on_first_digest(&register_finalize_again);
   pthread_atfork(fork_prepare, fork_parent, fork_child);
 
   std::string err;
@@ -340,7 +342,8 @@ lingprobe_status session_flush(std::string& error) {
 
 lingprobe_status session_stop(std::string& error) {
   if (auto st = session_set_recording(false, error); st != LINGPROBE_OK) return st;
-  return session_flush(error);
+  if (session_flush(error) == LINGPROBE_ERROR_FINALIZED) error.clear();  // finalized meanwhile: written, and stopped
+  return LINGPROBE_OK;
 }
 
 lingprobe_status session_finalize() {

@@ -1,10 +1,11 @@
 #include "format/sha256.h"
 
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 
 namespace lingprobe::format {
 namespace {
@@ -24,18 +25,40 @@ struct CtxDeleter {
   void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
 };
 
+std::mutex g_first_digest_mu;
+void (*g_first_digest_callback)() = nullptr;
+std::atomic<bool> g_digested{false};
+
+// After every digest: the first one runs on_first_digest's callback.
+void after_digest() {
+  if (g_digested.load(std::memory_order_acquire)) return;
+  void (*callback)() = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_first_digest_mu);
+    if (g_digested.load(std::memory_order_relaxed)) return;
+    g_digested.store(true, std::memory_order_release);
+    callback = g_first_digest_callback;
+  }
+  if (callback) callback();
+}
+
 }  // namespace
 
-void sha256_ready_before_exit_handlers() {
-  OPENSSL_init_crypto(0, nullptr);
-  EVP_MD_CTX_free(EVP_MD_CTX_new());
-  (void)sha256_hex("");  // the digest's implementation fetched and cached too
+void on_first_digest(void (*callback)()) {
+  bool digested;
+  {
+    std::lock_guard<std::mutex> lock(g_first_digest_mu);
+    g_first_digest_callback = callback;
+    digested = g_digested.load(std::memory_order_relaxed);
+  }
+  if (digested && callback) callback();
 }
 
 std::string sha256_hex(std::string_view bytes) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned len = 0;
   EVP_Digest(bytes.data(), bytes.size(), digest, &len, EVP_sha256(), nullptr);
+  after_digest();
   return to_hex(digest, len);
 }
 
@@ -52,6 +75,7 @@ bool sha256_file_hex(const std::string& path, std::string& hex) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned len = 0;
   EVP_DigestFinal_ex(ctx.get(), digest, &len);
+  after_digest();
   hex = to_hex(digest, len);
   return true;
 }
@@ -68,6 +92,7 @@ std::string Sha256Stream::hex() {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned len = 0;
   EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), digest, &len);
+  after_digest();
   return to_hex(digest, len);
 }
 

@@ -10,12 +10,12 @@ namespace lingprobe::format {
 
 std::string sha256_hex(std::string_view bytes);
 
-// Initialises libcrypto now. Its own exit handler (OPENSSL_cleanup, which
-// frees the digests' locks) is registered at its first use; exit handlers run
-// in reverse order, so an exit handler that hashes must be registered after
-// this call, or it meets a torn-down libcrypto (a crash at exit). Any thread;
-// idempotent.
-void sha256_ready_before_exit_handlers();
+// `callback` runs once, right after the process's first digest (at once if
+// one was taken already). libcrypto registers its exit-time cleanup, which
+// frees the digests' locks, during its first use, and exit handlers run in
+// reverse order: an exit handler that hashes must be registered (again) from
+// `callback`, or it meets a torn-down libcrypto at exit. Any thread.
+void on_first_digest(void (*callback)());
 
 // Hash of a whole file, streamed; returns false (and leaves `hex` empty) when
 // the file cannot be read.

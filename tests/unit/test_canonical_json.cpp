@@ -59,3 +59,19 @@ TEST_CASE("sha256_hex matches known digests", "[format][sha256]") {
   CHECK(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
+
+namespace {
+int g_first_digest_calls = 0;
+}  // namespace
+
+TEST_CASE("the first digest's callback runs once, at once when a digest was taken before", "[format][sha256]") {
+  // The session registers finalize again from it, after libcrypto's own exit handler (test_cpp_example.py's
+  // program without finalize crashed at exit before).
+  lingprobe::format::on_first_digest([] { ++g_first_digest_calls; });
+  (void)sha256_hex("abc");
+  (void)sha256_hex("abc");
+  CHECK(g_first_digest_calls == 1);
+  lingprobe::format::on_first_digest([] { ++g_first_digest_calls; });  // digests were taken: at once
+  CHECK(g_first_digest_calls == 2);
+  lingprobe::format::on_first_digest(nullptr);
+}

@@ -85,8 +85,10 @@ LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options);
 
 /* Starts / stops recording (a window of a long-running server). Stopping
  * disables the hook, so the dispatcher stops boxing arguments, then writes
- * what the window recorded, as lingprobe_flush: the files hold the window
- * when stop returns (it waits for one write of the writer thread, not fsync).
+ * what the window recorded, as lingprobe_flush: the metadata file holds the
+ * window's call records and counts when stop returns (it waits for one write
+ * of the writer thread, not fsync; snapshots still being written, and calls
+ * other threads are inside, land after).
  * Any thread. Returns LINGPROBE_OK, LINGPROBE_ERROR_NOT_INITIALIZED,
  * LINGPROBE_ERROR_INVALID_CONFIG (init failed), LINGPROBE_ERROR_FINALIZED,
  * LINGPROBE_ERROR_UNAVAILABLE (launcher, forked child). */

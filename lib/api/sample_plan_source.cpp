@@ -40,8 +40,9 @@ std::unique_ptr<LoadedPlan> load_sample_plan(const Config& c, bool counters_poss
              (loaded->plan.basis == "flops" ? "FLOPs" : "measured kernel time") + "), " +
              std::to_string(loaded->plan.over_budget) + " passed over by the budgets" +
              (loaded->plan.unranked ? "; " + std::to_string(loaded->plan.unranked) +
-                                          " key(s) without a FLOP formula or a measured time were not ranked (profile "
-                                          "the earlier run, LINGPROBE_PROFILE=1, to rank by time)"
+                                          " key(s) without a FLOP formula got no share and were not planned, "
+                                          "whatever their time (time ranks only where the earlier run measured every "
+                                          "key with time or FLOPs)"
                                     : std::string()));
   }
   return loaded;

@@ -64,7 +64,8 @@ std::string unknown_flops_line(const JsonValue& overall) {
   const JsonValue* n = overall.find("signatures_without_flop_formula");
   if (!n || n->kind() != JsonValue::Kind::Int || n->as_int() == 0) return "";
   return "\n" + std::to_string(n->as_int()) +
-         " signature(s) have no FLOP formula: every FLOP figure and share leaves them out, whatever their time "
+         " signature(s) have unknown FLOPs (no formula, or shapes unreadable): every FLOP figure and share leaves "
+         "them out, whatever their time "
          "(docs/AUDIT.md lists the formulas; their rows say `flops_per_call: null`).\n";
 }
 
@@ -108,7 +109,8 @@ std::string unknown_flops_by_time_markdown(const std::vector<const Signature*>& 
   if (heavy.empty()) return "";
   std::sort(heavy.rbegin(), heavy.rend());
   std::ostringstream md;
-  md << "\nWithout a FLOP formula (in no FLOP figure or share), by share of the stage's host time:";
+  md << "\nFLOPs unknown (no formula, or shapes unreadable; in no FLOP figure or share), by share of the stage's host "
+        "time:";
   for (size_t k = 0; k < heavy.size() && k < 3; ++k) {
     char share[16];
     std::snprintf(share, sizeof share, "%.1f%%", 100.0 * static_cast<double>(heavy[k].first) / stage_ns);

@@ -59,7 +59,7 @@ struct Refusal {
 struct PlanRecord {
   std::string source, error, basis;
   uint64_t keys = 0, ranked = 0, over_budget = 0;
-  uint64_t unranked = 0;  // keys with no FLOP formula and no measured time (never planned)
+  uint64_t unranked = 0;  // keys with no FLOP formula left without a share (never planned)
   double covered_share = 0;
   struct Key {
     std::string input_sha256, op, stage;

@@ -65,8 +65,8 @@ std::string plan_markdown(const std::vector<PlanRecord>& records, size_t rows) {
                    " planned key(s) never met in this run.\n";
   if (first.unranked)
     md += "\n" + std::to_string(first.unranked) +
-          " key(s) of the earlier run had no FLOP formula and no measured time, so no share: none was planned, "
-          "whatever its time. Profile the earlier run (LINGPROBE_PROFILE=1) to rank every key by measured time.\n";
+          " key(s) of the earlier run had no FLOP formula, so no share of its FLOPs: none was planned, whatever "
+          "its time (time ranks only where the earlier run measured every key with time or FLOPs).\n";
   if (unmet.empty()) return md;
   md += "\n| planned share | stage | op | input key |\n|---|---|---|---|\n";
   for (size_t i = 0; i < unmet.size() && i < rows; ++i) {

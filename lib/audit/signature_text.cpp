@@ -38,7 +38,9 @@ std::string short_signature(const JsonValue& signature) {
       if (!first) out += ", ";
       first = false;
       const JsonValue* shape = a.kind() == JsonValue::Kind::Object ? a.find("shape") : nullptr;
-      out += shape ? short_dtype(a.find("dtype")) + format::canonical_json(*shape) : format::canonical_json(a);
+      const bool sized = shape && shape->kind() == JsonValue::Kind::Array;  // null where sizes were unreadable
+      out += (sized ? short_dtype(a.find("dtype")) : "") +
+             (shape ? format::canonical_json(*shape) : format::canonical_json(a));
     }
   return out + ")";
 }

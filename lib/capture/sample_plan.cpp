@@ -60,10 +60,10 @@ std::string build_sample_plan(const JsonValue& audit, const PlanBudgets& budgets
   double total_time = 0, total_flops = 0;
   bool all_measured = true;
   std::vector<Ranked> ranked;
-  size_t unranked = 0;
+  size_t unranked = 0;  // keys without a FLOP formula left with no share (unmeasured, or FLOPs rank)
   for (auto& [sha, r] : by_key) {
     if (r.time_us <= 0 && r.flops <= 0) {
-      unranked += !r.measured && r.flops_unknown;
+      unranked += r.flops_unknown;
       continue;
     }
     total_time += r.time_us;
@@ -74,7 +74,10 @@ std::string build_sample_plan(const JsonValue& audit, const PlanBudgets& budgets
   // One basis for every key: measured kernel time where the earlier run measured every ranked key, else FLOPs (a
   // time share over the measured keys alone would put each of a few profiled keys near 1).
   const bool by_time = all_measured && total_time > 0;
-  for (auto& r : ranked) r.key.share = by_time ? r.time_us / total_time : total_flops > 0 ? r.flops / total_flops : 0;
+  for (auto& r : ranked) {
+    r.key.share = by_time ? r.time_us / total_time : total_flops > 0 ? r.flops / total_flops : 0;
+    unranked += r.flops_unknown && r.key.share <= 0;
+  }
   ranked.erase(std::remove_if(ranked.begin(), ranked.end(), [](const Ranked& r) { return r.key.share <= 0; }),
                ranked.end());
   std::sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {

@@ -37,7 +37,8 @@ struct SamplePlan {
   std::vector<PlannedKey> keys;  // in the order taken
   size_t ranked = 0;             // keys of the earlier run with time or FLOPs
   size_t over_budget = 0;        // of those, passed over: they fitted no budget left
-  size_t unranked = 0;           // keys with no FLOP formula and no measured time: never planned, whatever their time
+  size_t unranked = 0;           // keys with no FLOP formula left without a share (unmeasured, or FLOPs rank): never
+                                 // planned, whatever their time
   double covered_share = 0;      // of the earlier run's FLOPs (or measured time) the plan holds
   std::string basis;             // "measured_time" when every ranked key had counters, else "flops"
 };

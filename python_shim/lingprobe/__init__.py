@@ -80,7 +80,7 @@ def _already_initialised(out_dir, ops, options):
     import os
     names = (["LINGPROBE_OUT"] if out_dir else []) + (["LINGPROBE_OPS"] if ops else []) + \
         [f"LINGPROBE_{k.upper()}" for k in options]
-    if "lingprobe" in os.environ.get("LD_PRELOAD", ""):
+    if "lingprobe" in os.environ.get("LD_PRELOAD", "") and os.environ.get("LINGPROBE_PRELOAD") != "0":
         return ("already initialised at load by LD_PRELOAD (or `lingprobe run`), from the environment: set "
                 + ", ".join(names) + " there instead, or call start() without options")
     return ("already initialised by an earlier start(): options apply only to the first start() of a process; "
@@ -88,8 +88,8 @@ def _already_initialised(out_dir, ops, options):
 
 
 def stop():
-    """Stops recording and writes what was recorded: the run's files hold the window when it returns (start()
-    resumes the same run, in the same files)."""
+    """Stops recording and writes what was recorded: the metadata file holds the window's calls and counts when it
+    returns (snapshots still being written land after). start() resumes the same run, in the same files."""
     lib = _library()
     check(lib, lib.lingprobe_stop())
 

@@ -67,8 +67,9 @@ def files(out):
 def warning_codes(stderr):
     """The codes of a lingprobe command's warnings, in order: its lines "lingprobe TOOL: warning: MESSAGE [CODE]"
     (the codes are docs/AUDIT.md's; a test switches on them, never on a message's words)."""
-    return [line.rsplit(" [", 1)[1][:-1] for line in stderr.splitlines()
-            if line.startswith("lingprobe ") and ": warning: " in line and line.endswith("]")]
+    lines = [line for line in stderr.splitlines() if line.startswith("lingprobe ") and ": warning: " in line]
+    assert all(line.endswith("]") and " [" in line for line in lines), f"a warning without its code: {lines}"
+    return [line.rsplit(" [", 1)[1][:-1] for line in lines]
 
 
 def report_warning_codes(report):

@@ -104,7 +104,10 @@ TEST_CASE("plan: measured time ranks where every key has it; windows bound the c
 TEST_CASE("plan: where only some keys were measured, FLOPs rank them all", "[plan]") {
   // a was profiled (a short time), b was not: a time share over the measured keys alone would put a first
   const std::string a = linear(16, 256, 256), bkey = linear(1024, 1024, 1024);
-  const JsonValue audit = audit_of({row(a, 10, "2097152", "3.0"), row(bkey, 10, "2147483648")});
+  // c has no FLOP formula and was measured: FLOPs rank, so it has no share, and the plan says so
+  const std::string c = linear(8, 8, 8, "attention");
+  const JsonValue audit =
+      audit_of({row(a, 10, "2097152", "3.0"), row(bkey, 10, "2147483648"), row(c, 5, "null", "900")});
   capture::PlanBudgets b;
   b.counters = true;
   b.stall_seconds = 1.5;  // one window of the default 1 s
@@ -113,6 +116,8 @@ TEST_CASE("plan: where only some keys were measured, FLOPs rank them all", "[pla
   CHECK(plan.basis == "flops");
   REQUIRE(plan.keys.size() == 1);
   CHECK(plan.keys[0].input_sha == format::input_key_sha256(sig(bkey)));
+  CHECK(plan.ranked == 2);
+  CHECK(plan.unranked == 1);
 }
 
 TEST_CASE("plan: a file that is not an audit is refused with its reason", "[plan]") {

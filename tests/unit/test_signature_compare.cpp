@@ -52,4 +52,10 @@ TEST_CASE("signature text: one line says each tensor's dtype, so a run against i
   CHECK(audit::short_signature(bf16) == "aten.linear.default(bf16[1,2640,5120], bf16[5120,5120])");
   CHECK(audit::short_signature(parsed.value) ==
         "aten.linear.default(f32[1,2640,5120], f32[5120,5120], true, 2, \"x\")");
+  // a tensor whose sizes could not be read (a nested tensor) keeps its null shape, without a dtype glued to it
+  auto nested = format::parse_json(
+      R"({"args":[{"dtype":"torch.float32","shape":null,"stride":null}],"kwargs":{},"op":"aten.relu.default",)"
+      R"("output":null,"stage":"s"})");
+  REQUIRE(nested.status.ok());
+  CHECK(audit::short_signature(nested.value) == "aten.relu.default(null)");
 }

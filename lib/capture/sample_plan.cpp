@@ -53,8 +53,9 @@ std::string build_sample_plan(const JsonValue& audit, const PlanBudgets& budgets
     if (const JsonValue* stage = sig->find("stage")) r.key.stage = stage->as_string();
     r.key.snapshot_bytes = std::max(r.key.snapshot_bytes, format::signature_tensor_bytes(*sig));
     r.calls += static_cast<uint64_t>(calls);
-    if (const double f = number(row.find("flops_per_call")); f > 0) r.flops += f * calls;
-    if (number(row.find("flops_per_call")) < 0) r.flops_unknown = true;  // null: no formula
+    const double f = number(row.find("flops_per_call"));  // < 0: null, no formula
+    if (f > 0) r.flops += f * calls;
+    if (f < 0) r.flops_unknown = true;
     if (const double t = number(row.find("kernel_time_us_per_call")); t >= 0) r.time_us += t * calls, r.measured = true;
   }
   double total_time = 0, total_flops = 0;

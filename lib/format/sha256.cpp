@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
-#include <mutex>
 
 namespace lingprobe::format {
 namespace {
@@ -25,33 +24,20 @@ struct CtxDeleter {
   void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
 };
 
-std::mutex g_first_digest_mu;
-void (*g_first_digest_callback)() = nullptr;
+std::atomic<void (*)()> g_first_digest_hook{nullptr};
 std::atomic<bool> g_digested{false};
 
 // After every digest: the first one runs on_first_digest's callback.
 void after_digest() {
-  if (g_digested.load(std::memory_order_acquire)) return;
-  void (*callback)() = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g_first_digest_mu);
-    if (g_digested.load(std::memory_order_relaxed)) return;
-    g_digested.store(true, std::memory_order_release);
-    callback = g_first_digest_callback;
-  }
-  if (callback) callback();
+  if (g_digested.load(std::memory_order_acquire) || g_digested.exchange(true)) return;
+  if (void (*hook)() = g_first_digest_hook.load()) hook();
 }
 
 }  // namespace
 
 void on_first_digest(void (*callback)()) {
-  bool digested;
-  {
-    std::lock_guard<std::mutex> lock(g_first_digest_mu);
-    g_first_digest_callback = callback;
-    digested = g_digested.load(std::memory_order_relaxed);
-  }
-  if (digested && callback) callback();
+  g_first_digest_hook.store(callback);
+  if (callback && g_digested.load()) callback();  // a digest came first: libcrypto's handler is registered already
 }
 
 std::string sha256_hex(std::string_view bytes) {

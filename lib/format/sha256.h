@@ -11,10 +11,11 @@ namespace lingprobe::format {
 std::string sha256_hex(std::string_view bytes);
 
 // `callback` runs once, right after the process's first digest (at once if
-// one was taken already). libcrypto registers its exit-time cleanup, which
-// frees the digests' locks, during its first use, and exit handlers run in
-// reverse order: an exit handler that hashes must be registered (again) from
-// `callback`, or it meets a torn-down libcrypto at exit. Any thread.
+// one was taken already; twice if one races with this call). libcrypto
+// registers its exit-time cleanup, which frees the digests' locks, during its
+// first use, and exit handlers run in reverse order: an exit handler that
+// hashes must be registered (again) from `callback`, or it meets a torn-down
+// libcrypto at exit. Any thread.
 void on_first_digest(void (*callback)());
 
 // Hash of a whole file, streamed; returns false (and leaves `hex` empty) when

@@ -21,6 +21,7 @@ __all__ = ["LingprobeError", "start", "stop", "flush", "finalize", "stage", "pus
            "stats", "set_rank", "metadata_path", "run_dir", "version"]
 
 _lib = None
+_initialised_here = False  # this module's start() initialised lingprobe (else the preload stub or the host did)
 _STATES = {0: "fresh", 1: "running", 2: "finalized"}
 
 
@@ -52,6 +53,7 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
     recording; options then must be empty. Raises LingprobeError with the
     reason when the configuration is invalid (an output directory this process
     cannot write, a bad option) or after finalize()."""
+    global _initialised_here
     import ctypes
     from ._native import Options
     lib = _library()
@@ -62,6 +64,7 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
                        out_dir.encode() if out_dir else None,
                        ",".join(ops).encode() if isinstance(ops, (list, tuple)) else (ops.encode() if ops else None),
                        arr, len(settings))
+        _initialised_here = True
         check(lib, lib.lingprobe_init(ctypes.byref(opts)))
         from . import _process
         from ._import_hooks import after_import
@@ -77,10 +80,9 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
 
 def _already_initialised(out_dir, ops, options):
     """Why start()'s options cannot apply, and what to do instead."""
-    import os
     names = (["LINGPROBE_OUT"] if out_dir else []) + (["LINGPROBE_OPS"] if ops else []) + \
         [f"LINGPROBE_{k.upper()}" for k in options]
-    if "lingprobe" in os.environ.get("LD_PRELOAD", "") and os.environ.get("LINGPROBE_PRELOAD") != "0":
+    if not _initialised_here:
         return ("already initialised at load by LD_PRELOAD (or `lingprobe run`), from the environment: set "
                 + ", ".join(names) + " there instead, or call start() without options")
     return ("already initialised by an earlier start(): options apply only to the first start() of a process; "

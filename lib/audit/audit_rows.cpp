@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "audit/operator_table.h"
+
 namespace lingprobe::audit {
 namespace {
 
@@ -126,7 +128,8 @@ JsonValue stage_json(const std::string& stage, const std::vector<const Signature
        {"recorded_calls", JsonValue::integer(static_cast<int64_t>(calls))},
        {"signatures_with_prior_ncu_input", JsonValue::integer(static_cast<int64_t>(with_prior))},
        {"calls_with_structurally_matching_prior_input", JsonValue::integer(static_cast<int64_t>(calls_with_prior))},
-       {"coverage", coverage_json(group)}});
+       {"coverage", coverage_json(group)},
+       {"operators", operators_json(group)}});
 }
 
 }  // namespace lingprobe::audit

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "audit/audit_run.h"
+#include "audit/operator_table.h"
 #include "audit/plan_report.h"
 #include "audit/run_paths.h"
 #include "audit/signature_text.h"
@@ -174,7 +175,8 @@ std::string make_summary(const std::map<std::string, std::vector<const Signature
     const JsonValue& st = stages.items()[i++];
     md << "\n## Stage `" << stage << "`: " << group.size() << " signatures, " << st.find("recorded_calls")->as_int()
        << " calls\n"
-       << top_by_time_markdown(group) << top_by_flops_and_calls_markdown(group);
+       << operators_markdown(*st.find("operators"), 10) << top_by_time_markdown(group)
+       << top_by_flops_and_calls_markdown(group);
     size_t uncovered = 0;
     for (auto* s : group) uncovered += s->profiles.empty();
     md << "\nNot covered by counters: " << uncovered << " of " << group.size() << " signatures";

@@ -1,6 +1,7 @@
 #include "format/flops.h"
 
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,15 @@ const JsonValue* arg(const JsonValue& sig, size_t i) {
 }
 
 bool is_tensor(const JsonValue* v) { return v && v->kind() == JsonValue::Kind::Object && v->find("dtype"); }
+
+bool is_true(const JsonValue* v) { return v && v->kind() == JsonValue::Kind::Bool && v->as_bool(); }
+
+// A convolution's multiply-adds, twice: each element of `per` (the output; a transposed convolution's input) meets
+// weight.shape[1] * prod(kernel) weights (C_in/groups; a transposed one's weight is [C_in, C_out/groups, kernel]).
+std::optional<int64_t> convolution_products(const std::vector<int64_t>& per, const std::vector<int64_t>& weight) {
+  if (weight.size() < 3 || per.empty()) return std::nullopt;
+  return 2 * prod(per) * weight[1] * prod(weight, 2);
+}
 
 // "aten.linear.default" -> "linear"
 std::string base_name(const std::string& op) {
@@ -84,16 +94,16 @@ std::optional<int64_t> multi_head_attention_flops(const std::vector<int64_t>& q,
 
 }  // namespace
 
-std::optional<int64_t> flops_per_call(const JsonValue& sig) {
-  const JsonValue* op_v = sig.find("op");
-  if (!op_v || op_v->kind() != JsonValue::Kind::String) return std::nullopt;
-  const std::string name = base_name(op_v->as_string());
-  const JsonValue* output = sig.find("output");
+namespace {
+
+bool one_of(const std::string& name, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (name == n) return true;
+  return false;
+}
+
+std::optional<int64_t> matmul_flops(const std::string& name, const JsonValue& sig) {
   std::vector<int64_t> a, b, out;
-
-  for (const char* dm : kDataMovement)
-    if (name == dm) return 0;
-
   if (name == "linear") {
     if (!shape_of(arg(sig, 0), a) || !shape_of(arg(sig, 1), b) || a.empty() || b.size() != 2) return std::nullopt;
     const int64_t m = prod(a, 0, a.size() - 1), k = a.back(), n = b[0];
@@ -101,58 +111,92 @@ std::optional<int64_t> flops_per_call(const JsonValue& sig) {
     return 2 * m * n * k + (bias ? m * n : 0);
   }
   if (name == "mm" || name == "matmul") {
-    if (!shape_of(arg(sig, 0), a) || !shape_of(output, out) || a.empty()) return std::nullopt;
+    if (!shape_of(arg(sig, 0), a) || !shape_of(sig.find("output"), out) || a.empty()) return std::nullopt;
     return 2 * prod(out) * a.back();
-  }
-  if (name == "bmm" || name == "baddbmm") {
-    const size_t first = name == "baddbmm" ? 1 : 0;
-    if (!shape_of(arg(sig, first), a) || !shape_of(arg(sig, first + 1), b) || a.size() != 3 || b.size() != 3)
-      return std::nullopt;
-    const int64_t mnk = a[0] * a[1] * b[2] * a[2];
-    return 2 * mnk + (name == "baddbmm" ? a[0] * a[1] * b[2] : 0);
   }
   if (name == "addmm") {
     if (!shape_of(arg(sig, 1), a) || !shape_of(arg(sig, 2), b) || a.size() != 2 || b.size() != 2) return std::nullopt;
     return 2 * a[0] * b[1] * a[1] + a[0] * b[1];
   }
-  if (name == "conv1d" || name == "conv2d" || name == "conv3d" || name == "convolution" || name == "_convolution") {
-    if (!shape_of(arg(sig, 1), b) || !shape_of(output, out) || b.size() < 3) return std::nullopt;
-    const int64_t per_output = b[1] * prod(b, 2);
-    const bool bias = is_tensor(arg(sig, 2));
-    return 2 * prod(out) * per_output + (bias ? prod(out) : 0);
-  }
-  if (name == "scaled_dot_product_attention" || name == "_scaled_dot_product_flash_attention" ||
-      name == "_scaled_dot_product_efficient_attention") {
-    std::vector<int64_t> q, k, v;
-    if (!shape_of(arg(sig, 0), q) || !shape_of(arg(sig, 1), k) || !shape_of(arg(sig, 2), v) || q.size() < 2 ||
-        k.size() < 2 || v.size() < 2)
-      return std::nullopt;
-    const int64_t batch = prod(q, 0, q.size() - 2), l = q[q.size() - 2], e = q.back();
-    const int64_t s = k[k.size() - 2], ev = v.back();
-    // is_causal (the flash overload's 5th argument, the efficient one's 7th, SDPA's 6th): half the pairs
-    const size_t causal_at = name == "_scaled_dot_product_flash_attention"       ? 4
-                             : name == "_scaled_dot_product_efficient_attention" ? 6
-                                                                                 : 5;
-    const JsonValue* causal = arg(sig, causal_at);
-    const bool half = causal && causal->kind() == JsonValue::Kind::Bool && causal->as_bool();
-    const int64_t full = 2 * batch * l * s * e + 2 * batch * l * s * ev;
-    return half ? full / 2 : full;
-  }
+  const size_t first = name == "baddbmm" ? 1 : 0;  // bmm, baddbmm
+  if (!shape_of(arg(sig, first), a) || !shape_of(arg(sig, first + 1), b) || a.size() != 3 || b.size() != 3)
+    return std::nullopt;
+  const int64_t mnk = a[0] * a[1] * b[2] * a[2];
+  return 2 * mnk + (name == "baddbmm" ? a[0] * a[1] * b[2] : 0);
+}
+
+std::optional<int64_t> convolution_flops(const std::string& name, const JsonValue& sig) {
+  std::vector<int64_t> input, weight, out;
+  const bool transposed = name.rfind("conv_transpose", 0) == 0 || is_true(arg(sig, 6));  // convolution's 7th
+  if (!shape_of(arg(sig, 1), weight) || !shape_of(sig.find("output"), out) ||
+      (transposed && !shape_of(arg(sig, 0), input)))
+    return std::nullopt;
+  const auto products = convolution_products(transposed ? input : out, weight);
+  if (!products) return std::nullopt;
+  return *products + (is_tensor(arg(sig, 2)) ? prod(out) : 0);
+}
+
+// (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask)
+std::optional<int64_t> convolution_backward_flops(const JsonValue& sig) {
+  std::vector<int64_t> grad_out, input, weight;
+  const JsonValue* mask = arg(sig, 10);
+  if (!shape_of(arg(sig, 0), grad_out) || !shape_of(arg(sig, 1), input) || !shape_of(arg(sig, 2), weight) || !mask ||
+      mask->kind() != JsonValue::Kind::Array || mask->items().size() != 3)
+    return std::nullopt;
+  const auto products = convolution_products(is_true(arg(sig, 7)) ? input : grad_out, weight);
+  if (!products) return std::nullopt;
+  const auto& m = mask->items();  // grad_input and grad_weight: the forward's products each; grad_bias: a sum
+  return (is_true(&m[0]) ? *products : 0) + (is_true(&m[1]) ? *products : 0) + (is_true(&m[2]) ? prod(grad_out) : 0);
+}
+
+std::optional<int64_t> attention_flops(const std::string& name, const JsonValue& sig) {
+  std::vector<int64_t> q, k, v;
   if (name == "_native_multi_head_attention") {  // (query, key, value, embed_dim, num_head, qkv_weight, ...)
-    if (!shape_of(arg(sig, 0), a) || !shape_of(arg(sig, 1), b)) return std::nullopt;
-    return multi_head_attention_flops(a, b);
+    if (!shape_of(arg(sig, 0), q) || !shape_of(arg(sig, 1), k)) return std::nullopt;
+    return multi_head_attention_flops(q, k);
   }
   if (name == "_transformer_encoder_layer_fwd") {  // nn.TransformerEncoderLayer's fused path: attention and FFN
     std::vector<int64_t> ffn;                      // ffn_weight_1 [F, E], the 15th argument
-    if (!shape_of(arg(sig, 0), a) || !shape_of(arg(sig, 14), ffn) || a.size() < 2 || ffn.size() != 2)
+    if (!shape_of(arg(sig, 0), q) || !shape_of(arg(sig, 14), ffn) || q.size() < 2 || ffn.size() != 2)
       return std::nullopt;
-    const auto attention = multi_head_attention_flops(a, a);
+    const auto attention = multi_head_attention_flops(q, q);
     if (!attention) return std::nullopt;
-    const int64_t tokens = prod(a, 0, a.size() - 1), e = a.back(), f = ffn[0];
+    const int64_t tokens = prod(q, 0, q.size() - 1), e = q.back(), f = ffn[0];
     return *attention + tokens * (4 * e * f + f + e);  // two linears with their biases
   }
-  if (name == "add" || name == "sub" || name == "mul" || name == "div") {
-    if (!shape_of(output, out)) return std::nullopt;
+  if (!shape_of(arg(sig, 0), q) || !shape_of(arg(sig, 1), k) || !shape_of(arg(sig, 2), v) || q.size() < 2 ||
+      k.size() < 2 || v.size() < 2)
+    return std::nullopt;
+  const int64_t batch = prod(q, 0, q.size() - 2), l = q[q.size() - 2], e = q.back();
+  const int64_t s = k[k.size() - 2], ev = v.back();
+  // is_causal (the flash overload's 5th argument, the efficient one's 7th, SDPA's 6th): half the pairs
+  const size_t causal_at = name == "_scaled_dot_product_flash_attention"       ? 4
+                           : name == "_scaled_dot_product_efficient_attention" ? 6
+                                                                               : 5;
+  const int64_t full = 2 * batch * l * s * e + 2 * batch * l * s * ev;
+  return is_true(arg(sig, causal_at)) ? full / 2 : full;
+}
+
+}  // namespace
+
+std::optional<int64_t> flops_per_call(const JsonValue& sig) {
+  const JsonValue* op_v = sig.find("op");
+  if (!op_v || op_v->kind() != JsonValue::Kind::String) return std::nullopt;
+  const std::string name = base_name(op_v->as_string());
+  for (const char* dm : kDataMovement)
+    if (name == dm) return 0;
+  if (one_of(name, {"linear", "mm", "matmul", "bmm", "baddbmm", "addmm"})) return matmul_flops(name, sig);
+  if (one_of(name, {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose1d", "conv_transpose2d",
+                    "conv_transpose3d"}))
+    return convolution_flops(name, sig);
+  if (name == "convolution_backward") return convolution_backward_flops(sig);
+  if (one_of(name, {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+                    "_scaled_dot_product_efficient_attention", "_native_multi_head_attention",
+                    "_transformer_encoder_layer_fwd"}))
+    return attention_flops(name, sig);
+  if (one_of(name, {"add", "sub", "mul", "div", "add_", "sub_", "mul_", "div_"})) {
+    std::vector<int64_t> out;
+    if (!shape_of(sig.find("output"), out)) return std::nullopt;
     return prod(out);
   }
   return std::nullopt;

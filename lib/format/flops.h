@@ -8,9 +8,14 @@
 //   addmm             2*M*N*K + M*N
 //   conv1d/2d/3d, convolution, _convolution
 //                     2 * numel(output) * (C_in/groups) * prod(kernel) (+ numel(output) with bias)
+//   conv_transpose1d/2d/3d, and convolution/_convolution with transposed=True
+//                     2 * numel(input) * (C_out/groups) * prod(kernel) (+ numel(output) with bias)
+//   convolution_backward
+//                     the forward's products for grad_input and for grad_weight, numel(grad_output) for grad_bias,
+//                     as output_mask asks
 //   scaled_dot_product_attention
 //                     2*B*H*L*S*E + 2*B*H*L*S*Ev (QK^T and PV; softmax not counted)
-//   add/sub/mul/div (Tensor, Scalar)  numel(output)
+//   add/sub/mul/div and add_/sub_/mul_/div_ (Tensor, Scalar)  numel(output)
 //   to, _to_copy, copy_, clone, contiguous, view, reshape, permute, transpose, t, expand,
 //   cat, stack, chunk, split, slice, select, narrow, squeeze, unsqueeze, flatten,
 //   constant_pad_nd, pad, as_strided, unbind           0

@@ -233,9 +233,9 @@ CONV = textwrap.dedent("""
 """)
 
 
-def audit_of(build_dir, cli, tmp_path, name, **extra):
+def audit_of(build_dir, cli, tmp_path, name, code=CONV, **extra):
     path = tmp_path / "conv.py"
-    path.write_text(CONV)
+    path.write_text(code)
     out = tmp_path / name
     env = clean_env(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(out), **extra)
     p = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=300)
@@ -262,6 +262,35 @@ def test_every_row_has_its_host_time_and_each_stage_a_top_by_time_table(build_di
     largest = max(report["rows"], key=lambda r: r["host_time_us"])
     assert largest["signature_sha256"][:12] in table[0], (largest, table[0])
     assert any("`aten.conv2d" in row for row in table), table
+
+
+TWO_CONVS = textwrap.dedent("""
+    import torch
+    a, b = torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 8, 3, padding=1)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        for _ in range(3):
+            y = b(a(x).relu()).relu()
+""")
+
+
+def test_each_stage_rolls_its_rows_up_per_operator_before_the_signatures(build_dir, cli, tmp_path):
+    report, summary = audit_of(build_dir, cli, tmp_path, "ops", TWO_CONVS)
+    (stage,) = report["stages"]
+    operators = {o["operator"]: o for o in stage["operators"]}
+    assert sum(o["calls"] for o in stage["operators"]) == stage["recorded_calls"]
+    convs = [r for r in report["rows"] if r["signature"]["op"] == "aten.conv2d.default"]
+    conv = operators["aten.conv2d"]
+    assert len(convs) == conv["signatures"] == 2 and conv["calls"] == 6
+    assert abs(conv["host_time_us"] - sum(r["host_time_us"] for r in convs)) < 1e-6 * conv["host_time_us"]
+    assert conv["flops"] == sum(r["flops_per_call"] * r["calls"] for r in convs)
+    assert operators["aten.relu"]["flops"] is None and operators["aten.relu"]["signatures_without_flop_formula"] == 1
+    host = [o["host_time_us"] for o in stage["operators"]]
+    assert host == sorted(host, reverse=True)
+    assert abs(sum(o["host_time_share"] for o in stage["operators"]) - 1) < 1e-9
+    section = summary.split("## Stage")[1]
+    assert "| operator | host ms | host share | calls | signatures | FLOPs | FLOP share | kernel ms (measured) |" in section
+    assert "| `aten.conv2d` |" in section and section.index("Operators (") < section.index("Top by time")
 
 
 def test_nested_calls_do_not_count_a_convolutions_flops_three_times(build_dir, cli, tmp_path):

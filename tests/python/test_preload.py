@@ -146,3 +146,34 @@ def test_the_fused_attention_paths_have_their_flops(build_dir, cli, tmp_path):
     # summary.md names the op whose time no FLOP figure holds, and only that one
     (line,) = [l for l in (run / "reports" / "summary.md").read_text().splitlines() if "FLOPs unknown" in l]
     assert "`aten.erfinv.default`" in line and "attention" not in line and "encoder" not in line, line
+
+
+def test_a_training_steps_backward_convolution_and_optimizer_have_their_flops(build_dir, cli, tmp_path):
+    """A new user's training step showed `flops_per_call: null` for convolution_backward (two thirds of a conv
+    layer's FLOPs) and for the optimizer's add_, though AUDIT.md lists add: the FLOP shares counted the forward only.
+    A ConvTranspose2d runs `convolution` with transposed=True, whose products are per input element."""
+    job = ("import torch\n"
+           "conv, up = torch.nn.Conv2d(3, 16, 3), torch.nn.ConvTranspose2d(16, 4, 3, stride=2)\n"
+           "opt = torch.optim.SGD(list(conv.parameters()) + list(up.parameters()), lr=0.1)\n"
+           "x = torch.randn(2, 3, 10, 10)\n"
+           "for _ in range(2):\n"
+           "    opt.zero_grad(); up(conv(x)).sum().backward(); opt.step()\n")
+    env = dict(env_for(build_dir, tmp_path),
+               LINGPROBE_OPS="aten::conv2d,aten::conv_transpose2d,aten::convolution_backward,aten::add_")
+    p = subprocess.run([sys.executable, "-c", job], env=env, capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    (run,) = metadata.run_dirs(tmp_path)
+    assert subprocess.run([cli, "audit", "--quiet", str(run)], capture_output=True).returncode == 0
+    import json
+    rows = json.loads((run / "reports" / "coverage_audit.json").read_text())["rows"]
+    flops = sorted((r["signature"]["op"], r["flops_per_call"]) for r in rows)
+    conv = 2 * (2 * 16 * 8 * 8) * 27  # output [2,16,8,8], 27 weights each
+    up = 2 * (2 * 16 * 8 * 8) * 36  # input [2,16,8,8] -> [2,4,17,17], each input element meets 4 x 9 weights
+    assert ("aten.conv2d.default", conv + 2 * 16 * 64) in flops
+    assert ("aten.conv_transpose2d.input", up + 2 * 4 * 17 * 17) in flops
+    # backward: the transposed one's grad_input and grad_weight, with its grad_bias; the first conv's grad_weight and
+    # grad_bias (its input needs no gradient)
+    assert ("aten.convolution_backward.default", 2 * up + 2 * 4 * 17 * 17) in flops
+    assert ("aten.convolution_backward.default", conv + 2 * 16 * 64) in flops
+    adds = [f for op, f in flops if op == "aten.add_.Tensor"]
+    assert adds and None not in adds and sorted(set(adds)) == sorted({16 * 27, 16, 16 * 4 * 9, 4}), adds

@@ -14,6 +14,7 @@ std::optional<int64_t> flops(const char* sig) {
   REQUIRE(p.status.ok());
   return flops_per_call(p.value);
 }
+std::optional<int64_t> flops(const std::string& sig) { return flops(sig.c_str()); }
 }  // namespace
 
 TEST_CASE("linear FLOPs for the seed's DiT shapes, bias included", "[flops]") {
@@ -119,4 +120,36 @@ TEST_CASE("the fused attention paths of nn.MultiheadAttention and nn.Transformer
       R"({"dtype":"f","shape":[64,128],"stride":[128,1]},)" +
       t + R"(,null,null],"kwargs":{},"output":null,"stage":"s"})";
   CHECK(flops(layer.c_str()) == self_attention + 34 * (2 * 64 * 128 + 128 + 2 * 128 * 64 + 64));
+}
+
+TEST_CASE("in-place elementwise ops, transposed convolutions and the convolution's backward", "[flops]") {
+  // an optimizer's p.add_(grad, alpha=-lr): numel(out), as add
+  CHECK(flops(R"({"op":"aten.add_.Tensor","args":[{"dtype":"f","shape":[16,8],"stride":[8,1]},
+      {"dtype":"f","shape":[16,8],"stride":[8,1]}],"kwargs":{"alpha":-0.1},
+      "output":{"dtype":"f","shape":[16,8],"stride":[8,1]},"stage":"s"})") == 128);
+  CHECK(flops(R"({"op":"aten.mul_.Scalar","args":[{"dtype":"f","shape":[5],"stride":[1]},0.5],"kwargs":{},
+      "output":{"dtype":"f","shape":[5],"stride":[1]},"stage":"s"})") == 5);
+  // ConvTranspose2d 8 -> 4 channels, kernel 3x3, stride 2: weight [8,4,3,3], input [2,8,5,5] -> [2,4,11,11].
+  // Each input element meets C_out * 9 weights: 2 * 400 * 36, with the bias numel(out).
+  const char* transposed_input = R"({"dtype":"f","shape":[2,8,5,5],"stride":[200,25,5,1]},
+      {"dtype":"f","shape":[8,4,3,3],"stride":[36,9,3,1]})";
+  const char* transposed_out = R"("output":{"dtype":"f","shape":[2,4,11,11],"stride":[484,121,11,1]},"stage":"s"})";
+  CHECK(flops(std::string(R"({"op":"aten.conv_transpose2d.input","args":[)") + transposed_input +
+              R"(,{"dtype":"f","shape":[4],"stride":[1]},[2,2]],"kwargs":{},)" + transposed_out) ==
+        2 * 400 * 36 + 2 * 4 * 121);
+  CHECK(flops(std::string(R"({"op":"aten.convolution.default","args":[)") + transposed_input +
+              R"(,null,[2,2],[0,0],[1,1],true,[0,0],1],"kwargs":{},)" + transposed_out) == 2 * 400 * 36);
+  // The same arguments with transposed=false count per output element (the weight's dim 1 is then C_in/groups).
+  CHECK(flops(std::string(R"({"op":"aten.convolution.default","args":[)") + transposed_input +
+              R"(,null,[2,2],[0,0],[1,1],false,[0,0],1],"kwargs":{},)" + transposed_out) == 2 * 968 * 36);
+  // convolution_backward of a conv2d 3 -> 16, kernel 3x3, output [2,16,8,8]: grad_input and grad_weight each the
+  // forward's 2 * 2048 * 27, grad_bias 2048, as output_mask asks.
+  const std::string backward =
+      R"({"op":"aten.convolution_backward.default","args":[{"dtype":"f","shape":[2,16,8,8],"stride":[1024,64,8,1]},
+      {"dtype":"f","shape":[2,3,10,10],"stride":[300,100,10,1]},{"dtype":"f","shape":[16,3,3,3],"stride":[27,9,3,1]},
+      [16],[1,1],[0,0],[1,1],false,[0,0],1,)";
+  const char* rest = R"(],"kwargs":{},"output":null,"stage":"s"})";
+  CHECK(flops(backward + "[true,true,true]" + rest) == 2 * (2 * 2048 * 27) + 2048);
+  CHECK(flops(backward + "[false,true,false]" + rest) == 2 * 2048 * 27);
+  CHECK_FALSE(flops(backward + "null" + rest).has_value());
 }

@@ -1,0 +1,78 @@
+// The stage's rows rolled up per operator (audit/operator_table): what a user
+// asks first ("which operators dominate"), from signatures built by hand.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "audit/operator_table.h"
+
+using namespace lingprobe;
+using namespace lingprobe::audit;
+
+namespace {
+
+Signature row(const std::string& op, uint64_t calls, int64_t host_ns, std::optional<int64_t> flops,
+              std::optional<double> kernel_us = std::nullopt) {
+  Signature s;
+  s.op = op;
+  s.calls = calls;
+  s.timed_calls = host_ns ? calls : 0;
+  s.flop_calls = calls;
+  s.host_ns = host_ns;
+  s.flops = flops;
+  s.kernel_time_us = kernel_us;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("an operator's overloads and signatures are one row, the largest host time first", "[operator_table]") {
+  const std::vector<Signature> rows = {row("aten.conv2d.default", 4, 3'000'000, 1000, 10.0),
+                                       row("aten.conv2d.padding", 2, 1'000'000, 500),
+                                       row("aten.uniform_.default", 10, 5'000'000, std::nullopt),
+                                       row("aten.add.Tensor", 6, 1'000'000, 100), row("aten.add_.Tensor", 1, 0, 100)};
+  std::vector<const Signature*> group;
+  for (const auto& r : rows) group.push_back(&r);
+  const format::JsonValue ops = operators_json(group);
+  REQUIRE(ops.items().size() == 4);  // add and add_ are two operators: the in-place one writes its input
+  const auto& first = ops.items()[0];
+  CHECK(first.find("operator")->as_string() == "aten.uniform_");
+  CHECK(first.find("flops")->is_null());
+  CHECK(first.find("flop_share")->is_null());
+  CHECK(first.find("signatures_without_flop_formula")->as_int() == 1);
+  CHECK(first.find("host_time_share")->as_float() == Approx(0.5));
+  const auto& conv = ops.items()[1];
+  CHECK(conv.find("operator")->as_string() == "aten.conv2d");
+  CHECK(conv.find("signatures")->as_int() == 2);
+  CHECK(conv.find("calls")->as_int() == 6);
+  CHECK(conv.find("host_time_us")->as_float() == Approx(4000.0));
+  CHECK(conv.find("flops")->as_float() == Approx(5000.0));  // 4 x 1000 + 2 x 500
+  CHECK(conv.find("flop_share")->as_float() == Approx(5000.0 / 5700.0));
+  CHECK(conv.find("kernel_time_us")->as_float() == Approx(40.0));  // the measured signature only, 4 calls
+  CHECK(conv.find("signatures_with_kernel_time")->as_int() == 1);
+  CHECK(ops.items()[2].find("operator")->as_string() == "aten.add");
+  CHECK(ops.items()[3].find("operator")->as_string() == "aten.add_");
+
+  const std::string md = operators_markdown(ops, 2);
+  CHECK(md.find("| `aten.uniform_` | 5.0 | 50.0% | 10 | 1 | unknown | - | - |") != std::string::npos);
+  CHECK(md.find("| `aten.conv2d` | 4.0 | 40.0% | 6 | 2 | 5.00K | 87.7% | 0.040 (1 of 2) |") != std::string::npos);
+  CHECK(md.find("2 more operator(s): 10.0% of the host time") != std::string::npos);
+  CHECK(md.find("aten.add`") == std::string::npos);
+}
+
+TEST_CASE("without call records the operators rank by FLOPs and their host time is unknown", "[operator_table]") {
+  const std::vector<Signature> rows = {row("aten.mm.default", 2, 0, 10), row("aten.linear.default", 1, 0, 100),
+                                       row("aten.relu.default", 3, 0, std::nullopt)};
+  std::vector<const Signature*> group;
+  for (const auto& r : rows) group.push_back(&r);
+  const format::JsonValue ops = operators_json(group);
+  CHECK(ops.items()[0].find("operator")->as_string() == "aten.linear");
+  CHECK(ops.items()[0].find("host_time_us")->is_null());
+  CHECK(ops.items()[0].find("host_time_share")->is_null());
+  CHECK(ops.items()[1].find("operator")->as_string() == "aten.mm");
+  CHECK(ops.items()[2].find("operator")->as_string() == "aten.relu");
+  CHECK(operator_of("aten.linear.default") == "aten.linear");
+  CHECK(operator_of("torchvision.nms.default") == "torchvision.nms");
+  CHECK(operator_of("linear") == "linear");
+}

@@ -36,7 +36,10 @@ void say_exit_report(const ExitReport& r, const Config& config, const std::strin
     std::string line = "LINGPROBE_OPS='" + config.ops + "': " + std::to_string(r.stats.calls_recorded) + " of " +
                        std::to_string(r.stats.calls_seen) + " calls matched";
     for (size_t i = 0; i < r.unmatched.size(); ++i)
-      line += (i ? "; " : "; no operator this process ran matched ") + r.unmatched[i];
+      line += (i ? "; " : "; no top-level operator this process ran matched ") + r.unmatched[i];
+    if (!r.unmatched.empty() && !config.nested)
+      line += " (an operator called only inside another, such as aten::addmm inside aten::linear, is recorded with "
+              "LINGPROBE_NESTED=1)";
     log_warn(line);
   }
   if (::access(metadata_path.c_str(), F_OK) != 0) return;  // never name what was not written

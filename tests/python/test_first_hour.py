@@ -97,6 +97,18 @@ def test_a_pattern_that_matched_nothing_is_named_at_exit_with_the_closest_ops(bu
     assert "matched 'aten::Linear' (closest ran: aten::linear)" in warning, warning
 
 
+def test_a_pattern_for_an_op_that_ran_only_nested_is_told_how_to_record_it(build_dir, tmp_path):
+    """A new user selected aten::addmm for an nn.Linear and got 'no operator this process ran matched' though addmm
+    ran, nested below aten::linear."""
+    out = tmp_path / "o"
+    p = preloaded(build_dir, tmp_path, out, LINGPROBE_OPS="aten::addmm")
+    (warning,) = [l for l in p.stderr.splitlines() if "warning" in l]
+    assert "no top-level operator this process ran matched 'aten::addmm'" in warning, warning
+    assert "is recorded with LINGPROBE_NESTED=1" in warning, warning
+    p = preloaded(build_dir, tmp_path, tmp_path / "nested", LINGPROBE_OPS="aten::addmm", LINGPROBE_NESTED="1")
+    assert not [l for l in p.stderr.splitlines() if "warning" in l], p.stderr
+
+
 def test_a_selection_that_matched_nothing_still_writes_a_file_the_audit_explains(build_dir, cli, tmp_path):
     out = tmp_path / "o"
     p = preloaded(build_dir, tmp_path, out, LINGPROBE_OPS="aten::Linear")

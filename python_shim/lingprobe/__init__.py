@@ -22,6 +22,7 @@ __all__ = ["LingprobeError", "start", "stop", "flush", "finalize", "stage", "pus
 
 _lib = None
 _initialised_here = False  # this module's start() initialised lingprobe (else the preload stub or the host did)
+_first_start = None  # that start()'s arguments: the same again only restarts (a notebook cell run twice)
 _STATES = {0: "fresh", 1: "running", 2: "finalized"}
 
 
@@ -52,8 +53,10 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
     LINGPROBE_* environment) and starts recording. Later calls restart
     recording; options then must be empty. Raises LingprobeError with the
     reason when the configuration is invalid (an output directory this process
-    cannot write, a bad option) or after finalize()."""
-    global _initialised_here
+    cannot write, a bad option) or after finalize(). The first start()'s
+    arguments given again are accepted (a notebook cell run twice); other
+    options after the first start() raise."""
+    global _initialised_here, _first_start
     import ctypes
     from ._native import Options
     lib = _library()
@@ -65,6 +68,7 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
                        ",".join(ops).encode() if isinstance(ops, (list, tuple)) else (ops.encode() if ops else None),
                        arr, len(settings))
         _initialised_here = True
+        _first_start = (out_dir, ops, use_environment, options)
         check(lib, lib.lingprobe_init(ctypes.byref(opts)))
         from . import _process
         from ._import_hooks import after_import
@@ -73,7 +77,8 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
         after_import("torch.distributed.distributed_c10d", _process.watch_init_process_group)
         from . import _profiler_guard
         after_import("torch.autograd.profiler", _profiler_guard.watch)
-    elif options or out_dir or ops:
+    elif (options or out_dir or ops) and not (_initialised_here and
+                                              _first_start == (out_dir, ops, use_environment, options)):
         raise LingprobeError(1, _already_initialised(out_dir, ops, options))
     check(lib, lib.lingprobe_start())
 
@@ -85,8 +90,9 @@ def _already_initialised(out_dir, ops, options):
     if not _initialised_here:
         return ("already initialised at load by LD_PRELOAD (or `lingprobe run`), from the environment: set "
                 + ", ".join(names) + " there instead, or call start() without options")
-    return ("already initialised by an earlier start(): options apply only to the first start() of a process; "
-            "call start() without options to resume the same run")
+    return ("already initialised by an earlier start() with other options: options apply only to the first "
+            "start() of a process; call start() without options (or with the first start()'s own) to resume the "
+            "same run")
 
 
 def stop():

@@ -212,6 +212,29 @@ def test_shim_finds_the_copy_the_preload_stub_loaded(build_dir, tmp_path):
     assert "LD_PRELOAD" in error and "LINGPROBE_OUT, LINGPROBE_NESTED" in error, error
 
 
+def test_a_notebook_cell_run_twice_resumes_the_run_and_other_options_still_raise(build_dir, tmp_path):
+    """A new user's notebook re-ran its first cell, start(out_dir=..., snapshots=True) with the same options, and got
+    'already initialised'."""
+    p = run_py(f"""
+        import torch, lingprobe
+        for _ in range(2):  # the cell, run twice
+            lingprobe.start(out_dir={str(tmp_path)!r}, ops=["aten::mm"], snapshots=False)
+            torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+            lingprobe.stop()
+        try:
+            lingprobe.start(out_dir={str(tmp_path)!r}, ops=["aten::mm"], snapshots=True)
+        except lingprobe.LingprobeError as e:
+            print(e)
+        lingprobe.finalize()
+        print(lingprobe.metadata_path())
+    """, build_dir)
+    assert p.returncode == 0, p.stderr.decode()
+    error, path = p.stdout.decode().strip().split("\n")
+    assert "already initialised by an earlier start() with other options" in error, error
+    _, sigs, counts, calls, _ = metadata.summarize(path)
+    assert len(calls) == 2 and len(metadata.run_dirs(tmp_path)) == 1
+
+
 def test_nested_calls_on_request_with_their_depth(build_dir, tmp_path):
     p = run_py(f"""
         import torch, lingprobe

@@ -28,6 +28,24 @@ std::string short_dtype(const JsonValue* dtype) {
 
 }  // namespace
 
+namespace {
+
+// A tensor as dtype and shape (`bf16[2,3]`; the shape alone where sizes were unreadable: null), a list of values
+// element by element, anything else as its canonical JSON.
+std::string value_text(const JsonValue& v) {
+  if (v.kind() == JsonValue::Kind::Object && v.find("dtype")) {
+    const JsonValue* shape = v.find("shape");
+    const bool sized = shape && shape->kind() == JsonValue::Kind::Array;
+    return (sized ? short_dtype(v.find("dtype")) : "") + (shape ? format::canonical_json(*shape) : "null");
+  }
+  if (v.kind() != JsonValue::Kind::Array) return format::canonical_json(v);
+  std::string out = "[";
+  for (size_t i = 0; i < v.items().size(); ++i) out += (i ? "," : "") + value_text(v.items()[i]);
+  return out + "]";
+}
+
+}  // namespace
+
 std::string short_signature(const JsonValue& signature) {
   const JsonValue* op = signature.find("op");
   std::string out = (op && op->kind() == JsonValue::Kind::String ? op->as_string() : std::string("?")) + "(";
@@ -35,14 +53,17 @@ std::string short_signature(const JsonValue& signature) {
   bool first = true;
   if (args && args->kind() == JsonValue::Kind::Array)
     for (const auto& a : args->items()) {
-      if (!first) out += ", ";
+      out += (first ? "" : ", ") + value_text(a);
       first = false;
-      const JsonValue* shape = a.kind() == JsonValue::Kind::Object ? a.find("shape") : nullptr;
-      const bool sized = shape && shape->kind() == JsonValue::Kind::Array;  // null where sizes were unreadable
-      out += (sized ? short_dtype(a.find("dtype")) : "") +
-             (shape ? format::canonical_json(*shape) : format::canonical_json(a));
     }
-  return out + ")";
+  if (const JsonValue* kwargs = signature.find("kwargs"); kwargs && kwargs->kind() == JsonValue::Kind::Object)
+    for (const auto& [name, value] : kwargs->members()) {
+      out += (first ? "" : ", ") + name + "=" + value_text(value);
+      first = false;
+    }
+  out += ")";
+  const JsonValue* output = signature.find("output");
+  return output && !output->is_null() ? out + " -> " + value_text(*output) : out;
 }
 
 std::string human_count(long double x) {

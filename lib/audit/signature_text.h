@@ -1,6 +1,7 @@
 // Text for people, shared by the audit's summary, the trace's slices and the
-// diff: a signature as one short line, `op(bf16[2,3], f32[3], 0.5)` (tensors
-// by their dtype and shape, anything else as its canonical JSON); a count with its SI
+// diff: a signature as one short line, `op(bf16[2,3], f32[3], 0.5, alpha=2) -> bf16[2,3]` (tensors
+// by their dtype and shape, lists element by element, anything else as its canonical JSON; keyword arguments by
+// name; the output after the arrow); a count with its SI
 // prefix; and which ops are collectives.
 #pragma once
 

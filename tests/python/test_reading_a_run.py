@@ -364,13 +364,14 @@ def test_diff_pairs_the_seeds_480x832_one_rank_run_with_the_704x1280_four_rank_o
     doc = json.loads(diff(cli, a, b, "--json").stdout)
     assert doc["format"] == "lingprobe.diff/1" and (doc["a"]["world_size"], doc["b"]["world_size"]) == (1, 4)
     entries = [(s["stage"], e) for s in doc["stages"] for e in s["entries"]]
-    got = sorted((st, e["kind"], [r["signature"] for r in e["a"]], [r["signature"] for r in e["b"]]) for st, e in entries)
+    called = lambda r: r["signature"].split(" -> ")[0]  # noqa: E731  (the call; its output follows the arrow)
+    got = sorted((st, e["kind"], [called(r) for r in e["a"]], [called(r) for r in e["b"]]) for st, e in entries)
     assert got == sorted(EXPECTED_PAIRS)
     assert all(s["counts"]["only_in_a"] == 0 and s["counts"]["only_in_b"] == 0 for s in doc["stages"])
     # The seeds' mistake: the 480x832 DiT linear against the two 704x1280 rows that differ only in stride.
     dit = next(e for st, e in entries if e["kind"] == "one_to_many")
     (row_a,) = dit["a"]
-    assert row_a["signature"] == "aten.linear.default(bf16[1,4680,5120], bf16[5120,5120], bf16[5120])"
+    assert row_a["signature"] == "aten.linear.default(bf16[1,4680,5120], bf16[5120,5120], bf16[5120]) -> bf16[1,4680,5120]"
     quarter = [r for r in dit["b"] if r["signature"].startswith("aten.linear.default(bf16[1,2640,5120]")]
     strides = set()
     for r in quarter:

@@ -49,7 +49,7 @@ TEST_CASE("signature text: one line says each tensor's dtype, so a run against i
       R"("shape":[5120,5120],"stride":[5120,1]},true,2,"x"],"kwargs":{},"op":"aten.linear.default","output":null,)"
       R"("stage":"dit"})");
   REQUIRE(parsed.status.ok());
-  CHECK(audit::short_signature(bf16) == "aten.linear.default(bf16[1,2640,5120], bf16[5120,5120])");
+  CHECK(audit::short_signature(bf16) == "aten.linear.default(bf16[1,2640,5120], bf16[5120,5120]) -> bf16[1,1]");
   CHECK(audit::short_signature(parsed.value) ==
         "aten.linear.default(f32[1,2640,5120], f32[5120,5120], true, 2, \"x\")");
   // a tensor whose sizes could not be read (a nested tensor) keeps its null shape, without a dtype glued to it
@@ -58,4 +58,22 @@ TEST_CASE("signature text: one line says each tensor's dtype, so a run against i
       R"("output":null,"stage":"s"})");
   REQUIRE(nested.status.ok());
   CHECK(audit::short_signature(nested.value) == "aten.relu.default(null)");
+}
+
+TEST_CASE("signature text: keyword arguments, lists of tensors and the output read apart", "[audit][diff]") {
+  // A new user's training run listed `aten.add_.Tensor(f32[16], f32[16])` twice: the two differed in alpha, a
+  // keyword argument the line left out. An autocast conv's pre-cast line read as its fp32 twin's: they differ in
+  // the output's dtype. A cat's inputs printed as whole JSON objects.
+  auto add = format::parse_json(
+      R"({"args":[{"dtype":"torch.float32","shape":[16],"stride":[1]},{"dtype":"torch.float32","shape":[16],)"
+      R"("stride":[1]}],"kwargs":{"alpha":-0.1},"op":"aten.add_.Tensor","output":{"dtype":"torch.float32",)"
+      R"("shape":[16],"stride":[1]},"stage":"s"})");
+  REQUIRE(add.status.ok());
+  CHECK(audit::short_signature(add.value) == "aten.add_.Tensor(f32[16], f32[16], alpha=-0.1) -> f32[16]");
+  auto cat = format::parse_json(
+      R"({"args":[[{"dtype":"torch.bfloat16","shape":[2,3],"stride":[3,1]},{"dtype":"torch.bfloat16","shape":[2,5],)"
+      R"("stride":[5,1]}],1],"kwargs":{},"op":"aten.cat.default","output":[{"dtype":"torch.bfloat16","shape":[2,8],)"
+      R"("stride":[8,1]},null],"stage":"s"})");
+  REQUIRE(cat.status.ok());
+  CHECK(audit::short_signature(cat.value) == "aten.cat.default([bf16[2,3],bf16[2,5]], 1) -> [bf16[2,8],null]");
 }

@@ -38,8 +38,9 @@ void say_exit_report(const ExitReport& r, const Config& config, const std::strin
     for (size_t i = 0; i < r.unmatched.size(); ++i)
       line += (i ? "; " : "; no top-level operator this process ran matched ") + r.unmatched[i];
     if (!r.unmatched.empty() && !config.nested)
-      line += " (an operator called only inside another, such as aten::addmm inside aten::linear, is recorded with "
-              "LINGPROBE_NESTED=1)";
+      line +=
+          " (an operator called only inside another, such as aten::addmm inside aten::linear, is recorded with "
+          "LINGPROBE_NESTED=1)";
     log_warn(line);
   }
   if (::access(metadata_path.c_str(), F_OK) != 0) return;  // never name what was not written

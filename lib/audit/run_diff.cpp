@@ -2,6 +2,7 @@
 
 #include "audit/profile_evidence.h"
 
+#include "audit/row_pairing.h"
 #include "audit/signature_compare.h"
 
 #include <algorithm>
@@ -24,29 +25,13 @@ namespace {
 using format::JsonValue;
 using Kind = JsonValue::Kind;
 
-struct Row {
-  std::string sha, stage, op, text;
-  const JsonValue* signature = nullptr;
-  uint64_t calls = 0;
-  JsonValue calls_by_rank;
-  std::optional<int64_t> flops;  // per call
-  std::string profile;           // path of its counter evidence ("": none)
-  std::optional<double> kernel_us;
-  std::optional<double> host_us;  // the calls' host time (call records), in all
-  long double flops_total() const { return flops ? static_cast<long double>(*flops) * calls : 0; }
-};
-
 struct Run {
   std::string dir, run_id;
   int64_t world_size = 0;
   bool fold_scalars = false;
   JsonValue report;
-  std::vector<Row> rows;
+  std::vector<DiffRow> rows;
 };
-
-std::string pairing_key(const Row& r) { return audit::pairing_key(*r.signature, r.stage, r.op); }
-
-std::vector<int64_t> shapes(const Row& r) { return signature_shapes(*r.signature); }
 
 JsonValue number(long double x) {
   if (x == std::floor(x) && std::fabs(x) < 9.2e18L) return JsonValue::integer(static_cast<int64_t>(x));
@@ -58,7 +43,7 @@ JsonValue relative(long double a, long double b) {
 }
 
 // Kernel-by-kernel metric changes between two profiles (their kernels.json).
-JsonValue kernel_changes(const Run& a, const Row& ra, const Run& b, const Row& rb) {
+JsonValue kernel_changes(const Run& a, const DiffRow& ra, const Run& b, const DiffRow& rb) {
   JsonValue ka, kb;
   if (!format::parse_json_file(a.dir + "/" + ra.profile + "/kernels.json", ka) ||
       !format::parse_json_file(b.dir + "/" + rb.profile + "/kernels.json", kb))
@@ -72,17 +57,7 @@ JsonValue kernel_changes(const Run& a, const Row& ra, const Run& b, const Row& r
   return changes;
 }
 
-struct Entry {
-  std::string kind, stage, op;
-  std::vector<const Row*> a, b;
-  std::string pairing = "";  // "size_order": paired within a group of as many on each side, by shape order
-  uint64_t calls_a = 0, calls_b = 0;
-  long double flops_a = 0, flops_b = 0;
-  std::optional<double> host_us_a = std::nullopt, host_us_b = std::nullopt;  // over the rows with call records
-  long double moved() const { return std::fabs(flops_b - flops_a); }
-};
-
-JsonValue row_json(const Row& r) {
+JsonValue row_json(const DiffRow& r) {
   return JsonValue::object({{"signature_sha256", JsonValue::string(r.sha)},
                             {"signature", JsonValue::string(r.text)},
                             {"calls", JsonValue::integer(static_cast<int64_t>(r.calls))},
@@ -92,10 +67,10 @@ JsonValue row_json(const Row& r) {
 }
 
 // Calls per rank that runs them (the ranks of every row together).
-long double per_rank(const std::vector<const Row*>& rows) {
+long double per_rank(const std::vector<const DiffRow*>& rows) {
   std::set<std::string> ranks;
   uint64_t calls = 0;
-  for (const Row* r : rows) {
+  for (const DiffRow* r : rows) {
     calls += r->calls;
     for (const auto& [rank, n] : r->calls_by_rank.members()) ranks.insert(rank);
   }
@@ -131,7 +106,7 @@ format::Status load(const std::string& dir, Run& run, std::vector<Warning>& warn
     if (const JsonValue* ws = r->find("world_size")) run.world_size = ws->as_int();
   }
   for (const JsonValue& row : run.report.find("rows")->items()) {
-    Row r;
+    DiffRow r;
     r.signature = row.find("signature");
     r.sha = row.find("signature_sha256")->as_string();
     const JsonValue* st = r.signature->find("stage");
@@ -152,123 +127,11 @@ format::Status load(const std::string& dir, Run& run, std::vector<Warning>& warn
   return format::Status::Ok();
 }
 
-// The two runs' rows joined: entries (changed, paired by shapes, one side only), sorted by FLOPs moved, and the
-// unchanged signatures counted by stage.
-struct Pairing {
-  std::vector<Entry> entries;
-  std::map<std::string, uint64_t> unchanged;  // by stage
-};
-
-// By pairing key: the rows of A, and of B, that no same signature matched.
-using Pool = std::map<std::string, std::pair<std::vector<const Row*>, std::vector<const Row*>>>;
-
-bool wanted(const Row& r, const DiffOptions& options) { return options.stage.empty() || r.stage == options.stage; }
-
-// 1. The same signature in both: an entry where its calls changed; the rest pooled by pairing key.
-Pool pair_same_signatures(const Run& a, const Run& b, const DiffOptions& options, Pairing& p) {
-  std::map<std::string, const Row*> by_sha_b;
-  for (const Row& r : b.rows)
-    if (wanted(r, options)) by_sha_b.emplace(r.sha, &r);
-  std::set<std::string> matched;
-  Pool pool;
-  for (const Row& r : a.rows) {
-    if (!wanted(r, options)) continue;
-    auto it = by_sha_b.find(r.sha);
-    if (it == by_sha_b.end()) {
-      pool[pairing_key(r)].first.push_back(&r);
-      continue;
-    }
-    matched.insert(r.sha);
-    if (it->second->calls == r.calls) {
-      ++p.unchanged[r.stage];
-      continue;
-    }
-    p.entries.push_back(Entry{"same_signature", r.stage, r.op, {&r}, {it->second}, ""});
-  }
-  for (const Row& r : b.rows)
-    if (wanted(r, options) && !matched.count(r.sha)) pool[pairing_key(r)].second.push_back(&r);
-  return pool;
-}
-
-std::string pooled_kind(size_t in_a, size_t in_b) {
-  if (in_b == 0) return "only_in_a";
-  if (in_a == 0) return "only_in_b";
-  if (in_a == 1 && in_b == 1) return "shape_changed";
-  if (in_a == 1) return "one_to_many";
-  if (in_b == 1) return "many_to_one";
-  return "many_to_many";
-}
-
-// The rows in the order of their shapes; none where that order is not strict.
-std::vector<const Row*> strictly_by_shape(std::vector<const Row*> rows) {
-  std::stable_sort(rows.begin(), rows.end(), [](const Row* x, const Row* y) { return shapes(*x) < shapes(*y); });
-  for (size_t i = 1; i < rows.size(); ++i)
-    if (shapes(*rows[i - 1]) == shapes(*rows[i])) return std::vector<const Row*>{};
-  return rows;
-}
-
-// 2. Pairs that changed only in shapes, and what is left on one side.
-void pair_pooled(const Pool& pool, std::vector<Entry>& entries) {
-  for (const auto& [key, sides] : pool) {
-    const auto& [in_a, in_b] = sides;
-    const Row* any = in_a.empty() ? in_b.front() : in_a.front();
-    Entry e{pooled_kind(in_a.size(), in_b.size()), any->stage, any->op, in_a, in_b, ""};
-    if (e.kind == "many_to_many" && in_a.size() == in_b.size()) {
-      // As many on each side (a layer at several input sizes: a cached and an uncached frame): paired in the
-      // order of their shapes where that order is strict on both sides (a larger input against a larger one).
-      const auto sa = strictly_by_shape(in_a), sb = strictly_by_shape(in_b);
-      if (!sa.empty() && !sb.empty()) {
-        for (size_t i = 0; i < sa.size(); ++i)
-          entries.push_back(Entry{"shape_changed", e.stage, e.op, {sa[i]}, {sb[i]}, "size_order"});
-        continue;
-      }
-    }
-    if (e.kind == "only_in_a" || e.kind == "only_in_b") {  // one entry per signature
-      for (const Row* r : e.kind == "only_in_a" ? in_a : in_b) {
-        Entry one{e.kind, r->stage, r->op, {}, {}, ""};
-        (e.kind == "only_in_a" ? one.a : one.b).push_back(r);
-        entries.push_back(std::move(one));
-      }
-      continue;
-    }
-    entries.push_back(std::move(e));
-  }
-}
-
-// Each entry's calls and FLOPs summed; the entries sorted by FLOPs moved, then calls changed, then SHA-256.
-void sort_by_flops_moved(std::vector<Entry>& entries) {
-  for (Entry& e : entries) {
-    for (const Row* r : e.a) e.calls_a += r->calls, e.flops_a += r->flops_total();
-    for (const Row* r : e.b) e.calls_b += r->calls, e.flops_b += r->flops_total();
-    for (const Row* r : e.a)
-      if (r->host_us) e.host_us_a = e.host_us_a.value_or(0) + *r->host_us;
-    for (const Row* r : e.b)
-      if (r->host_us) e.host_us_b = e.host_us_b.value_or(0) + *r->host_us;
-  }
-  std::sort(entries.begin(), entries.end(), [](const Entry& x, const Entry& y) {
-    if (x.moved() != y.moved()) return x.moved() > y.moved();
-    const int64_t cx = std::llabs(static_cast<int64_t>(x.calls_b) - static_cast<int64_t>(x.calls_a));
-    const int64_t cy = std::llabs(static_cast<int64_t>(y.calls_b) - static_cast<int64_t>(y.calls_a));
-    if (cx != cy) return cx > cy;
-    const std::string& sx = (x.a.empty() ? x.b : x.a).front()->sha;
-    const std::string& sy = (y.a.empty() ? y.b : y.a).front()->sha;
-    return sx < sy;
-  });
-}
-
-Pairing pair_rows(const Run& a, const Run& b, const DiffOptions& options) {
-  Pairing p;
-  const Pool pool = pair_same_signatures(a, b, options, p);
-  pair_pooled(pool, p.entries);
-  sort_by_flops_moved(p.entries);
-  return p;
-}
-
 // One entry's JSON: its rows, calls and FLOPs, stride variants, the differences of its pairs, counter changes.
-JsonValue entry_json(const Run& a, const Run& b, const Entry* e) {
+JsonValue entry_json(const Run& a, const Run& b, const DiffEntry* e) {
   JsonValue ea = JsonValue::array(), eb = JsonValue::array();
-  for (const Row* r : e->a) ea.push_back(row_json(*r));
-  for (const Row* r : e->b) eb.push_back(row_json(*r));
+  for (const DiffRow* r : e->a) ea.push_back(row_json(*r));
+  for (const DiffRow* r : e->b) eb.push_back(row_json(*r));
   JsonValue j = JsonValue::object();
   j.set("kind", JsonValue::string(e->kind));
   j.set("op", JsonValue::string(e->op));
@@ -288,12 +151,12 @@ JsonValue entry_json(const Run& a, const Run& b, const Entry* e) {
   j.set("calls_per_rank_b", number(per_rank(e->b)));
   JsonValue variants = JsonValue::array();
   for (const auto* rows : {&e->a, &e->b}) {  // rows of one side that differ from each other only in strides
-    std::map<std::string, std::vector<const Row*>> same;
-    for (const Row* r : *rows) same[format::canonical_json(without_strides(*r->signature))].push_back(r);
+    std::map<std::string, std::vector<const DiffRow*>> same;
+    for (const DiffRow* r : *rows) same[format::canonical_json(without_strides(*r->signature))].push_back(r);
     for (const auto& [k, group] : same) {
       if (group.size() < 2) continue;
       JsonValue shas = JsonValue::array();
-      for (const Row* r : group) shas.push_back(JsonValue::string(r->sha));
+      for (const DiffRow* r : group) shas.push_back(JsonValue::string(r->sha));
       variants.push_back(
           JsonValue::object({{"side", JsonValue::string(rows == &e->a ? "a" : "b")}, {"signatures", std::move(shas)}}));
     }
@@ -301,8 +164,8 @@ JsonValue entry_json(const Run& a, const Run& b, const Entry* e) {
   if (!variants.items().empty()) j.set("stride_variants", std::move(variants));
   if (!e->a.empty() && !e->b.empty() && e->kind != "same_signature") {
     JsonValue pairs = JsonValue::array();
-    for (const Row* x : e->a)
-      for (const Row* y : e->b) {
+    for (const DiffRow* x : e->a)
+      for (const DiffRow* y : e->b) {
         if (pairs.items().size() >= 16) break;
         std::vector<std::string> d;
         differences(*x->signature, *y->signature, "", d);
@@ -314,8 +177,8 @@ JsonValue entry_json(const Run& a, const Run& b, const Entry* e) {
     j.set("pairs", std::move(pairs));
   }
   JsonValue kernels = JsonValue::array();
-  for (const Row* x : e->a)
-    for (const Row* y : e->b)
+  for (const DiffRow* x : e->a)
+    for (const DiffRow* y : e->b)
       if (!x->profile.empty() && !y->profile.empty())
         if (JsonValue k = kernel_changes(a, *x, b, *y); !k.is_null()) kernels.push_back(std::move(k));
   if (!kernels.items().empty()) j.set("counters", std::move(kernels));
@@ -323,12 +186,12 @@ JsonValue entry_json(const Run& a, const Run& b, const Entry* e) {
 }
 
 // One entry's row in the Markdown detail table.
-std::string entry_markdown(const Entry& e) {
-  auto cell = [](const std::vector<const Row*>& rows) {
+std::string entry_markdown(const DiffEntry& e) {
+  auto cell = [](const std::vector<const DiffRow*>& rows) {
     std::map<std::string, int> same;  // rows of this side alike but for strides: their first tensor's stride shown
-    for (const Row* r : rows) ++same[format::canonical_json(without_strides(*r->signature))];
+    for (const DiffRow* r : rows) ++same[format::canonical_json(without_strides(*r->signature))];
     std::string s;
-    for (const Row* r : rows) {
+    for (const DiffRow* r : rows) {
       s += (s.empty() ? "" : "<br>") + ("`" + r->text + "` " + r->sha.substr(0, 12));
       const JsonValue* args = r->signature->find("args");
       const JsonValue* stride =
@@ -343,18 +206,23 @@ std::string entry_markdown(const Entry& e) {
     std::snprintf(buf, sizeof buf, x == std::floor(x) ? "%.0Lf" : "%.1Lf", x);
     return std::string(buf);
   };
-  std::string per = "; per rank " + count(per_rank(e.a)) + " → " + count(per_rank(e.b));
-  if (e.host_us_a && e.host_us_b) per += "; host ms " + count(*e.host_us_a / 1e3) + " → " + count(*e.host_us_b / 1e3);
+  std::string per;
+  if (!e.a.empty() && !e.b.empty()) {
+    per = "; per rank " + count(per_rank(e.a)) + " → " + count(per_rank(e.b));
+    if (e.host_us_a && e.host_us_b) per += "; host ms " + count(*e.host_us_a / 1e3) + " → " + count(*e.host_us_b / 1e3);
+  } else if (const auto& host = e.a.empty() ? e.host_us_b : e.host_us_a) {  // one side: its own host time
+    per = "; host ms " + count(*host / 1e3);
+  }
   std::ostringstream detail;
   detail << "| " << e.kind << (e.pairing.empty() ? "" : " (by size order)") << " | "
-         << human_count(e.flops_b - e.flops_a) << " | " << calls_change_text(e.calls_a, e.calls_b)
-         << (e.a.empty() || e.b.empty() ? "" : per) << " | " << cell(e.a) << " | " << cell(e.b) << " |\n";
+         << human_count(e.flops_b - e.flops_a) << " | " << calls_change_text(e.calls_a, e.calls_b) << per << " | "
+         << cell(e.a) << " | " << cell(e.b) << " |\n";
   return detail.str();
 }
 
 JsonValue side_json(const Run& r) {
   uint64_t calls = 0;
-  for (const Row& x : r.rows) calls += x.calls;
+  for (const DiffRow& x : r.rows) calls += x.calls;
   return JsonValue::object({{"run_dir", JsonValue::string(r.dir)},
                             {"run_id", JsonValue::string(r.run_id)},
                             {"world_size", JsonValue::integer(r.world_size)},
@@ -371,10 +239,11 @@ std::string markdown_head(const Run& a, const Run& b, const JsonValue& ja, const
      << "- B: `" << b.dir << "` (run `" << b.run_id << "`, world size " << b.world_size
      << "): " << jb.find("signatures")->as_int() << " signatures, " << jb.find("calls")->as_int() << " calls\n\n"
      << "Signatures are paired when identical; else when they changed only in shapes (same stage, op, dtypes, tensor "
-        "ranks, list lengths, scalars, and weight/bias shapes). Sorted by FLOPs moved.\n\n"
-     << "| stage | unchanged | calls changed | shape changed (1:1) | paired as groups | only in A | only in B | FLOPs "
-        "A | FLOPs B |\n"
-     << "|---|---|---|---|---|---|---|---|---|\n";
+        "ranks, list lengths, scalars, and weight/bias shapes); else when they changed only in dtypes (a run against "
+        "its autocast twin). Sorted by FLOPs moved.\n\n"
+     << "| stage | unchanged | calls changed | shape changed (1:1) | dtype changed (1:1) | paired as groups | only in "
+        "A | only in B | FLOPs A | FLOPs B |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|\n";
   return md.str();
 }
 
@@ -385,25 +254,27 @@ struct StageTotals {
   long double flops_a = 0, flops_b = 0;
 };
 
-StageTotals stage_totals(const std::string& stage, const std::vector<const Entry*>& group, const Run& a, const Run& b) {
+StageTotals stage_totals(const std::string& stage, const std::vector<const DiffEntry*>& group, const Run& a,
+                         const Run& b) {
   StageTotals t;
-  for (const Row& r : a.rows)
+  for (const DiffRow& r : a.rows)
     if (r.stage == stage) t.flops_a += r.flops_total();
-  for (const Row& r : b.rows)
+  for (const DiffRow& r : b.rows)
     if (r.stage == stage) t.flops_b += r.flops_total();
-  for (const Entry* e : group) ++t.kinds[e->kind];
+  for (const DiffEntry* e : group) ++t.kinds[e->kind];
   t.groups = t.kinds["one_to_many"] + t.kinds["many_to_one"] + t.kinds["many_to_many"];
   return t;
 }
 
-JsonValue stage_json(const std::string& stage, const std::vector<const Entry*>& group, uint64_t unchanged,
+JsonValue stage_json(const std::string& stage, const std::vector<const DiffEntry*>& group, uint64_t unchanged,
                      StageTotals& t, const Run& a, const Run& b) {
   JsonValue list = JsonValue::array();
-  for (const Entry* e : group) list.push_back(entry_json(a, b, e));
+  for (const DiffEntry* e : group) list.push_back(entry_json(a, b, e));
   JsonValue counts =
       JsonValue::object({{"unchanged", JsonValue::integer(static_cast<int64_t>(unchanged))},
                          {"calls_changed", JsonValue::integer(static_cast<int64_t>(t.kinds["same_signature"]))},
                          {"shape_changed", JsonValue::integer(static_cast<int64_t>(t.kinds["shape_changed"]))},
+                         {"dtype_changed", JsonValue::integer(static_cast<int64_t>(t.kinds["dtype_changed"]))},
                          {"paired_groups", JsonValue::integer(static_cast<int64_t>(t.groups))},
                          {"only_in_a", JsonValue::integer(static_cast<int64_t>(t.kinds["only_in_a"]))},
                          {"only_in_b", JsonValue::integer(static_cast<int64_t>(t.kinds["only_in_b"]))}});
@@ -417,13 +288,13 @@ JsonValue stage_json(const std::string& stage, const std::vector<const Entry*>& 
 std::string stage_overview_row(const std::string& stage, uint64_t unchanged, StageTotals& t) {
   std::ostringstream md;
   md << "| " << stage << " | " << unchanged << " | " << t.kinds["same_signature"] << " | " << t.kinds["shape_changed"]
-     << " | " << t.groups << " | " << t.kinds["only_in_a"] << " | " << t.kinds["only_in_b"] << " | "
-     << human_count(t.flops_a) << " | " << human_count(t.flops_b) << " |\n";
+     << " | " << t.kinds["dtype_changed"] << " | " << t.groups << " | " << t.kinds["only_in_a"] << " | "
+     << t.kinds["only_in_b"] << " | " << human_count(t.flops_a) << " | " << human_count(t.flops_b) << " |\n";
   return md.str();
 }
 
 // A stage's detail table: its first entries, and how many more the JSON holds.
-std::string stage_detail(const std::string& stage, const std::vector<const Entry*>& group, size_t markdown_rows) {
+std::string stage_detail(const std::string& stage, const std::vector<const DiffEntry*>& group, size_t markdown_rows) {
   if (group.empty()) return "";
   std::ostringstream detail;
   detail << "\n## Stage `" << stage << "`\n\n| change | FLOPs moved | calls A → B | A | B |\n|---|---|---|---|---|\n";
@@ -449,10 +320,10 @@ DiffOutcome diff_runs(const DiffOptions& options) {
                                         "the same way");
   if (!outcome.status.ok()) return outcome;
 
-  Pairing pairing = pair_rows(a, b, options);
+  Pairing pairing = pair_rows(a.rows, b.rows, options.stage);
   // 3. The document, by stage.
-  std::map<std::string, std::vector<const Entry*>> by_stage;
-  for (const Entry& e : pairing.entries) by_stage[e.stage].push_back(&e);
+  std::map<std::string, std::vector<const DiffEntry*>> by_stage;
+  for (const DiffEntry& e : pairing.entries) by_stage[e.stage].push_back(&e);
   for (const auto& [stage, n] : pairing.unchanged) by_stage[stage];
   const JsonValue ja = side_json(a), jb = side_json(b);
   std::string md = markdown_head(a, b, ja, jb), detail;

@@ -98,19 +98,25 @@ std::vector<int64_t> signature_shapes(const JsonValue& signature) {
   return out;
 }
 
-// The signature with every tensor's stride left out.
-JsonValue without_strides(const JsonValue& v) {
+// The signature with one member of every tensor left out.
+JsonValue without_tensor_member(const JsonValue& v, const char* member) {
   if (v.kind() == Kind::Array) {
     JsonValue a = JsonValue::array();
-    for (const auto& x : v.items()) a.push_back(without_strides(x));
+    for (const auto& x : v.items()) a.push_back(without_tensor_member(x, member));
     return a;
   }
   if (v.kind() != Kind::Object) return v;
   const bool tensor = is_tensor(v);
   JsonValue o = JsonValue::object();
   for (const auto& [k, x] : v.members())
-    if (!(tensor && k == "stride")) o.set(k, without_strides(x));
+    if (!(tensor && k == member)) o.set(k, without_tensor_member(x, member));
   return o;
+}
+
+JsonValue without_strides(const JsonValue& v) { return without_tensor_member(v, "stride"); }
+
+std::string retyping_key(const JsonValue& signature, const std::string& stage, const std::string& op) {
+  return stage + "|" + op + "|" + format::canonical_json(without_tensor_member(signature, "dtype"));
 }
 
 // Where two signatures differ: "args[0].shape: [1,4680,5120] -> [1,2640,5120]".

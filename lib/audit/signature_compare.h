@@ -1,7 +1,8 @@
 // Two signatures compared for `lingprobe diff` (run_diff): the key under
 // which signatures that changed only in shapes pair up (same stage, op,
 // dtypes, tensor ranks, list lengths, scalars and weight/bias shapes), their
-// shapes in order, the signature without strides, and where two differ.
+// shapes in order, the key under which signatures that changed only in dtypes
+// pair up, the signature without strides, and where two differ.
 // Pure functions of the signature JSON; no files, no torch.
 #pragma once
 
@@ -18,6 +19,9 @@ bool is_tensor(const format::JsonValue& v);
 
 // The pairing key: equal for two signatures of one layer at different input sizes.
 std::string pairing_key(const format::JsonValue& signature, const std::string& stage, const std::string& op);
+
+// The retyping key: equal for two signatures identical but for their tensors' dtypes (a run and its autocast twin).
+std::string retyping_key(const format::JsonValue& signature, const std::string& stage, const std::string& op);
 
 // Every tensor's shape (arguments, keyword arguments, then output), one after another, -2 between tensors.
 std::vector<int64_t> signature_shapes(const format::JsonValue& signature);

@@ -305,6 +305,26 @@ def test_each_stage_rolls_its_rows_up_per_operator_before_the_signatures(build_d
     assert "| `aten.conv2d` |" in section and section.index("Operators (") < section.index("Top by time")
 
 
+def test_diff_pairs_a_run_with_its_autocast_twin_as_dtype_changes(build_dir, cli, tmp_path):
+    """A new user's diff of an fp32 run against its bf16-autocast twin listed every changed row twice, once only in A
+    and once only in B, the two lines identical: pairing asked for the same dtypes."""
+    twin = TWO_CONVS.replace("with torch.no_grad():", "with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):")
+    audit_of(build_dir, cli, tmp_path, "fp32", TWO_CONVS)
+    audit_of(build_dir, cli, tmp_path, "bf16", twin)
+    (a,), (b,) = metadata.run_dirs(tmp_path / "fp32"), metadata.run_dirs(tmp_path / "bf16")
+    p = subprocess.run([cli, "diff", str(a), str(b), "--json"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    (stage,) = json.loads(p.stdout)["stages"]
+    counts = stage["counts"]
+    assert counts["only_in_a"] == counts["only_in_b"] == 0, counts
+    changed = [e for e in stage["entries"] if e["kind"] == "dtype_changed"]
+    assert len(changed) == counts["dtype_changed"] >= 3, counts  # two convs, the relus (one signature: [2,8,30,30])
+    conv = [e for e in changed if e["op"] == "aten.conv2d.default"]
+    assert len(conv) == 2 and all(e["calls_a"] == e["calls_b"] == 3 for e in conv)
+    assert any("-> bf16[" in e["b"][0]["signature"] and "-> f32[" in e["a"][0]["signature"] for e in conv), conv
+    assert all(any(d.startswith("output.dtype") for d in e["pairs"][0]["differences"]) for e in conv), conv
+
+
 def test_nested_calls_do_not_count_a_convolutions_flops_three_times(build_dir, cli, tmp_path):
     flat, _ = audit_of(build_dir, cli, tmp_path, "flat")
     nested, summary = audit_of(build_dir, cli, tmp_path, "nested", LINGPROBE_NESTED="1")

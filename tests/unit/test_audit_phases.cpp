@@ -176,7 +176,7 @@ TEST_CASE("diff: a run against itself is unchanged in every stage", "[audit][dif
   for (const auto& s : stages->items()) {
     const format::JsonValue& counts = *s.find("counts");
     CHECK(counts.find("unchanged")->as_int() > 0);
-    for (const char* k : {"calls_changed", "shape_changed", "paired_groups", "only_in_a", "only_in_b"})
+    for (const char* k : {"calls_changed", "shape_changed", "dtype_changed", "paired_groups", "only_in_a", "only_in_b"})
       CHECK(counts.find(k)->as_int() == 0);
     CHECK(s.find("entries")->items().empty());
   }

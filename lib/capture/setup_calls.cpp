@@ -12,6 +12,23 @@
 
 namespace lingprobe::capture {
 
+namespace {
+
+// An in-place op (not an optimizer's _foreach_*) that writes its first argument and reads no other tensor (a Python
+// number given to mul_ or add_ arrives as a wrapped-number tensor: a scalar).
+bool writes_with_scalars_only(const SampledCall& call, const std::string& name) {
+  if (name.rfind("aten::_foreach_", 0) == 0 || call.inputs.empty() || !is_written(call.schema->arguments()[0]))
+    return false;
+  bool other_tensor = false;
+  for (size_t i = 1; i < call.inputs.size(); ++i)
+    for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {
+      other_tensor = other_tensor || (t.defined() && !t.unsafeGetTensorImpl()->is_wrapped_number());
+    });
+  return !other_tensor;
+}
+
+}  // namespace
+
 bool is_setup_call(const SampledCall& call) {
   const std::string name = call.schema->name();
   if (!format::result_by_definition(name).empty()) return true;
@@ -30,10 +47,13 @@ bool is_setup_call(const SampledCall& call) {
       std::all_of(returns.begin(), returns.end(),
                   [](const c10::Argument& r) { return r.alias_info() && !r.alias_info()->isWrite(); }))
     return true;
-  // Writes that initialise or load a parameter (an optimizer's add_ or _foreach_* on one is compute).
-  const bool fills = name == "aten::copy_" || name == "aten::fill_" || name == "aten::zero_" || name == "aten::set_";
+  // Writes that initialise or load a parameter (an optimizer's add_ or _foreach_* on one is compute): fills and
+  // copies, and in-place arithmetic whose other arguments hold no tensor (trunc_normal_'s erfinv_, mul_, add_ and
+  // clamp_ after its uniform_; an optimizer's update reads a gradient or a buffer).
   const auto& params = call.schema->arguments();
   const bool matches = params.size() == call.inputs.size();
+  const bool fills = name == "aten::copy_" || name == "aten::fill_" || name == "aten::zero_" || name == "aten::set_" ||
+                     (matches && writes_with_scalars_only(call, name));
   const bool moves = name == "aten::to" || name == "aten::_to_copy";
   bool setup = false;
   for (size_t i = 0; i < call.inputs.size() && !setup; ++i) {

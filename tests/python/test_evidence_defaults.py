@@ -227,3 +227,29 @@ def test_a_cpu_program_where_only_gpu_calls_are_sampled_says_so_at_exit(build_di
     assert p.returncode == 0 and "not sampled" not in p.stderr, p.stderr
     (run,) = metadata.run_dirs(tmp_path / "any" / "out")
     assert list((run / "snapshots").glob("*.pt"))
+
+
+def test_trunc_normal_init_counts_as_set_up_and_leaves_the_budget_to_the_forward(build_dir, tmp_path):
+    """A new user's swin_t: trunc_normal_ (uniform_, then erfinv_, mul_, add_ and clamp_ in place on each weight)
+    was counted as compute, its snapshots 377 MB of 758 MB, its erfinv_ the whole 'Top by time' table."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        layers = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)])
+        for m in layers:
+            torch.nn.init.trunc_normal_(m.weight, std=0.02)
+        with torch.no_grad():
+            layers(torch.randn(8, 512))
+        print("ok")
+    """))
+    # 1 MB each weight, copied before and after: every init step is over the set-up share (an eighth of 8 MB)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=env(tmp_path, build_dir, LINGPROBE_SAMPLE_BUDGET_PROCESS=str(8 * 2**20)))
+    assert p.returncode == 0 and "ok" in p.stdout, p.stderr
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    refused = {r["op"].split(".")[0] for r in records(run, "refusal") if r["reason"] == "setup_share"}
+    assert {"aten::erfinv_", "aten::mul_", "aten::add_", "aten::clamp_"} <= refused, refused
+    ops = snapshot_ops(run)
+    assert "aten.linear.default" in ops and not ops["aten.linear.default"][0]["setup_call"], sorted(ops)
+    assert not [op for op, docs in ops.items() for d in docs if op != "aten.linear.default" and not d["setup_call"]
+                and op.split(".")[1] in ("erfinv_", "mul_", "add_", "clamp_")], sorted(ops)

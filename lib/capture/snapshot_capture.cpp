@@ -483,6 +483,7 @@ bool SnapshotCapture::undo(Pending& p) {
 void SnapshotCapture::drop(std::unique_ptr<Pending> p, const char* why) {
   if (undo(*p)) count_profile(why, p->window_evidence);  // a counter window's close stamps its end (window_settle)
   if (p->snapshot) count_drop(why);
+  if (p->key) sampler_->dropped(p->key, why);
   give_up(std::move(p));
 }
 

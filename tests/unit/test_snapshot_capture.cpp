@@ -223,6 +223,8 @@ TEST_CASE("capture: a call whose op raised keeps nothing and leaves its key to t
   CHECK(rig.run(key('g'), mm, {}, /*raises=*/true));
   CHECK(rig.sink.kept.empty());
   CHECK(rig.capture->drops().at("snapshots") == std::map<std::string, uint64_t>{{"raised", 1}});
+  // the key's reason while it waits: its call raised (a new user read "rule_skip_every_probability" at defaults)
+  CHECK(rig.sampler.unsampled_reasons() == std::map<std::string, uint64_t>{{"raised", 1}});
   CHECK(rig.run(key('g'), mm, {at::ones({4, 4})}));
   CHECK(rig.sink.kept == std::vector<std::string>{"aten.mm.default"});
 }

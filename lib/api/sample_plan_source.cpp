@@ -41,8 +41,9 @@ std::unique_ptr<LoadedPlan> load_sample_plan(const Config& c, bool counters_poss
              std::to_string(loaded->plan.over_budget) + " passed over by the budgets" +
              (loaded->plan.unranked ? "; " + std::to_string(loaded->plan.unranked) +
                                           " key(s) without a FLOP formula got no share and were not planned, "
-                                          "whatever their time (time ranks only where the earlier run measured every "
-                                          "key with time or FLOPs)"
+                                          "whatever their host time (keys rank by kernel time only where the "
+                                          "earlier run's counters measured every key: LINGPROBE_PROFILE=1 on a GPU; "
+                                          "host time is not ranked, on a GPU it is the launch)"
                                     : std::string()));
   }
   return loaded;

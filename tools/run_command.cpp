@@ -167,12 +167,9 @@ int run_command(int argc, char** argv) {
   if (i >= argc) return usage();
 
   // Validate everything here, before the job starts: environment first, then options.
+  // (An unknown LINGPROBE_* variable is the job's own warning, with its did-you-mean: said once, not twice.)
   api::Config config;
-  std::vector<std::string> unknown;
-  format::Status config_status = api::apply_environment(config, environ, &unknown);
-  for (const auto& name : unknown)
-    std::cerr << "lingprobe run: warning: " << name << " is not a lingprobe option" << api::did_you_mean(name)
-              << "; ignored\n";
+  format::Status config_status = api::apply_environment(config, environ);
   for (const auto& [k, v] : settings) {
     if (!config_status.ok()) break;
     config_status = api::apply_setting(config, k, v);

@@ -359,6 +359,14 @@ def test_a_misspelt_variable_gets_a_did_you_mean(build_dir, tmp_path):
     assert "LINGPROBE_OPTS is not a lingprobe option (did you mean LINGPROBE_OPS?)" in p.stderr, p.stderr
 
 
+def test_run_says_a_misspelt_variable_once(cli, tmp_path):
+    """`lingprobe run` warned about an unknown variable, then the job did again."""
+    p = subprocess.run([cli, "run", "-o", str(tmp_path / "o"), "--", sys.executable, str(program(tmp_path))],
+                       env=clean_env(LINGPROBE_OPTS="aten::linear"), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("LINGPROBE_OPTS is not a lingprobe option") == 1, p.stderr
+
+
 SHIM = textwrap.dedent("""
     import sys, lingprobe
     try:

@@ -158,8 +158,9 @@ std::string make_summary(const std::map<std::string, std::vector<const Signature
   uint64_t calls = 0;
   for (auto* s : all) calls += s->calls;
   md << "# lingprobe coverage audit\n\n"
-     << all.size() << " distinct signatures, " << calls << " calls, from " << files << " metadata file(s) of "
-     << ranks.size() << " rank(s); ";
+     << all.size() << " distinct signatures, " << calls << " calls, from " << files << " metadata file(s) "
+     << (ranks.empty() ? std::string("with no recorded call") : "of " + std::to_string(ranks.size()) + " rank(s)")
+     << "; ";
   if (records_lost)
     md << records_lost
        << " record(s) lost (calls, call records, lines or stage names: `dropped` in coverage_audit.json says which)";

@@ -122,6 +122,7 @@ def test_a_selection_that_matched_nothing_still_writes_a_file_the_audit_explains
     a = subprocess.run([cli, "audit", str(run_dir)], capture_output=True, text=True, timeout=120)
     assert a.returncode == 0, a.stderr
     assert "0 calls matched LINGPROBE_OPS='aten::Linear'" in a.stdout, a.stdout
+    assert "from 1 metadata file(s) with no recorded call;" in a.stdout, a.stdout  # not "of 0 rank(s)"
 
 
 # Item 4: where did it go?

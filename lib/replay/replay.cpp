@@ -182,6 +182,15 @@ ReplayResult replay_snapshot(const std::string& path, const ReplayOptions& optio
 
 namespace {
 
+// A dropout outside training (`train=False`: a model in eval) returns its input: nothing random about it.
+bool dropout_outside_training(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& inputs) {
+  if (schema.name().find("dropout") == std::string::npos) return false;
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size() && i < inputs.size(); ++i)
+    if (args[i].name() == "train") return inputs[i].isBool() && !inputs[i].toBool();
+  return false;
+}
+
 // One replay's state, filled by its steps in order.
 struct Replay {
   Replay(const std::string& path, const ReplayOptions& options) : path(path), options(options) {}
@@ -306,8 +315,11 @@ void compare_result(Replay& p) {
   r.rmse = d.n ? std::sqrt(d.sum_sq / static_cast<double>(d.n)) : 0.0;
   r.finite = d.finite;
   const std::string device_type = c10::Device(p.device_str).is_cuda() ? "cuda" : "cpu";
-  r.nondeterministic = nondeterminism(p.handle->schema().name(), device_type, policy_true(p.policy, "cudnn_benchmark"),
-                                      policy_true(p.policy, "deterministic_algorithms"), p.has_generator);
+  r.nondeterministic =
+      dropout_outside_training(p.handle->schema(), p.inputs)
+          ? ""
+          : nondeterminism(p.handle->schema().name(), device_type, policy_true(p.policy, "cudnn_benchmark"),
+                           policy_true(p.policy, "deterministic_algorithms"), p.has_generator);
   if (r.nondeterministic.empty()) r.exact = d.exact;
   const PickleValue* folded = p.doc->find("fold_scalars");
   const capture::ScalarFold fold = folded && folded->kind() == PickleValue::Kind::Bool && folded->as_bool()

@@ -576,3 +576,21 @@ def test_a_reopened_key_takes_its_new_signature_once_and_never_repeats_a_sampled
     assert len(files) == len(recs) == 2, files
     assert not any("_s" in f.rsplit("_", 1)[-1] for f in files), files
     assert len({r["id"] for r in recs}) == 2, recs  # one per signature
+
+
+def test_a_dropout_outside_training_replays_exactly_and_one_in_training_is_random(build_dir, tmp_path, cli):
+    # A new user's eval-mode model: `dropout_` with train=False (the identity) was marked "nondeterministic (random
+    # op)" beside max_abs 0; the corpus's models in eval listed `dropout` among their nondeterministic ops.
+    run_job("import torch\nx = torch.ones(64)\n"
+            "torch.nn.functional.dropout(x, 0.5, training=False)\n"
+            "torch.nn.functional.dropout(x, 0.5, training=True)\n", tmp_path, build_dir, LINGPROBE_OPS="aten::dropout")
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    r = replay(cli, run)
+    assert r.returncode == 0, r.stdout + r.stderr
+    by_train = {}
+    for d in (run / "replays").iterdir():
+        c = json.loads((d / "replay_comparison.json").read_text())
+        by_train[c["exact"] is None] = c
+    assert set(by_train) == {True, False}, by_train
+    assert by_train[False]["exact"] is True and "nondeterministic" not in by_train[False]
+    assert by_train[True]["nondeterministic"] == "random op"

@@ -25,6 +25,7 @@ ExitReport exit_report(const Config& config, const Identity& identity, bool conf
     const auto closest = format::closest_op_names(pattern, names, 3);
     for (size_t i = 0; i < closest.size(); ++i) line += (i ? ", " : " (closest ran: ") + closest[i];
     r.unmatched.push_back(line + (closest.empty() ? "" : ")"));
+    r.any_without_closest = r.any_without_closest || closest.empty();
   }
   return r;
 }
@@ -35,9 +36,10 @@ void say_exit_report(const ExitReport& r, const Config& config, const std::strin
   if (!r.unmatched.empty() || (r.stats.calls_recorded == 0 && !config.ops.empty())) {
     std::string line = "LINGPROBE_OPS='" + config.ops + "': " + std::to_string(r.stats.calls_recorded) + " of " +
                        std::to_string(r.stats.calls_seen) + " calls matched";
-    for (size_t i = 0; i < r.unmatched.size(); ++i)
-      line += (i ? "; " : "; no top-level operator this process ran matched ") + r.unmatched[i];
-    if (!r.unmatched.empty() && !config.nested)
+    const char* none =
+        config.nested ? "; no operator this process ran matched " : "; no top-level operator this process ran matched ";
+    for (size_t i = 0; i < r.unmatched.size(); ++i) line += (i ? "; " : none) + r.unmatched[i];
+    if (!config.nested && r.any_without_closest)  // a name with no close match: likely a nested op, not a typo
       line +=
           " (an operator called only inside another, such as aten::addmm inside aten::linear, is recorded with "
           "LINGPROBE_NESTED=1)";

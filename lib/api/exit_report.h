@@ -21,6 +21,7 @@ struct ExitReport {
       false;  // the metadata file is written even with nothing recorded (a selection that matched nothing)
   capture::RecorderStats stats;
   std::vector<std::string> unmatched;  // "'pattern' (closest ran: a, b)"
+  bool any_without_closest = false;    // an unmatched pattern with no name close to it (a nested op, not a typo)
 };
 
 // After the recorder is uninstalled, before the writer's finalize.

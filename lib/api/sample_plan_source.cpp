@@ -42,8 +42,9 @@ std::unique_ptr<LoadedPlan> load_sample_plan(const Config& c, bool counters_poss
              (loaded->plan.unranked ? "; " + std::to_string(loaded->plan.unranked) +
                                           " key(s) without a FLOP formula got no share and were not planned, "
                                           "whatever their host time (keys rank by kernel time only where the "
-                                          "earlier run's counters measured every key: LINGPROBE_PROFILE=1 on a GPU; "
-                                          "host time is not ranked, on a GPU it is the launch)"
+                                          "earlier run measured it for every key with time or FLOPs: "
+                                          "LINGPROBE_PROFILE=1 on a GPU; host time never ranks, on a GPU it is the "
+                                          "launch)"
                                     : std::string()));
   }
   return loaded;

@@ -1,6 +1,7 @@
 #include "audit/operator_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -14,10 +15,16 @@ using format::JsonValue;
 
 struct OperatorTotals {
   std::string name;
-  uint64_t signatures = 0, calls = 0, timed_calls = 0, unknown_flops = 0, measured = 0;
+  uint64_t signatures = 0, calls = 0, timed_calls = 0, flop_calls = 0, unknown_flops = 0, measured = 0;
   int64_t host_ns = 0;
   long double flops = 0, kernel_us = 0;
 };
+
+// A whole number as an integer (FLOPs beyond 2^53 stay exact), else a float.
+JsonValue number(long double x) {
+  if (x == std::floor(x) && std::fabs(x) < 9.2e18L) return JsonValue::integer(static_cast<int64_t>(x));
+  return JsonValue::floating(static_cast<double>(x));
+}
 
 JsonValue share_or_null(long double part, long double whole, bool known) {
   return known && whole > 0 ? JsonValue::floating(static_cast<double>(part / whole)) : JsonValue::null();
@@ -28,6 +35,10 @@ std::string percent(const JsonValue* fraction) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%.1f%%", fraction->as_float() * 100);
   return buf;
+}
+
+long double as_number(const JsonValue& v) {
+  return v.kind() == JsonValue::Kind::Int ? static_cast<long double>(v.as_int()) : v.as_float();
 }
 
 std::string milliseconds(const JsonValue* us) {
@@ -62,6 +73,7 @@ JsonValue operators_json(const std::vector<const Signature*>& group) {
     timed = timed || s->timed_calls > 0;
     if (s->flops) {
       const long double f = static_cast<long double>(*s->flops) * s->flop_calls;
+      t.flop_calls += s->flop_calls;
       t.flops += f;
       stage_flops += f;
     } else {
@@ -78,14 +90,16 @@ JsonValue operators_json(const std::vector<const Signature*>& group) {
   });
   JsonValue out = JsonValue::array();
   for (const OperatorTotals* t : order) {
-    const bool has_flops = t->unknown_flops < t->signatures;
+    const bool has_flops = t->unknown_flops < t->signatures && t->flop_calls > 0;  // not nested only
     JsonValue o = JsonValue::object();
     o.set("operator", JsonValue::string(t->name));
     o.set("signatures", JsonValue::integer(static_cast<int64_t>(t->signatures)));
     o.set("calls", JsonValue::integer(static_cast<int64_t>(t->calls)));
-    o.set("host_time_us", timed ? JsonValue::floating(static_cast<double>(t->host_ns) / 1e3) : JsonValue::null());
-    o.set("host_time_share", share_or_null(t->host_ns, stage_host_ns, timed));
-    o.set("flops", has_flops ? JsonValue::floating(static_cast<double>(t->flops)) : JsonValue::null());
+    o.set("top_level_calls", JsonValue::integer(static_cast<int64_t>(t->timed_calls)));
+    const bool host = timed && t->timed_calls > 0;  // its time is inside its callers' where it ran nested only
+    o.set("host_time_us", host ? JsonValue::floating(static_cast<double>(t->host_ns) / 1e3) : JsonValue::null());
+    o.set("host_time_share", share_or_null(t->host_ns, stage_host_ns, host));
+    o.set("flops", has_flops ? number(t->flops) : JsonValue::null());
     o.set("signatures_without_flop_formula", JsonValue::integer(static_cast<int64_t>(t->unknown_flops)));
     o.set("flop_share", share_or_null(t->flops, stage_flops, has_flops));
     o.set("kernel_time_us", t->measured ? JsonValue::floating(static_cast<double>(t->kernel_us)) : JsonValue::null());
@@ -112,7 +126,8 @@ std::string operators_markdown(const JsonValue& operators, size_t limit) {
     }
     const JsonValue* flops = o.find("flops");
     const int64_t unknown = o.find("signatures_without_flop_formula")->as_int();
-    std::string flop_text = flops->is_null() ? "unknown" : human_count(flops->as_float());
+    const bool nested_only = flops->is_null() && unknown < o.find("signatures")->as_int();  // a formula, no top call
+    std::string flop_text = nested_only ? "nested" : flops->is_null() ? "unknown" : human_count(as_number(*flops));
     if (!flops->is_null() && unknown) flop_text += " (+" + std::to_string(unknown) + " unknown)";
     std::string kernel = milliseconds(o.find("kernel_time_us"));
     const int64_t measured = o.find("signatures_with_kernel_time")->as_int();

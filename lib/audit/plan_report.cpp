@@ -66,8 +66,8 @@ std::string plan_markdown(const std::vector<PlanRecord>& records, size_t rows) {
   if (first.unranked)
     md += "\n" + std::to_string(first.unranked) +
           " key(s) of the earlier run had no FLOP formula, so no share of its FLOPs: none was planned, whatever "
-          "its host time (keys rank by kernel time only where the earlier run's counters measured every key: "
-          "LINGPROBE_PROFILE=1 on a GPU; host time is not ranked, on a GPU it is the launch).\n";
+          "its host time (keys rank by kernel time only where the earlier run measured it for every key with time "
+          "or FLOPs: LINGPROBE_PROFILE=1 on a GPU; host time never ranks, on a GPU it is the launch).\n";
   if (unmet.empty()) return md;
   md += "\n| planned share | stage | op | input key |\n|---|---|---|---|\n";
   for (size_t i = 0; i < unmet.size() && i < rows; ++i) {

@@ -327,11 +327,6 @@ std::vector<std::string> Sampler::plan_unmet() const {
   return unmet;
 }
 
-void Sampler::dropped(SampleKey* k, const char* why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  k->last_refusal = why;
-}
-
 std::map<std::string, uint64_t> Sampler::unsampled_reasons() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, uint64_t> out;

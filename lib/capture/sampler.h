@@ -194,9 +194,6 @@ class Sampler {
   SamplingStats stats() const;
   // The plan's keys no call of this process has met (empty without a plan).
   std::vector<std::string> plan_unmet() const;
-  // A sampled call dropped after it began ("raised": the op threw; "abandoned": its end never came): the key's
-  // latest refusal, which unsampled_reasons names while no later call has given it evidence. Any thread.
-  void dropped(SampleKey* key, const char* why);
   // For counts records: what stays unsampled and why ({"reason": keys}).
   std::map<std::string, uint64_t> unsampled_reasons() const;
 

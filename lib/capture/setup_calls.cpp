@@ -14,10 +14,12 @@ namespace lingprobe::capture {
 
 namespace {
 
-// An in-place op (not an optimizer's _foreach_*) that writes its first argument and reads no other tensor (a Python
-// number given to mul_ or add_ arrives as a wrapped-number tensor: a scalar).
+// An in-place op (not an optimizer's _foreach_*) that writes its first argument, a tensor without a gradient yet,
+// and reads no other tensor (a Python number given to mul_ or add_ arrives as a wrapped-number tensor: a scalar).
+// AdamW's param.mul_(1 - lr * wd) runs in step(), after backward gave the parameter its gradient: compute.
 bool writes_with_scalars_only(const SampledCall& call, const std::string& name) {
-  if (name.rfind("aten::_foreach_", 0) == 0 || call.inputs.empty() || !is_written(call.schema->arguments()[0]))
+  if (name.rfind("aten::_foreach_", 0) == 0 || call.inputs.empty() || !is_written(call.schema->arguments()[0]) ||
+      !call.inputs[0].isTensor() || call.inputs[0].toTensor().grad().defined())
     return false;
   bool other_tensor = false;
   for (size_t i = 1; i < call.inputs.size(); ++i)
@@ -49,7 +51,7 @@ bool is_setup_call(const SampledCall& call) {
     return true;
   // Writes that initialise or load a parameter (an optimizer's add_ or _foreach_* on one is compute): fills and
   // copies, and in-place arithmetic whose other arguments hold no tensor (trunc_normal_'s erfinv_, mul_, add_ and
-  // clamp_ after its uniform_; an optimizer's update reads a gradient or a buffer).
+  // clamp_ after its uniform_; an optimizer's update runs once the parameter has a gradient).
   const auto& params = call.schema->arguments();
   const bool matches = params.size() == call.inputs.size();
   const bool fills = name == "aten::copy_" || name == "aten::fill_" || name == "aten::zero_" || name == "aten::set_" ||

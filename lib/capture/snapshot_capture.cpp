@@ -481,9 +481,11 @@ bool SnapshotCapture::undo(Pending& p) {
 }
 
 void SnapshotCapture::drop(std::unique_ptr<Pending> p, const char* why) {
+  // the evidence the call was taking, refused for `why` once per key (a refusal record; the key's reason meanwhile)
+  const uint8_t taking = (p->snapshot ? kSnapshot : 0) | (p->window ? p->window_evidence : 0);
   if (undo(*p)) count_profile(why, p->window_evidence);  // a counter window's close stamps its end (window_settle)
   if (p->snapshot) count_drop(why);
-  if (p->key) sampler_->dropped(p->key, why);
+  if (p->key && taking) sampler_->note_refusal(p->key, taking, why);
   give_up(std::move(p));
 }
 

@@ -60,15 +60,17 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
     import ctypes
     from ._native import Options
     lib = _library()
+    settings = [_setting(k, v) for k, v in options.items()]
+    ops_text = ",".join(ops) if isinstance(ops, (list, tuple)) else ops
+    # what the library is given, as text: ops as a list or a string, options in any order, compare alike
+    given = (out_dir or None, ops_text or None, bool(use_environment), tuple(sorted(settings)))
     if lib.lingprobe_get_state() == 0:
-        settings = [_setting(k, v) for k, v in options.items()]
         arr = (ctypes.c_char_p * max(1, len(settings)))(*settings)
         opts = Options(ctypes.sizeof(Options), 1 if use_environment else 0,
-                       out_dir.encode() if out_dir else None,
-                       ",".join(ops).encode() if isinstance(ops, (list, tuple)) else (ops.encode() if ops else None),
+                       out_dir.encode() if out_dir else None, ops_text.encode() if ops_text else None,
                        arr, len(settings))
         _initialised_here = True
-        _first_start = (out_dir, ops, use_environment, options)
+        _first_start = given
         check(lib, lib.lingprobe_init(ctypes.byref(opts)))
         from . import _process
         from ._import_hooks import after_import
@@ -77,8 +79,7 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
         after_import("torch.distributed.distributed_c10d", _process.watch_init_process_group)
         from . import _profiler_guard
         after_import("torch.autograd.profiler", _profiler_guard.watch)
-    elif (options or out_dir or ops) and not (_initialised_here and
-                                              _first_start == (out_dir, ops, use_environment, options)):
+    elif (options or out_dir or ops) and not (_initialised_here and _first_start == given):
         raise LingprobeError(1, _already_initialised(out_dir, ops, options))
     check(lib, lib.lingprobe_start())
 

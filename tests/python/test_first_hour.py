@@ -95,6 +95,7 @@ def test_a_pattern_that_matched_nothing_is_named_at_exit_with_the_closest_ops(bu
     (warning,) = [l for l in p.stderr.splitlines() if "warning" in l]
     assert "LINGPROBE_OPS='aten::Linear,aten::relu': 3 of " in warning, warning
     assert "matched 'aten::Linear' (closest ran: aten::linear)" in warning, warning
+    assert "LINGPROBE_NESTED" not in warning, warning  # a typo with a close name: the nested hint would mislead
 
 
 def test_a_pattern_for_an_op_that_ran_only_nested_is_told_how_to_record_it(build_dir, tmp_path):

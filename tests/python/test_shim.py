@@ -217,8 +217,8 @@ def test_a_notebook_cell_run_twice_resumes_the_run_and_other_options_still_raise
     'already initialised'."""
     p = run_py(f"""
         import torch, lingprobe
-        for _ in range(2):  # the cell, run twice
-            lingprobe.start(out_dir={str(tmp_path)!r}, ops=["aten::mm"], snapshots=False)
+        for ops in (["aten::mm"], ("aten::mm",)):  # the cell, run twice (a list, then a tuple: the same ops)
+            lingprobe.start(out_dir={str(tmp_path)!r}, ops=ops, snapshots=False)
             torch.mm(torch.ones(2, 2), torch.ones(2, 2))
             lingprobe.stop()
         try:

@@ -47,7 +47,7 @@ TEST_CASE("an operator's overloads and signatures are one row, the largest host 
   CHECK(conv.find("signatures")->as_int() == 2);
   CHECK(conv.find("calls")->as_int() == 6);
   CHECK(conv.find("host_time_us")->as_float() == Approx(4000.0));
-  CHECK(conv.find("flops")->as_float() == Approx(5000.0));  // 4 x 1000 + 2 x 500
+  CHECK(conv.find("flops")->as_int() == 5000);  // 4 x 1000 + 2 x 500, an integer
   CHECK(conv.find("flop_share")->as_float() == Approx(5000.0 / 5700.0));
   CHECK(conv.find("kernel_time_us")->as_float() == Approx(40.0));  // the measured signature only, 4 calls
   CHECK(conv.find("signatures_with_kernel_time")->as_int() == 1);
@@ -59,6 +59,22 @@ TEST_CASE("an operator's overloads and signatures are one row, the largest host 
   CHECK(md.find("| `aten.conv2d` | 4.0 | 40.0% | 6 | 2 | 5.00K | 87.7% | 0.040 (1 of 2) |") != std::string::npos);
   CHECK(md.find("2 more operator(s): 10.0% of the host time") != std::string::npos);
   CHECK(md.find("aten.add`") == std::string::npos);
+}
+
+TEST_CASE("with LINGPROBE_NESTED=1 an operator that ran only nested has no FLOPs or host time of its own",
+          "[operator_table]") {
+  // linear at top level; addmm below it (a row, but its FLOPs and time are the linear's)
+  Signature linear = row("aten.linear.default", 2, 2'000'000, 100);
+  Signature addmm = row("aten.addmm.default", 2, 0, 100);
+  addmm.flop_calls = 0;
+  const format::JsonValue ops = operators_json({&linear, &addmm});
+  const auto& nested = ops.items()[1];
+  REQUIRE(nested.find("operator")->as_string() == "aten.addmm");
+  CHECK(nested.find("flops")->is_null());
+  CHECK(nested.find("host_time_us")->is_null());
+  CHECK(nested.find("top_level_calls")->as_int() == 0);
+  CHECK(ops.items()[0].find("flop_share")->as_float() == Approx(1.0));
+  CHECK(operators_markdown(ops, 10).find("| `aten.addmm` | - | - | 2 | 1 | nested | - | - |") != std::string::npos);
 }
 
 TEST_CASE("without call records the operators rank by FLOPs and their host time is unknown", "[operator_table]") {

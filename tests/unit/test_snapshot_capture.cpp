@@ -198,6 +198,17 @@ TEST_CASE("capture: trunc_normal_'s in-place steps on a parameter are set-up; th
   at::Tensor activation = at::rand({256, 256});  // not a parameter: compute
   Call halve = call_of("aten::mul_", {activation, 0.5}, "Scalar");
   CHECK(rig.run(key('l'), halve, {activation}));
+  // AdamW's decoupled weight decay, param.mul_(1 - lr * wd), in step(): the parameter has its gradient by then
+  Rig step_rig(o);
+  weight.mutable_grad() = at::zeros({256, 256});
+  Call decay = call_of("aten::mul_", {weight, 0.999}, "Scalar");
+  CHECK(step_rig.run(key('n'), decay, {weight}));
+  // a 0-dim tensor that is not a wrapped number (a capturable optimizer's lr) is a tensor operand: compute
+  Rig tensor_rig(o);
+  at::Tensor fresh = at::rand({256, 256}).set_requires_grad(true);
+  Call by_tensor = call_of("aten::mul_", {fresh, at::scalar_tensor(0.5)}, "Tensor");
+  CHECK(tensor_rig.run(key('o'), by_tensor, {fresh}));
+  CHECK((step_rig.refusals.empty() && tensor_rig.refusals.empty()));
 }
 
 TEST_CASE("capture: a snapshot over the archive's limit is refused before any copy, and settles the key", "[capture]") {
@@ -224,7 +235,8 @@ TEST_CASE("capture: a call whose op raised keeps nothing and leaves its key to t
   CHECK(rig.sink.kept.empty());
   CHECK(rig.capture->drops().at("snapshots") == std::map<std::string, uint64_t>{{"raised", 1}});
   // the key's reason while it waits: its call raised (a new user read "rule_skip_every_probability" at defaults)
-  CHECK(rig.sampler.unsampled_reasons() == std::map<std::string, uint64_t>{{"raised", 1}});
+  CHECK(rig.sampler.unsampled_reasons() == std::map<std::string, uint64_t>{{"snapshot:raised", 1}});
+  CHECK(rig.refusals == std::vector<std::string>{"aten::mm snapshot raised"});  // recorded once, as refusals are
   CHECK(rig.run(key('g'), mm, {at::ones({4, 4})}));
   CHECK(rig.sink.kept == std::vector<std::string>{"aten.mm.default"});
 }

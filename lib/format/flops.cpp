@@ -164,17 +164,23 @@ std::optional<int64_t> attention_flops(const std::string& name, const JsonValue&
     const int64_t tokens = prod(q, 0, q.size() - 1), e = q.back(), f = ffn[0];
     return *attention + tokens * (4 * e * f + f + e);  // two linears with their biases
   }
-  if (!shape_of(arg(sig, 0), q) || !shape_of(arg(sig, 1), k) || !shape_of(arg(sig, 2), v) || q.size() < 2 ||
-      k.size() < 2 || v.size() < 2)
+  // The backward ops take grad_out first, then query, key and value, and compute four products where the forward
+  // computes two (dP = dO V^T and dV = P^T dO over Ev, dQ = dS K and dK = dS^T Q over E): twice the forward's.
+  const bool backward = name.size() > 9 && name.compare(name.size() - 9, 9, "_backward") == 0;
+  const size_t first = backward ? 1 : 0;
+  if (!shape_of(arg(sig, first), q) || !shape_of(arg(sig, first + 1), k) || !shape_of(arg(sig, first + 2), v) ||
+      q.size() < 2 || k.size() < 2 || v.size() < 2)
     return std::nullopt;
   const int64_t batch = prod(q, 0, q.size() - 2), l = q[q.size() - 2], e = q.back();
   const int64_t s = k[k.size() - 2], ev = v.back();
-  // is_causal (the flash overload's 5th argument, the efficient one's 7th, SDPA's 6th): half the pairs
-  const size_t causal_at = name == "_scaled_dot_product_flash_attention"       ? 4
-                           : name == "_scaled_dot_product_efficient_attention" ? 6
-                                                                               : 5;
-  const int64_t full = 2 * batch * l * s * e + 2 * batch * l * s * ev;
-  return is_true(arg(sig, causal_at)) ? full / 2 : full;
+  // is_causal: half the pairs. SDPA's 6th argument, the flash overload's 5th, the efficient one's 7th; both backward
+  // ops' 12th (the efficient backward's 7th before torch 2.1, where its 12th does not exist)
+  const bool causal = backward ? is_true(arg(sig, 11)) || is_true(arg(sig, 6))
+                               : is_true(arg(sig, name == "_scaled_dot_product_flash_attention"       ? 4
+                                                  : name == "_scaled_dot_product_efficient_attention" ? 6
+                                                                                                      : 5));
+  const int64_t full = (backward ? 2 : 1) * (2 * batch * l * s * e + 2 * batch * l * s * ev);
+  return causal ? full / 2 : full;
 }
 
 }  // namespace
@@ -191,7 +197,8 @@ std::optional<int64_t> flops_per_call(const JsonValue& sig) {
     return convolution_flops(name, sig);
   if (name == "convolution_backward") return convolution_backward_flops(sig);
   if (one_of(name, {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
-                    "_scaled_dot_product_efficient_attention", "_native_multi_head_attention",
+                    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention_backward",
+                    "_scaled_dot_product_efficient_attention_backward", "_native_multi_head_attention",
                     "_transformer_encoder_layer_fwd"}))
     return attention_flops(name, sig);
   if (one_of(name, {"add", "sub", "mul", "div", "add_", "sub_", "mul_", "div_"})) {

@@ -14,7 +14,9 @@
 //                     the forward's products for grad_input and for grad_weight, numel(grad_output) for grad_bias,
 //                     as output_mask asks
 //   scaled_dot_product_attention
-//                     2*B*H*L*S*E + 2*B*H*L*S*Ev (QK^T and PV; softmax not counted)
+//                     2*B*H*L*S*E + 2*B*H*L*S*Ev (QK^T and PV; softmax not counted; causal: half)
+//   _scaled_dot_product_{flash,efficient}_attention_backward
+//                     twice the forward (dP, dV, dQ and dK)
 //   add/sub/mul/div and add_/sub_/mul_/div_ (Tensor, Scalar)  numel(output)
 //   to, _to_copy, copy_, clone, contiguous, view, reshape, permute, transpose, t, expand,
 //   cat, stack, chunk, split, slice, select, narrow, squeeze, unsqueeze, flatten,

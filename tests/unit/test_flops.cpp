@@ -153,3 +153,23 @@ TEST_CASE("in-place elementwise ops, transposed convolutions and the convolution
   CHECK(flops(backward + "[false,true,false]" + rest) == 2 * 2048 * 27);
   CHECK_FALSE(flops(backward + "null" + rest).has_value());
 }
+
+TEST_CASE("the attention backward ops count four products, twice the forward", "[flops]") {
+  const std::string t = R"({"dtype":"bf16","shape":[2,8,128,64],"stride":[1,1,1,1]})";
+  const int64_t forward = 2LL * 16 * 128 * 128 * 64 * 2;  // QK^T and PV over B*H = 16
+  // flash backward: (grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
+  // is_causal, philox_seed, philox_offset)
+  const std::string flash = R"({"op":"aten._scaled_dot_product_flash_attention_backward.default","args":[)" + t + "," +
+                            t + "," + t + "," + t + "," + t +
+                            R"(,{"dtype":"f32","shape":[2,8,128],"stride":[1,1,1]},)" + R"(null,null,128,128,0.0,)";
+  const char* rest = R"(,null,null],"kwargs":{"scale":null},"output":null,"stage":"s"})";
+  CHECK(flops(flash + "false" + rest) == 2 * forward);
+  CHECK(flops(flash + "true" + rest) == forward);  // causal: half
+  // efficient backward (torch 2.1+): (grad_out_, query, key, value, attn_bias, out, logsumexp, philox_seed,
+  // philox_offset, dropout_p, grad_input_mask, is_causal)
+  const std::string efficient = R"({"op":"aten._scaled_dot_product_efficient_attention_backward.default","args":[)" +
+                                t + "," + t + "," + t + "," + t + ",null," + t +
+                                R"(,{"dtype":"f32","shape":[2,8,128],"stride":[1,1,1]},null,null,0.0,)" +
+                                R"([true,true,true,false],true],"kwargs":{},"output":null,"stage":"s"})";
+  CHECK(flops(efficient) == forward);
+}

@@ -95,7 +95,7 @@ JsonValue operators_json(const std::vector<const Signature*>& group) {
     o.set("operator", JsonValue::string(t->name));
     o.set("signatures", JsonValue::integer(static_cast<int64_t>(t->signatures)));
     o.set("calls", JsonValue::integer(static_cast<int64_t>(t->calls)));
-    o.set("top_level_calls", JsonValue::integer(static_cast<int64_t>(t->timed_calls)));
+    o.set("timed_calls", JsonValue::integer(static_cast<int64_t>(t->timed_calls)));
     const bool host = timed && t->timed_calls > 0;  // its time is inside its callers' where it ran nested only
     o.set("host_time_us", host ? JsonValue::floating(static_cast<double>(t->host_ns) / 1e3) : JsonValue::null());
     o.set("host_time_share", share_or_null(t->host_ns, stage_host_ns, host));

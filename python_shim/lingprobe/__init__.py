@@ -51,11 +51,10 @@ def _setting(name, value):
 def start(out_dir=None, ops=None, use_environment=True, **options):
     """Initialises lingprobe on first use (with these options on top of the
     LINGPROBE_* environment) and starts recording. Later calls restart
-    recording; options then must be empty. Raises LingprobeError with the
+    recording; their options must be none, or the first start()'s again (a
+    notebook cell run twice), else they raise. Raises LingprobeError with the
     reason when the configuration is invalid (an output directory this process
-    cannot write, a bad option) or after finalize(). The first start()'s
-    arguments given again are accepted (a notebook cell run twice); other
-    options after the first start() raise."""
+    cannot write, a bad option) or after finalize()."""
     global _initialised_here, _first_start
     import ctypes
     from ._native import Options

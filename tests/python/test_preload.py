@@ -119,6 +119,17 @@ def test_torch_profiler_sessions_hold_counter_windows_off(build_dir, tmp_path):
     assert p.returncode == 0 and "ok" in p.stdout, p.stderr
 
 
+def audited_rows(build_dir, cli, tmp_path, job, ops):
+    """`job` (Python source) run under the preload with LINGPROBE_OPS=ops, then audited: its run and its rows."""
+    import json
+    p = subprocess.run([sys.executable, "-c", job], env=dict(env_for(build_dir, tmp_path), LINGPROBE_OPS=ops),
+                       capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    (run,) = metadata.run_dirs(tmp_path)
+    assert subprocess.run([cli, "audit", "--quiet", str(run)], capture_output=True).returncode == 0
+    return run, json.loads((run / "reports" / "coverage_audit.json").read_text())["rows"]
+
+
 def test_the_fused_attention_paths_have_their_flops(build_dir, cli, tmp_path):
     """torch's nn.MultiheadAttention and nn.TransformerEncoderLayer in eval without autograd run one fused op each
     (`_native_multi_head_attention`, `_transformer_encoder_layer_fwd`): a new user's torchvision ViT spent 71% of its
@@ -130,14 +141,8 @@ def test_the_fused_attention_paths_have_their_flops(build_dir, cli, tmp_path):
            "with torch.no_grad():\n"
            "    layer(x); mha(x, x, x)\n"
            "    torch.erfinv(torch.rand(4_000_000) * 0.5)\n")  # no formula, most of the host time
-    env = dict(env_for(build_dir, tmp_path),
-               LINGPROBE_OPS="aten::_native_multi_head_attention,aten::_transformer_encoder_layer_fwd,aten::erfinv")
-    p = subprocess.run([sys.executable, "-c", job], env=env, capture_output=True, timeout=120)
-    assert p.returncode == 0, p.stderr.decode()
-    (run,) = metadata.run_dirs(tmp_path)
-    assert subprocess.run([cli, "audit", "--quiet", str(run)], capture_output=True).returncode == 0
-    import json
-    rows = json.loads((run / "reports" / "coverage_audit.json").read_text())["rows"]
+    run, rows = audited_rows(build_dir, cli, tmp_path, job,
+                             "aten::_native_multi_head_attention,aten::_transformer_encoder_layer_fwd,aten::erfinv")
     flops = {r["signature"]["op"]: r["flops_per_call"] for r in rows}
     attention = 4 * (2 * 34 * 64 * 64 + 34 * 64) + 4 * 2 * 17 * 17 * 64  # 4 projections of 34 tokens; 2BLSE twice
     assert flops == {"aten._native_multi_head_attention.default": attention,
@@ -158,14 +163,8 @@ def test_a_training_steps_backward_convolution_and_optimizer_have_their_flops(bu
            "x = torch.randn(2, 3, 10, 10)\n"
            "for _ in range(2):\n"
            "    opt.zero_grad(); up(conv(x)).sum().backward(); opt.step()\n")
-    env = dict(env_for(build_dir, tmp_path),
-               LINGPROBE_OPS="aten::conv2d,aten::conv_transpose2d,aten::convolution_backward,aten::add_")
-    p = subprocess.run([sys.executable, "-c", job], env=env, capture_output=True, timeout=120)
-    assert p.returncode == 0, p.stderr.decode()
-    (run,) = metadata.run_dirs(tmp_path)
-    assert subprocess.run([cli, "audit", "--quiet", str(run)], capture_output=True).returncode == 0
-    import json
-    rows = json.loads((run / "reports" / "coverage_audit.json").read_text())["rows"]
+    _, rows = audited_rows(build_dir, cli, tmp_path, job,
+                           "aten::conv2d,aten::conv_transpose2d,aten::convolution_backward,aten::add_")
     flops = sorted((r["signature"]["op"], r["flops_per_call"]) for r in rows)
     conv = 2 * (2 * 16 * 8 * 8) * 27  # output [2,16,8,8], 27 weights each
     up = 2 * (2 * 16 * 8 * 8) * 36  # input [2,16,8,8] -> [2,4,17,17], each input element meets 4 x 9 weights

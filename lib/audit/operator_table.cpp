@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "audit/signature_text.h"
+#include "format/op_traits.h"
 
 namespace lingprobe::audit {
 namespace {
@@ -47,6 +48,12 @@ std::string milliseconds(const JsonValue* us) {
   const double ms = us->as_float() / 1e3;
   std::snprintf(buf, sizeof buf, ms >= 100 ? "%.0f" : ms >= 1 ? "%.1f" : "%.3f", ms);
   return buf;
+}
+
+// "aten.uniform_" -> "aten::uniform_", as format::result_by_definition takes it.
+std::string schema_name(const std::string& dotted) {
+  const size_t dot = dotted.find('.');
+  return dot == std::string::npos ? dotted : dotted.substr(0, dot) + "::" + dotted.substr(dot + 1);
 }
 
 }  // namespace
@@ -104,10 +111,38 @@ JsonValue operators_json(const std::vector<const Signature*>& group) {
     o.set("flop_share", share_or_null(t->flops, stage_flops, has_flops));
     o.set("kernel_time_us", t->measured ? JsonValue::floating(static_cast<double>(t->kernel_us)) : JsonValue::null());
     o.set("signatures_with_kernel_time", JsonValue::integer(static_cast<int64_t>(t->measured)));
+    o.set("random_or_uninitialised", JsonValue::boolean(!format::result_by_definition(schema_name(t->name)).empty()));
     out.push_back(std::move(o));
   }
   return out;
 }
+
+namespace {
+
+// Where ops random or uninitialised by definition (initialisation, most often: normal_, uniform_, empty) hold 1%
+// or more of the stage's host time: one line saying so, and what keeps model construction apart.
+std::string set_up_line(const std::vector<JsonValue>& items) {
+  double share = 0;
+  std::string names;
+  for (const JsonValue& o : items) {
+    const JsonValue* s = o.find("host_time_share");
+    if (!o.find("random_or_uninitialised")->as_bool() || !s || s->is_null()) continue;
+    share += s->as_float();
+    if (s->as_float() >= 0.01)
+      names += std::string(names.empty() ? "" : ", ") + "`" + o.find("operator")->as_string() + "`";
+  }
+  if (share < 0.01) return "";
+  char text[16];
+  std::snprintf(text, sizeof text, "%.1f%%", share * 100);
+  return std::string("\n") + text +
+         " of the stage's host time is in ops whose results are random or uninitialised by "
+         "definition" +
+         (names.empty() ? std::string() : " (" + names + ")") +
+         ": model construction, most often. A stage (`with lingprobe.stage(...)`, `LINGPROBE_STAGE_MAP` or "
+         "`LINGPROBE_NVTX_MAP`, docs/USAGE.md) around the compute keeps them apart.\n";
+}
+
+}  // namespace
 
 std::string operators_markdown(const JsonValue& operators, size_t limit) {
   const auto& items = operators.items();
@@ -138,6 +173,7 @@ std::string operators_markdown(const JsonValue& operators, size_t limit) {
        << o.find("signatures")->as_int() << " | " << flop_text << " | " << percent(o.find("flop_share")) << " | "
        << kernel << " |\n";
   }
+  md << set_up_line(items);
   if (items.size() > limit) {
     char share[16];
     std::snprintf(share, sizeof share, "%.1f%%", rest_share * 100);

@@ -58,6 +58,11 @@ TEST_CASE("an operator's overloads and signatures are one row, the largest host 
   CHECK(md.find("| `aten.uniform_` | 5.0 | 50.0% | 10 | 1 | unknown | - | - |") != std::string::npos);
   CHECK(md.find("| `aten.conv2d` | 4.0 | 40.0% | 6 | 2 | 5.00K | 87.7% | 0.040 (1 of 2) |") != std::string::npos);
   CHECK(md.find("2 more operator(s): 10.0% of the host time") != std::string::npos);
+  // initialisation's share said apart: uniform_ is random by definition, conv2d is not
+  CHECK(first.find("random_or_uninitialised")->as_bool());
+  CHECK_FALSE(conv.find("random_or_uninitialised")->as_bool());
+  CHECK(md.find("50.0% of the stage's host time is in ops whose results are random or uninitialised by definition "
+                "(`aten.uniform_`): model construction") != std::string::npos);
   CHECK(md.find("aten.add`") == std::string::npos);
 }
 

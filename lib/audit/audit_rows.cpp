@@ -14,15 +14,10 @@ struct Fraction {
   bool total_known = true;
 };
 
-JsonValue number(long double x) {
-  if (x == std::floor(x) && std::fabs(x) < 9.2e18L) return JsonValue::integer(static_cast<int64_t>(x));
-  return JsonValue::floating(static_cast<double>(x));
-}
-
 JsonValue fraction_json(const Fraction& f) {
   JsonValue o = JsonValue::object();
-  o.set("covered", number(f.covered));
-  o.set("total", f.total_known ? number(f.total) : JsonValue::null());
+  o.set("covered", json_number(f.covered));
+  o.set("total", f.total_known ? json_number(f.total) : JsonValue::null());
   o.set("fraction", f.total_known && f.total > 0 ? JsonValue::floating(static_cast<double>(f.covered / f.total))
                                                  : JsonValue::null());
   return o;
@@ -47,6 +42,11 @@ JsonValue ncu_inputs_json(const Signature& s) {
 }
 
 }  // namespace
+
+JsonValue json_number(long double x) {
+  if (x == std::floor(x) && std::fabs(x) < 9.2e18L) return JsonValue::integer(static_cast<int64_t>(x));
+  return JsonValue::floating(static_cast<double>(x));
+}
 
 // Coverage of one group of signatures (a stage, or the whole run).
 JsonValue coverage_json(const std::vector<const Signature*>& group) {

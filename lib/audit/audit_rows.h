@@ -12,6 +12,9 @@
 
 namespace lingprobe::audit {
 
+// A whole number as an integer (FLOP totals beyond 2^53 stay exact), else a float.
+format::JsonValue json_number(long double x);
+
 format::JsonValue coverage_json(const std::vector<const Signature*>& group);
 format::JsonValue row_json(const Signature& s);
 format::JsonValue stage_json(const std::string& stage, const std::vector<const Signature*>& group);

@@ -29,12 +29,6 @@ std::string pct(const JsonValue& fraction) {
 
 std::string short_signature(const Signature& s) { return audit::short_signature(s.value); }
 
-std::string micros(double us) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, us >= 100 ? "%.0f" : us >= 1 ? "%.1f" : "%.3f", us);
-  return buf;
-}
-
 // A stage's signatures by their host time (the calling thread's wall time inside their top-level calls, from the
 // call records) beside the kernel time the counters measured, where they did.
 std::string top_by_time_markdown(const std::vector<const Signature*>& group) {
@@ -52,10 +46,10 @@ std::string top_by_time_markdown(const std::vector<const Signature*>& group) {
     auto* s = timed[k];
     char share[16];
     std::snprintf(share, sizeof share, "%.1f%%", 100.0 * static_cast<double>(s->host_ns) / stage_ns);
-    md << "| " << micros(static_cast<double>(s->host_ns) / 1e6) << " | " << share << " | " << s->timed_calls << " | "
-       << micros(static_cast<double>(s->host_ns) / 1e3 / static_cast<double>(s->timed_calls)) << " | "
-       << (s->kernel_time_us ? micros(*s->kernel_time_us) : std::string("-")) << " | `" << short_signature(*s) << "` "
-       << s->sha.substr(0, 12) << " |\n";
+    md << "| " << short_decimal(static_cast<double>(s->host_ns) / 1e6) << " | " << share << " | " << s->timed_calls
+       << " | " << short_decimal(static_cast<double>(s->host_ns) / 1e3 / static_cast<double>(s->timed_calls)) << " | "
+       << (s->kernel_time_us ? short_decimal(*s->kernel_time_us) : std::string("-")) << " | `" << short_signature(*s)
+       << "` " << s->sha.substr(0, 12) << " |\n";
   }
   return md.str();
 }

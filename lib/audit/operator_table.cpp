@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "audit/audit_rows.h"
 #include "audit/signature_text.h"
 #include "format/op_traits.h"
 
@@ -20,12 +21,6 @@ struct OperatorTotals {
   int64_t host_ns = 0;
   long double flops = 0, kernel_us = 0;
 };
-
-// A whole number as an integer (FLOPs beyond 2^53 stay exact), else a float.
-JsonValue number(long double x) {
-  if (x == std::floor(x) && std::fabs(x) < 9.2e18L) return JsonValue::integer(static_cast<int64_t>(x));
-  return JsonValue::floating(static_cast<double>(x));
-}
 
 JsonValue share_or_null(long double part, long double whole, bool known) {
   return known && whole > 0 ? JsonValue::floating(static_cast<double>(part / whole)) : JsonValue::null();
@@ -43,17 +38,36 @@ long double as_number(const JsonValue& v) {
 }
 
 std::string milliseconds(const JsonValue* us) {
-  if (!us || us->is_null()) return "-";
-  char buf[32];
-  const double ms = us->as_float() / 1e3;
-  std::snprintf(buf, sizeof buf, ms >= 100 ? "%.0f" : ms >= 1 ? "%.1f" : "%.3f", ms);
-  return buf;
+  return !us || us->is_null() ? "-" : short_decimal(us->as_float() / 1e3);
 }
 
 // "aten.uniform_" -> "aten::uniform_", as format::result_by_definition takes it.
 std::string schema_name(const std::string& dotted) {
   const size_t dot = dotted.find('.');
   return dot == std::string::npos ? dotted : dotted.substr(0, dot) + "::" + dotted.substr(dot + 1);
+}
+
+// Where ops random or uninitialised by definition (initialisation, most often: normal_, uniform_, empty) hold 1%
+// or more of the stage's host time: one line saying so, and what keeps model construction apart.
+std::string set_up_line(const std::vector<JsonValue>& items) {
+  double share = 0;
+  std::string names;
+  for (const JsonValue& o : items) {
+    const JsonValue* s = o.find("host_time_share");
+    if (!o.find("random_or_uninitialised")->as_bool() || !s || s->is_null()) continue;
+    share += s->as_float();
+    if (s->as_float() >= 0.01)
+      names += std::string(names.empty() ? "" : ", ") + "`" + o.find("operator")->as_string() + "`";
+  }
+  if (share < 0.01) return "";
+  char text[16];
+  std::snprintf(text, sizeof text, "%.1f%%", share * 100);
+  return std::string("\n") + text +
+         " of the stage's host time is in ops whose results are random or uninitialised by "
+         "definition" +
+         (names.empty() ? std::string() : " (" + names + ")") +
+         ": model construction, most often. A stage (`with lingprobe.stage(...)`, `LINGPROBE_STAGE_MAP` or "
+         "`LINGPROBE_NVTX_MAP`, docs/USAGE.md) around the compute keeps them apart.\n";
 }
 
 }  // namespace
@@ -106,7 +120,7 @@ JsonValue operators_json(const std::vector<const Signature*>& group) {
     const bool host = timed && t->timed_calls > 0;  // its time is inside its callers' where it ran nested only
     o.set("host_time_us", host ? JsonValue::floating(static_cast<double>(t->host_ns) / 1e3) : JsonValue::null());
     o.set("host_time_share", share_or_null(t->host_ns, stage_host_ns, host));
-    o.set("flops", has_flops ? number(t->flops) : JsonValue::null());
+    o.set("flops", has_flops ? json_number(t->flops) : JsonValue::null());
     o.set("signatures_without_flop_formula", JsonValue::integer(static_cast<int64_t>(t->unknown_flops)));
     o.set("flop_share", share_or_null(t->flops, stage_flops, has_flops));
     o.set("kernel_time_us", t->measured ? JsonValue::floating(static_cast<double>(t->kernel_us)) : JsonValue::null());
@@ -116,33 +130,6 @@ JsonValue operators_json(const std::vector<const Signature*>& group) {
   }
   return out;
 }
-
-namespace {
-
-// Where ops random or uninitialised by definition (initialisation, most often: normal_, uniform_, empty) hold 1%
-// or more of the stage's host time: one line saying so, and what keeps model construction apart.
-std::string set_up_line(const std::vector<JsonValue>& items) {
-  double share = 0;
-  std::string names;
-  for (const JsonValue& o : items) {
-    const JsonValue* s = o.find("host_time_share");
-    if (!o.find("random_or_uninitialised")->as_bool() || !s || s->is_null()) continue;
-    share += s->as_float();
-    if (s->as_float() >= 0.01)
-      names += std::string(names.empty() ? "" : ", ") + "`" + o.find("operator")->as_string() + "`";
-  }
-  if (share < 0.01) return "";
-  char text[16];
-  std::snprintf(text, sizeof text, "%.1f%%", share * 100);
-  return std::string("\n") + text +
-         " of the stage's host time is in ops whose results are random or uninitialised by "
-         "definition" +
-         (names.empty() ? std::string() : " (" + names + ")") +
-         ": model construction, most often. A stage (`with lingprobe.stage(...)`, `LINGPROBE_STAGE_MAP` or "
-         "`LINGPROBE_NVTX_MAP`, docs/USAGE.md) around the compute keeps them apart.\n";
-}
-
-}  // namespace
 
 std::string operators_markdown(const JsonValue& operators, size_t limit) {
   const auto& items = operators.items();

@@ -2,6 +2,7 @@
 
 #include "audit/profile_evidence.h"
 
+#include "audit/audit_rows.h"
 #include "audit/row_pairing.h"
 #include "audit/signature_compare.h"
 
@@ -32,11 +33,6 @@ struct Run {
   JsonValue report;
   std::vector<DiffRow> rows;
 };
-
-JsonValue number(long double x) {
-  if (x == std::floor(x) && std::fabs(x) < 9.2e18L) return JsonValue::integer(static_cast<int64_t>(x));
-  return JsonValue::floating(static_cast<double>(x));
-}
 
 JsonValue relative(long double a, long double b) {
   return a != 0 ? JsonValue::floating(static_cast<double>((b - a) / a)) : JsonValue::null();
@@ -141,14 +137,14 @@ JsonValue entry_json(const Run& a, const Run& b, const DiffEntry* e) {
   j.set("calls_b", JsonValue::integer(static_cast<int64_t>(e->calls_b)));
   j.set("calls_change", JsonValue::integer(static_cast<int64_t>(e->calls_b) - static_cast<int64_t>(e->calls_a)));
   j.set("calls_change_relative", relative(e->calls_a, e->calls_b));
-  j.set("flops_a", number(e->flops_a));
-  j.set("flops_b", number(e->flops_b));
-  j.set("flops_moved", number(e->flops_b - e->flops_a));
+  j.set("flops_a", json_number(e->flops_a));
+  j.set("flops_b", json_number(e->flops_b));
+  j.set("flops_moved", json_number(e->flops_b - e->flops_a));
   j.set("host_time_us_a", e->host_us_a ? JsonValue::floating(*e->host_us_a) : JsonValue::null());
   j.set("host_time_us_b", e->host_us_b ? JsonValue::floating(*e->host_us_b) : JsonValue::null());
   if (!e->pairing.empty()) j.set("pairing", JsonValue::string(e->pairing));
-  j.set("calls_per_rank_a", number(per_rank(e->a)));
-  j.set("calls_per_rank_b", number(per_rank(e->b)));
+  j.set("calls_per_rank_a", json_number(per_rank(e->a)));
+  j.set("calls_per_rank_b", json_number(per_rank(e->b)));
   JsonValue variants = JsonValue::array();
   for (const auto* rows : {&e->a, &e->b}) {  // rows of one side that differ from each other only in strides
     std::map<std::string, std::vector<const DiffRow*>> same;
@@ -280,8 +276,8 @@ JsonValue stage_json(const std::string& stage, const std::vector<const DiffEntry
                          {"only_in_b", JsonValue::integer(static_cast<int64_t>(t.kinds["only_in_b"]))}});
   return JsonValue::object({{"stage", JsonValue::string(stage)},
                             {"counts", std::move(counts)},
-                            {"flops_a", number(t.flops_a)},
-                            {"flops_b", number(t.flops_b)},
+                            {"flops_a", json_number(t.flops_a)},
+                            {"flops_b", json_number(t.flops_b)},
                             {"entries", std::move(list)}});
 }
 

@@ -26,10 +26,6 @@ std::string short_dtype(const JsonValue* dtype) {
   return name;
 }
 
-}  // namespace
-
-namespace {
-
 // A tensor as dtype and shape (`bf16[2,3]`; the shape alone where sizes were unreadable: null), a list of values
 // element by element, anything else as its canonical JSON.
 std::string value_text(const JsonValue& v) {
@@ -74,6 +70,12 @@ std::string human_count(long double x) {
   while (x >= 1000 && u < 6) x /= 1000, ++u;
   char buf[32];
   std::snprintf(buf, sizeof buf, u ? "%s%.2f%s" : "%s%.0f%s", negative ? "-" : "", static_cast<double>(x), units[u]);
+  return buf;
+}
+
+std::string short_decimal(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, x >= 100 ? "%.0f" : x >= 1 ? "%.1f" : "%.3f", x);
   return buf;
 }
 

@@ -18,6 +18,9 @@ std::string short_signature(const format::JsonValue& signature);
 // 1234567 -> "1.23M" (K, M, G, T, P, E; the sign kept); below 1000 a whole number.
 std::string human_count(long double x);
 
+// A time or size for a table cell, its digits by its magnitude: 1234.5 -> "1235", 12.34 -> "12.3", 0.1234 -> "0.123".
+std::string short_decimal(double x);
+
 // A c10d collective (dotted op name, "c10d.allreduce_.default", or its
 // functional form "_c10d_functional.all_reduce.default"). The recorder times
 // these whatever the op selection.

@@ -92,10 +92,6 @@ std::optional<int64_t> multi_head_attention_flops(const std::vector<int64_t>& q,
   return projections + 4 * batch * l * s * e;
 }
 
-}  // namespace
-
-namespace {
-
 bool one_of(const std::string& name, std::initializer_list<const char*> names) {
   for (const char* n : names)
     if (name == n) return true;

@@ -143,9 +143,9 @@ ReplayResult replay_one(const std::string& path, const ReplayOptions& options);
 }  // namespace
 
 std::string nondeterminism(const std::string& op, const std::string& device_type, bool cudnn_benchmark,
-                           bool deterministic_algorithms, bool has_generator) {
+                           bool deterministic_algorithms, bool has_generator, bool training_off) {
   auto starts = [&](const char* p) { return op.rfind(p, 0) == 0; };
-  if (std::string why = format::result_by_definition(op); !why.empty()) return why;
+  if (std::string why = format::result_by_definition(op); !why.empty() && !training_off) return why;
   if (has_generator) return "takes a Generator";
   const bool conv = op.find("conv") != std::string::npos || starts("aten::cudnn_");
   if (device_type == "cuda" && conv && cudnn_benchmark) return "cuDNN benchmark mode picks the algorithm per run";
@@ -315,11 +315,9 @@ void compare_result(Replay& p) {
   r.rmse = d.n ? std::sqrt(d.sum_sq / static_cast<double>(d.n)) : 0.0;
   r.finite = d.finite;
   const std::string device_type = c10::Device(p.device_str).is_cuda() ? "cuda" : "cpu";
-  r.nondeterministic =
-      dropout_outside_training(p.handle->schema(), p.inputs)
-          ? ""
-          : nondeterminism(p.handle->schema().name(), device_type, policy_true(p.policy, "cudnn_benchmark"),
-                           policy_true(p.policy, "deterministic_algorithms"), p.has_generator);
+  r.nondeterministic = nondeterminism(p.handle->schema().name(), device_type, policy_true(p.policy, "cudnn_benchmark"),
+                                      policy_true(p.policy, "deterministic_algorithms"), p.has_generator,
+                                      dropout_outside_training(p.handle->schema(), p.inputs));
   if (r.nondeterministic.empty()) r.exact = d.exact;
   const PickleValue* folded = p.doc->find("fold_scalars");
   const capture::ScalarFold fold = folded && folded->kind() == PickleValue::Kind::Bool && folded->as_bool()

@@ -46,8 +46,10 @@ ReplayResult replay_snapshot(const std::string& path, const ReplayOptions& optio
 // the recorded policy): empty* (uninitialised memory), random ops and ops
 // given a Generator, cuDNN convolutions with benchmark mode on, CUDA ops
 // with atomics while deterministic algorithms are off (docs/SNAPSHOTS.md).
+// `training_off`: a dropout called with train=False (a model in eval), which
+// returns its input.
 std::string nondeterminism(const std::string& op_name, const std::string& device_type, bool cudnn_benchmark,
-                           bool deterministic_algorithms, bool has_generator);
+                           bool deterministic_algorithms, bool has_generator, bool training_off);
 
 // The standalone plain-PyTorch replay script (torch.load + torch.ops) for a snapshot.
 std::string replay_operator_script(const std::string& snapshot_path);

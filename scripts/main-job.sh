@@ -16,9 +16,11 @@ out=${1:-$root/lingprobe-out/reference}
 cpu_out="$(dirname "$out")/$(basename "$out")-cpu"
 "$root/scripts/reference-run.sh" --device cpu --scale small --select seed --out "$cpu_out"
 echo
+# The headline: the count line, then the first stage's operator table (the lines up to the blank one after it).
+headline() { awk 'NR >= 3 { print } /^\| operator/ { table = 1 } table && /^$/ { exit }' "$1"; }
 echo "reports: $out/reports/coverage_audit.json, $out/reports/summary.md"
-sed -n '3,8p' "$out/reports/summary.md"
+headline "$out/reports/summary.md"
 echo
 echo "real-tensor run: $cpu_out/reports/summary.md (snapshots in $cpu_out/snapshots, replays in $cpu_out/replays)"
-sed -n '3,8p' "$cpu_out/reports/summary.md"
+headline "$cpu_out/reports/summary.md"
 grep -A2 "^## Snapshots" "$cpu_out/reports/summary.md" | tail -1

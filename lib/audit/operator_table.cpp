@@ -9,6 +9,7 @@
 #include "audit/audit_rows.h"
 #include "audit/signature_text.h"
 #include "format/op_traits.h"
+#include "format/signature_fields.h"
 
 namespace lingprobe::audit {
 namespace {
@@ -17,8 +18,8 @@ using format::JsonValue;
 
 struct OperatorTotals {
   std::string name;
-  uint64_t signatures = 0, calls = 0, timed_calls = 0, flop_calls = 0, unknown_flops = 0, measured = 0;
-  int64_t host_ns = 0;
+  uint64_t signatures = 0, calls = 0, timed_calls = 0, flop_calls = 0, unknown_flops = 0, measured = 0, raised = 0;
+  int64_t host_ns = 0, raised_host_ns = 0;
   long double flops = 0, kernel_us = 0;
 };
 
@@ -70,6 +71,26 @@ std::string set_up_line(const std::vector<JsonValue>& items) {
          "`LINGPROBE_NVTX_MAP`, docs/USAGE.md) around the compute keeps them apart.\n";
 }
 
+// Where calls raised (their rows read `-> raised`): one line with their count per operator and their share of the
+// stage's host time, which is the exception's handling, not the op's work.
+std::string raised_line(const std::vector<JsonValue>& items) {
+  uint64_t calls = 0;
+  double share = 0;
+  std::string names;
+  for (const JsonValue& o : items) {
+    const int64_t n = o.find("raised_calls")->as_int();
+    if (n == 0) continue;
+    calls += static_cast<uint64_t>(n);
+    if (const JsonValue* s = o.find("raised_host_time_share"); !s->is_null()) share += s->as_float();
+    names += std::string(names.empty() ? "" : ", ") + "`" + o.find("operator")->as_string() + "` " + std::to_string(n);
+  }
+  if (calls == 0) return "";
+  char text[16];
+  std::snprintf(text, sizeof text, "%.1f%%", share * 100);
+  return "\n" + std::to_string(calls) + " call(s) raised (" + names + "): their rows read `-> raised`, their FLOPs " +
+         "are 0, and their " + text + " of the stage's host time is the exception's, not the op's work.\n";
+}
+
 }  // namespace
 
 std::string operator_of(const std::string& op) {
@@ -101,6 +122,7 @@ JsonValue operators_json(const std::vector<const Signature*>& group) {
       ++t.unknown_flops;
     }
     if (s->kernel_time_us) t.kernel_us += *s->kernel_time_us * s->calls, ++t.measured;
+    if (format::call_raised(s->value)) t.raised += s->calls, t.raised_host_ns += s->host_ns;
   }
   std::vector<const OperatorTotals*> order;
   for (const auto& [name, t] : by_name) order.push_back(&t);
@@ -126,6 +148,8 @@ JsonValue operators_json(const std::vector<const Signature*>& group) {
     o.set("kernel_time_us", t->measured ? JsonValue::floating(static_cast<double>(t->kernel_us)) : JsonValue::null());
     o.set("signatures_with_kernel_time", JsonValue::integer(static_cast<int64_t>(t->measured)));
     o.set("random_or_uninitialised", JsonValue::boolean(!format::result_by_definition(schema_name(t->name)).empty()));
+    o.set("raised_calls", JsonValue::integer(static_cast<int64_t>(t->raised)));
+    o.set("raised_host_time_share", share_or_null(t->raised_host_ns, stage_host_ns, host && t->raised));
     out.push_back(std::move(o));
   }
   return out;
@@ -160,7 +184,7 @@ std::string operators_markdown(const JsonValue& operators, size_t limit) {
        << o.find("signatures")->as_int() << " | " << flop_text << " | " << percent(o.find("flop_share")) << " | "
        << kernel << " |\n";
   }
-  md << set_up_line(items);
+  md << set_up_line(items) << raised_line(items);
   if (items.size() > limit) {
     char share[16];
     std::snprintf(share, sizeof share, "%.1f%%", rest_share * 100);

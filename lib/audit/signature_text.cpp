@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "format/canonical_json.h"
+#include "format/signature_fields.h"
 
 namespace lingprobe::audit {
 
@@ -58,6 +59,7 @@ std::string short_signature(const JsonValue& signature) {
       first = false;
     }
   out += ")";
+  if (format::call_raised(signature)) return out + " -> raised";
   const JsonValue* output = signature.find("output");
   return output && !output->is_null() ? out + " -> " + value_text(*output) : out;
 }

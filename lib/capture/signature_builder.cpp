@@ -8,6 +8,7 @@
 
 #include "format/canonical_json.h"
 #include "format/sha256.h"
+#include "format/signature_fields.h"
 
 namespace lingprobe::capture {
 namespace {
@@ -245,7 +246,7 @@ JsonValue build_output(const c10::FunctionSchema& schema, c10::ArrayRef<const c1
   const auto& returns = schema.returns();
   if (outputs.size() == 1)
     return value_json(outputs[0], returns.size() == 1 ? returns[0].real_type() : nullptr, folds(fold, 0));
-  if (outputs.empty()) return JsonValue::null();
+  if (outputs.empty()) return returns.empty() ? JsonValue::null() : format::raised_output();
   JsonValue output = JsonValue::array();
   for (size_t i = 0; i < outputs.size(); ++i)
     output.push_back(

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "format/signature_fields.h"
+
 namespace lingprobe::format {
 namespace {
 
@@ -182,6 +184,7 @@ std::optional<int64_t> attention_flops(const std::string& name, const JsonValue&
 }  // namespace
 
 std::optional<int64_t> flops_per_call(const JsonValue& sig) {
+  if (call_raised(sig)) return 0;  // no work its signature could describe
   const JsonValue* op_v = sig.find("op");
   if (!op_v || op_v->kind() != JsonValue::Kind::String) return std::nullopt;
   const std::string name = base_name(op_v->as_string());

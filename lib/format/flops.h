@@ -21,6 +21,7 @@
 //   to, _to_copy, copy_, clone, contiguous, view, reshape, permute, transpose, t, expand,
 //   cat, stack, chunk, split, slice, select, narrow, squeeze, unsqueeze, flatten,
 //   constant_pad_nd, pad, as_strided, unbind           0
+//   a call that raised (output {"raised":true})        0
 #pragma once
 
 #include <cstdint>

@@ -52,4 +52,13 @@ uint64_t signature_tensor_bytes(const JsonValue& signature) {
   return bytes;
 }
 
+JsonValue raised_output() { return JsonValue::object({{"raised", JsonValue::boolean(true)}}); }
+
+bool call_raised(const JsonValue& signature) {
+  const JsonValue* output = signature.find("output");
+  if (!output || output->kind() != JsonValue::Kind::Object) return false;
+  const JsonValue* raised = output->find("raised");
+  return raised && raised->kind() == JsonValue::Kind::Bool && raised->as_bool();
+}
+
 }  // namespace lingprobe::format

@@ -307,6 +307,31 @@ def test_each_stage_rolls_its_rows_up_per_operator_before_the_signatures(build_d
     assert "| `aten.conv2d` |" in section and section.index("Operators (") < section.index("Top by time")
 
 
+RAISES = textwrap.dedent("""
+    import torch
+    a, b = torch.randn(4, 8), torch.randn(9, 16)
+    for _ in range(3):
+        try:
+            torch.mm(a, b)  # a probe that fails, as libraries do inside try/except
+        except RuntimeError:
+            pass
+    torch.mm(a, torch.randn(8, 16))
+""")
+
+
+def test_a_call_that_raised_reads_as_raised_with_no_flops(build_dir, cli, tmp_path):
+    report, summary = audit_of(build_dir, cli, tmp_path, "raised", RAISES)
+    mm = [r for r in report["rows"] if r["signature"]["op"] == "aten.mm.default"]
+    raised = [r for r in mm if r["signature"]["output"] == {"raised": True}]
+    ran = [r for r in mm if r not in raised]
+    assert len(raised) == len(ran) == 1 and raised[0]["calls"] == 3 and ran[0]["calls"] == 1
+    assert raised[0]["flops_per_call"] == 0 and ran[0]["flops_per_call"] == 2 * 4 * 16 * 8
+    (operator,) = [o for o in report["stages"][0]["operators"] if o["operator"] == "aten.mm"]
+    assert operator["raised_calls"] == 3 and operator["flops"] == 2 * 4 * 16 * 8
+    assert "`aten.mm.default(f32[4,8], f32[9,16]) -> raised`" in summary
+    assert "3 call(s) raised (`aten.mm` 3): their rows read `-> raised`" in summary
+
+
 def test_diff_pairs_a_run_with_its_autocast_twin_as_dtype_changes(build_dir, cli, tmp_path):
     """A new user's diff of an fp32 run against its bf16-autocast twin listed every changed row twice, once only in A
     and once only in B, the two lines identical: pairing asked for the same dtypes."""

@@ -173,3 +173,14 @@ TEST_CASE("the attention backward ops count four products, twice the forward", "
                                 R"([true,true,true,false],true],"kwargs":{},"output":null,"stage":"s"})";
   CHECK(flops(efficient) == forward);
 }
+
+TEST_CASE("a call that raised did no work: 0 FLOPs, whatever its arguments", "[flops]") {
+  const std::string mm =
+      R"({"op":"aten.mm.default","args":[{"dtype":"f","shape":[4,8],"stride":[8,1]},{"dtype":"f","shape":[9,16],"stride":[16,1]}],
+      "kwargs":{},"output":OUT,"stage":"s"})";
+  auto with_output = [&](const std::string& out) { return std::string(mm).replace(mm.find("OUT"), 3, out); };
+  CHECK(flops(with_output(R"({"raised":true})")) == 0);
+  CHECK(flops(with_output(R"({"dtype":"f","shape":[4,16],"stride":[16,1]})")) == 2 * 4 * 16 * 8);
+  CHECK(flops(R"({"op":"aten.linear.default","args":[{"dtype":"f","shape":[4,8],"stride":[8,1]},
+      {"dtype":"f","shape":[16,9],"stride":[9,1]}],"kwargs":{},"output":{"raised":true},"stage":"s"})") == 0);
+}

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "audit/operator_table.h"
+#include "format/signature_fields.h"
 
 using namespace lingprobe;
 using namespace lingprobe::audit;
@@ -96,4 +97,23 @@ TEST_CASE("without call records the operators rank by FLOPs and their host time 
   CHECK(operator_of("aten.linear.default") == "aten.linear");
   CHECK(operator_of("torchvision.nms.default") == "torchvision.nms");
   CHECK(operator_of("linear") == "linear");
+}
+
+TEST_CASE("calls that raised are counted per operator and told apart under the table", "[operator_table]") {
+  Signature raised = row("aten.add.Tensor", 3, 9000, 0);
+  raised.value = format::JsonValue::object({{"output", format::raised_output()}});
+  const Signature ran = row("aten.add.Tensor", 1, 1000, 3);
+  const auto ops = operators_json({&raised, &ran});
+  const auto& add = ops.items().at(0);
+  CHECK(add.find("calls")->as_int() == 4);
+  CHECK(add.find("raised_calls")->as_int() == 3);
+  CHECK(add.find("raised_host_time_share")->as_float() == Approx(0.9));
+  const std::string md = operators_markdown(ops, 10);
+  CHECK(md.find("3 call(s) raised (`aten.add` 3): their rows read `-> raised`") != std::string::npos);
+  CHECK(md.find("90.0% of the stage's host time is the exception's") != std::string::npos);
+
+  const auto clean = operators_json({&ran});
+  CHECK(clean.items().at(0).find("raised_calls")->as_int() == 0);
+  CHECK(clean.items().at(0).find("raised_host_time_share")->is_null());
+  CHECK(operators_markdown(clean, 10).find("raised") == std::string::npos);
 }

@@ -186,6 +186,24 @@ TEST_CASE("tuple outputs are lists; list inputs nest", "[capture][outputs]") {
   CHECK(chunk.find(R"("output":[{"dtype":"torch.float32","shape":[2,2],"stride":[6,1]},)") != std::string::npos);
 }
 
+TEST_CASE("a call that raised has the output {\"raised\":true}; an op without returns keeps null",
+          "[capture][outputs]") {
+  auto a = at::ones({3}, at::kFloat);
+  auto b = at::ones({4}, at::kFloat);
+  const std::string raised = signature_of([&] {
+    try {
+      at::add(a, b);
+    } catch (const c10::Error&) {
+    }
+  });
+  CHECK(raised.find(R"("op":"aten.add.Tensor")") != std::string::npos);
+  CHECK(raised.find(R"("output":{"raised":true})") != std::string::npos);
+  std::vector<at::Tensor> list{a};
+  const std::string no_returns = signature_of([&] { at::_foreach_add_(list, 1.0); });
+  CHECK(no_returns.find(R"("op":"aten._foreach_add_.Scalar")") != std::string::npos);
+  CHECK(no_returns.find(R"("output":null)") != std::string::npos);
+}
+
 TEST_CASE("dtype names follow Python's spelling", "[capture][dtype]") {
   using lingprobe::capture::python_dtype_name;
   CHECK(python_dtype_name(at::kByte) == "torch.uint8");

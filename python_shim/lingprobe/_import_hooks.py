@@ -27,17 +27,26 @@ class _AfterImport:  # the meta-path finder protocol: find_spec
             def exec_module(module, original=original, callbacks=callbacks):
                 original(module)
                 for callback in callbacks:
-                    callback(module)
+                    _run(callback, module)
 
             spec.loader.exec_module = exec_module
             return spec
         return None
 
 
+def _run(callback, module):
+    """A callback's failure is lingprobe's: one line, and the program's import goes on."""
+    try:
+        callback(module)
+    except Exception as e:
+        print(f"[lingprobe] warning: after importing {module.__name__}: {e!r}; lingprobe's hook there is off",
+              file=sys.stderr)
+
+
 def after_import(name, callback):
     global _finder
     if name in sys.modules:
-        callback(sys.modules[name])
+        _run(callback, sys.modules[name])
         return
     _pending.setdefault(name, []).append(callback)
     if _finder is None:

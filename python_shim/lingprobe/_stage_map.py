@@ -7,8 +7,14 @@ by module and qualified name ("wan.modules.model.WanModel"); "pkg.mod:qualname"
 names a function (or "Class.method"), wrapped when its module is imported
 (or now, if it already is). Module rules use torch's global forward hooks,
 registered once torch is imported. Calls inside a matched module or function
-carry its stage; nested matches stack."""
+carry its stage; nested matches stack. A rule that names nothing the program
+has (a misspelt function, class or module) never stops the program: a
+function is named at once, a class or module that never ran at exit, each in
+one warning line with the closest name the program did have."""
+import atexit
+import difflib
 import functools
+import sys
 import threading
 
 from . import pop_stage, push_stage
@@ -19,6 +25,9 @@ class _Rules:
     def __init__(self, spec):
         self.classes = {}      # bare or dotted class name -> stage
         self.functions = {}    # module -> [(qualname, stage)]
+        self.seen_classes = {}  # every module class whose forward ran -> its stage or None
+        self.imported = set()   # the function rules' modules that were imported
+        self.called = set()     # "module:qualname" of wrapped functions that ran
         for part in filter(None, (p.strip() for p in spec.split(";"))):
             stage, sep, targets = part.partition("=")
             if not sep or not stage.strip() or not targets.strip():
@@ -46,7 +55,7 @@ def _pushed():
 def _install_module_hooks(rules):
     import torch.nn.modules.module as m
 
-    cache = {}
+    cache = rules.seen_classes
 
     def stage_of(cls):
         if cls not in cache:
@@ -73,12 +82,14 @@ def _install_module_hooks(rules):
     return handles  # removable (the benchmark measures with and without)
 
 
-def _wrap(func, stage):
+def _wrap(func, stage, on_call):
     if getattr(func, "__lingprobe_stage__", None) == stage:
         return func
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        if on_call:
+            on_call()
         push_stage(stage)
         try:
             return func(*args, **kwargs)
@@ -89,19 +100,66 @@ def _wrap(func, stage):
     return wrapper
 
 
-def _patch_functions(module, entries):
+def _warn(text):
+    print(f"[lingprobe] warning: LINGPROBE_STAGE_MAP: {text}", file=sys.stderr)
+
+
+def _closest(name, candidates):
+    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.75)
+    return f"; did you mean '{match[0]}'?" if match else ""
+
+
+def _patch_functions(module, entries, rules):
+    rules.imported.add(module.__name__)
     for qualname, stage in entries:
         owner, _, attr = qualname.rpartition(".")
         target = module
-        for name in filter(None, owner.split(".")):
-            target = getattr(target, name)
-        setattr(target, attr, _wrap(getattr(target, attr), stage))
+        try:
+            for name in filter(None, owner.split(".")):
+                target = getattr(target, name)
+            func = getattr(target, attr)
+        except AttributeError:
+            names = [n for n in dir(target) if not n.startswith("__")]
+            _warn(f"{module.__name__} has no '{qualname}' (stage {stage}): nothing wrapped, its calls stay in their "
+                  f"caller's stage{_closest(attr, names)}")
+            continue
+        rule = f"{module.__name__}:{qualname}"
+        setattr(target, attr, _wrap(func, stage, functools.partial(rules.called.add, rule)))
+
+
+def _unmatched_at_exit(rules):
+    ran = {cls.__name__ for cls in rules.seen_classes}
+    ran |= {f"{cls.__module__}.{cls.__qualname__}" for cls in rules.seen_classes}
+    for name, stage in rules.classes.items():
+        if name in ran:
+            continue
+        if not rules.seen_classes:
+            _warn(f"no torch module ran, so class '{name}' (stage {stage}) matched nothing")
+        else:
+            _warn(f"no module of class '{name}' ran (stage {stage}){_closest(name, ran)}")
+    for module_name, entries in rules.functions.items():
+        if module_name not in rules.imported:
+            _warn(f"module '{module_name}' was never imported (stage {entries[0][1]})"
+                  f"{_closest(module_name, sys.modules)}")
+            continue
+        for qualname, stage in entries:
+            rule = f"{module_name}:{qualname}"
+            if rule not in rules.called and _exists(module_name, qualname):
+                _warn(f"{rule} (stage {stage}) was never called")
+
+
+def _exists(module_name, qualname):
+    target = sys.modules.get(module_name)
+    for name in qualname.split("."):
+        target = getattr(target, name, None)
+    return target is not None
 
 
 def install(spec):
     rules = _Rules(spec)
     for module_name, entries in rules.functions.items():
-        after_import(module_name, functools.partial(_patch_functions, entries=entries))
+        after_import(module_name, functools.partial(_patch_functions, entries=entries, rules=rules))
     if rules.classes:
         after_import("torch", lambda module: _install_module_hooks(rules))
+    atexit.register(_unmatched_at_exit, rules)
     return rules

@@ -439,3 +439,45 @@ def test_profile_on_a_machine_without_a_gpu_says_so_once_at_start(build_dir, tmp
     assert p.returncode == 0, p.stderr
     lines = [l for l in p.stderr.splitlines() if "no counters will be taken" in l]
     assert len(lines) == 1 and "LINGPROBE_PROFILE=1" in lines[0], p.stderr
+
+
+# A stage map that names what the program does not have never stops it: one line per rule, with the closest name.
+STAGED = {
+    "helpers.py": "import torch\ndef postprocess(x):\n    return torch.softmax(x, -1)\n",
+    "staged.py": textwrap.dedent("""
+        import torch
+        import helpers
+        class Encoder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(8, 4)
+            def forward(self, x):
+                return self.fc(x)
+        enc = Encoder()
+        with torch.no_grad():
+            print("out", helpers.postprocess(enc(torch.ones(2, 8))).shape)
+    """),
+}
+
+
+def run_staged(build_dir, tmp_path, stage_map):
+    for name, text in STAGED.items():
+        (tmp_path / name).write_text(text)
+    env = clean_env(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "o"),
+                    LINGPROBE_STAGE_MAP=stage_map)
+    p = subprocess.run([sys.executable, "staged.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and "out torch.Size([2, 4])" in p.stdout, p.stderr
+    assert "Traceback" not in p.stderr, p.stderr
+    return [line for line in p.stderr.splitlines() if "LINGPROBE_STAGE_MAP" in line]
+
+
+def test_a_stage_map_naming_what_the_program_lacks_warns_with_the_closest_name_and_the_job_runs(build_dir,
+                                                                                                   tmp_path):
+    (line,) = run_staged(build_dir, tmp_path, "post=helpers:postprocesss")
+    assert "helpers has no 'postprocesss' (stage post)" in line and "did you mean 'postprocess'?" in line
+    (line,) = run_staged(build_dir, tmp_path, "enc=Encodr")
+    assert "no module of class 'Encodr' ran (stage enc); did you mean 'Encoder'?" in line
+    (line,) = run_staged(build_dir, tmp_path, "post=helperz:postprocess")
+    assert "module 'helperz' was never imported (stage post); did you mean 'helpers'?" in line
+    assert run_staged(build_dir, tmp_path, "post=helpers:postprocess;enc=Encoder") == []

@@ -14,13 +14,16 @@ namespace lingprobe::capture {
 
 namespace {
 
-// An in-place op (not an optimizer's _foreach_*) that writes its first argument, a tensor without a gradient yet,
-// and reads no other tensor (a Python number given to mul_ or add_ arrives as a wrapped-number tensor: a scalar).
-// AdamW's param.mul_(1 - lr * wd) runs in step(), after backward gave the parameter its gradient: compute.
+// An in-place op (not an optimizer's _foreach_*) that writes its first argument, a leaf tensor without a gradient
+// yet, and reads no other tensor (a Python number given to mul_ or add_ arrives as a wrapped-number tensor: a
+// scalar). AdamW's param.mul_(1 - lr * wd) runs in step(), after backward gave the parameter its gradient: compute.
+// A non-leaf (an activation in the graph: `h.relu_()`) is compute, and its .grad is never read: torch warns there.
 bool writes_with_scalars_only(const SampledCall& call, const std::string& name) {
   if (name.rfind("aten::_foreach_", 0) == 0 || call.inputs.empty() || !is_written(call.schema->arguments()[0]) ||
-      !call.inputs[0].isTensor() || call.inputs[0].toTensor().grad().defined())
+      !call.inputs[0].isTensor())
     return false;
+  const at::Tensor& written = call.inputs[0].toTensor();
+  if (!written.is_leaf() || written.grad().defined()) return false;
   bool other_tensor = false;
   for (size_t i = 1; i < call.inputs.size(); ++i)
     for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {

@@ -253,3 +253,27 @@ def test_trunc_normal_init_counts_as_set_up_and_leaves_the_budget_to_the_forward
     assert "aten.linear.default" in ops and not ops["aten.linear.default"][0]["setup_call"], sorted(ops)
     assert not [op for op, docs in ops.items() for d in docs if op != "aten.linear.default" and not d["setup_call"]
                 and op.split(".")[1] in ("erfinv_", "mul_", "add_", "clamp_")], sorted(ops)
+
+
+def test_snapshots_make_torch_warn_nothing_a_strict_program_would_die_of(build_dir, tmp_path):
+    """A new user's training step under `-W error::UserWarning`: the set-up rule read `.grad` of an activation
+    written in place (`h.relu_()`, resnet's `out += identity`), and torch warned that a non-leaf's .grad is not
+    populated; the program died of the warning with snapshots on, and ran without them."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        w = torch.randn(4, requires_grad=True)
+        h = w * 2
+        h.relu_()
+        g = w * 3
+        g += 1
+        (h + g).sum().backward()
+        print("ok", len(w.grad.tolist()))
+    """))
+    p = subprocess.run([sys.executable, "-W", "error::UserWarning", str(script)], capture_output=True, text=True,
+                       timeout=300, env=env(tmp_path, build_dir))
+    assert p.returncode == 0 and "ok 4" in p.stdout, p.stderr
+    assert "Warning" not in p.stderr, p.stderr
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    ops = snapshot_ops(run)
+    assert not ops["aten.relu_.default"][0]["setup_call"], sorted(ops)  # an activation in the graph: compute

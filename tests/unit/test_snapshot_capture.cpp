@@ -208,7 +208,12 @@ TEST_CASE("capture: trunc_normal_'s in-place steps on a parameter are set-up; th
   at::Tensor fresh = at::rand({256, 256}).set_requires_grad(true);
   Call by_tensor = call_of("aten::mul_", {fresh, at::scalar_tensor(0.5)}, "Tensor");
   CHECK(tensor_rig.run(key('o'), by_tensor, {fresh}));
-  CHECK((step_rig.refusals.empty() && tensor_rig.refusals.empty()));
+  // an activation inside the graph (h = w * 2; h.relu_()): compute, not a parameter's set-up
+  Rig graph_rig(o);
+  at::Tensor h = at::rand({256, 256}).set_requires_grad(true) * 2;
+  Call relu = call_of("aten::relu_", {h});
+  CHECK(graph_rig.run(key('p'), relu, {h}));
+  CHECK((step_rig.refusals.empty() && tensor_rig.refusals.empty() && graph_rig.refusals.empty()));
 }
 
 TEST_CASE("capture: a snapshot over the archive's limit is refused before any copy, and settles the key", "[capture]") {

@@ -50,13 +50,15 @@ lingprobe_status copy_path(lingprobe_status (*get)(std::string&), char* buf, siz
 // The configuration of lingprobe_init: the environment first (when asked),
 // then the options' fields and settings. Every failure is reported as
 // LINGPROBE_ERROR_INVALID_CONFIG, whatever its code.
-lingprobe::format::Status configure(lingprobe::api::Config& config, const lingprobe_options* options) {
+lingprobe::format::Status configure(lingprobe::api::Config& config, const lingprobe_options* options,
+                                    bool warn_unknown) {
   using lingprobe::api::apply_setting;
   using lingprobe::format::Status;
   if (!options || options->use_environment) {
     std::vector<std::string> unknown;
     Status status = lingprobe::api::apply_environment(config, environ, &unknown);
-    for (const auto& name : unknown)
+    if (warn_unknown)
+      for (const auto& name : unknown)
       lingprobe::api::log_warn(name + " is not a lingprobe option" + lingprobe::api::did_you_mean(name) +
                                "; ignored (run `lingprobe config` for the list)");
     if (!status.ok() || !options) return status;
@@ -100,6 +102,8 @@ LINGPROBE_API const char* lingprobe_status_string(lingprobe_status status) {
     case LINGPROBE_ERROR_STAGE_UNDERFLOW: return "stage pop without a matching push on this thread";
     case LINGPROBE_ERROR_PARSE: return "input could not be parsed";
     case LINGPROBE_ERROR_INTERNAL: return "internal error (see the log)";
+    case LINGPROBE_ERROR_ALREADY_INITIALIZED:
+      return "lingprobe is already initialised with other options; the first configuration stays";
     case LINGPROBE_STATUS_COUNT: break;
   }
   return "unknown lingprobe status";
@@ -137,15 +141,15 @@ LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options) 
         return fail(LINGPROBE_ERROR_FINALIZED,
                     "lingprobe was finalized: finalize() ends the process's only run; record again in a new process "
                     "(stop() and start() pause and resume within the run)");
-      case LINGPROBE_STATE_RUNNING: return LINGPROBE_OK;  // idempotent: the first configuration stays
+      case LINGPROBE_STATE_RUNNING:  // the same configuration again is idempotent (session_init)
       case LINGPROBE_STATE_FRESH: break;
     }
     lingprobe::api::Config config;
-    lingprobe::format::Status status = configure(config, options);
+    lingprobe::format::Status status = configure(config, options, lingprobe::api::session_takes_init());
     if (!status.ok()) {
-      lingprobe::api::log_error(status.message() +
-                                "; recording is off, the program runs on (run `lingprobe config` for the options)");
-      lingprobe::api::session_init_invalid();
+      if (!lingprobe::api::session_init_invalid())
+        return fail(LINGPROBE_ERROR_INVALID_CONFIG, status.message() + "; the running configuration stays");
+      lingprobe::api::log_error(status.message() + "; recording is off, the program runs on");
       return fail(LINGPROBE_ERROR_INVALID_CONFIG, status.message());
     }
     std::string err;

@@ -29,7 +29,9 @@ LINGPROBE_API lingprobe_status lingprobe_hash_signature(const char* json, size_t
 
 /* ---- life cycle ----------------------------------------------------------
  * fresh --init--> running --finalize--> finalized. init is idempotent (a
- * second call returns LINGPROBE_OK and changes nothing); calls after finalize
+ * second call with the same configuration returns LINGPROBE_OK and changes
+ * nothing; with another, LINGPROBE_ERROR_ALREADY_INITIALIZED); an init that
+ * failed leaves recording off, and the next init tries again; calls after finalize
  * do nothing and return LINGPROBE_ERROR_FINALIZED. finalize runs at exit by
  * itself (atexit). The writer thread and the files start on first use. */
 
@@ -44,7 +46,7 @@ typedef enum lingprobe_state {
 typedef struct lingprobe_options {
   size_t struct_size;          /* sizeof(lingprobe_options): required */
   int use_environment;         /* nonzero: apply LINGPROBE_* variables first */
-  const char* out_dir;         /* run directory (LINGPROBE_OUT) */
+  const char* out_dir;         /* output root (LINGPROBE_OUT): the run directory is out_dir/{run_id} */
   const char* ops;             /* op selection (LINGPROBE_OPS) */
   const char* const* settings; /* further "NAME=VALUE" strings, NAME as `lingprobe config` lists it */
   size_t settings_count;
@@ -72,10 +74,14 @@ typedef struct lingprobe_stats {
 /* Initialises lingprobe and installs the dispatcher hook; records at once
  * unless the configuration says enable=0. `options` may be NULL (environment
  * only). Any thread; the library is usable from any thread afterwards.
- * Returns LINGPROBE_OK (also when already initialised),
+ * Returns LINGPROBE_OK (also when already initialised with the same
+ * configuration), LINGPROBE_ERROR_ALREADY_INITIALIZED (initialised with other
+ * options: by LD_PRELOAD at load, or an earlier init; lingprobe_last_error
+ * names the options that differ, and the first configuration stays),
  * LINGPROBE_ERROR_INVALID_ARGUMENT (bad struct_size),
  * LINGPROBE_ERROR_INVALID_CONFIG (an invalid value: one error line is logged,
- * recording stays off, the host runs on), LINGPROBE_ERROR_FINALIZED,
+ * recording stays off, the host runs on, and a later init with a valid
+ * configuration initialises; while a valid one runs, it stays), LINGPROBE_ERROR_FINALIZED,
  * LINGPROBE_ERROR_UNAVAILABLE in a process forked from an initialised one.
  * In such a child every entry point returns at once and takes no lock (a
  * thread of the parent may have held any at the fork): start, stop, flush,

@@ -30,6 +30,9 @@ typedef enum lingprobe_status {
   LINGPROBE_ERROR_PARSE = 10,
   /* An unexpected internal failure; the message is logged. */
   LINGPROBE_ERROR_INTERNAL = 11,
+  /* lingprobe_init with options other than the running configuration's (set at load by LD_PRELOAD, or by an
+   * earlier init); the first configuration stays. */
+  LINGPROBE_ERROR_ALREADY_INITIALIZED = 12,
   LINGPROBE_STATUS_COUNT /* number of codes; not a status */
 } lingprobe_status;
 

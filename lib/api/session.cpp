@@ -44,6 +44,8 @@ struct Session {
   std::mutex mu;           // guards everything below except the atomics
   std::atomic<lingprobe_state> state{LINGPROBE_STATE_FRESH};
   bool config_ok = false;
+  bool init_failed = false;     // running with recording off after a failed init: the next init tries again
+  bool process_hooks = false;   // atexit, atfork and the first-load hooks, registered once
   Config config;
   Identity identity;
   std::string run_id;
@@ -243,6 +245,24 @@ lingprobe_status check_running(Session& s, std::string& error) {
 
 }  // namespace
 
+namespace {
+
+// A later init's configuration against the running one: the same is idempotent; another says which options differ.
+lingprobe_status same_configuration(const Config& running, const Config& asked, std::string& error) {
+  const format::JsonValue was = config_json(running), now = config_json(asked);
+  std::string differ;
+  for (const auto& [name, value] : now.members())
+    if (const format::JsonValue* old = was.find(name); !old || !(*old == value))
+      differ += (differ.empty() ? "" : ", ") + name;
+  if (differ.empty()) return LINGPROBE_OK;
+  error = "lingprobe is already initialised with other options (" + differ +
+          " differ); the first configuration stays: set them where it was initialised (the LINGPROBE_* variables, "
+          "under LD_PRELOAD or `lingprobe run`), or call lingprobe_init with the same options";
+  return LINGPROBE_ERROR_ALREADY_INITIALIZED;
+}
+
+}  // namespace
+
 lingprobe_status session_init(const Config& config, std::string& error) {
   Session& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -252,15 +272,19 @@ lingprobe_status session_init(const Config& config, std::string& error) {
         "start() pause and resume within the run)";
     return LINGPROBE_ERROR_FINALIZED;
   }
-  if (s.state.load() == LINGPROBE_STATE_RUNNING) return LINGPROBE_OK;
+  if (s.state.load() == LINGPROBE_STATE_RUNNING && !s.init_failed) return same_configuration(s.config, config, error);
   s.config = config;
+  s.init_failed = true;  // until the end
   set_log_level(config.log_level);
   s.state.store(LINGPROBE_STATE_RUNNING);
   if (loaded_by_ld_preload(&error)) return LINGPROBE_ERROR_UNAVAILABLE;  // said once at load
-  std::atexit(at_exit_finalize);
-  gpu::CudaDriver::on_first_load(&register_finalize_again);
-  format::on_first_digest(&register_finalize_again);
-  pthread_atfork(fork_prepare, fork_parent, fork_child);
+  if (!s.process_hooks) {
+    s.process_hooks = true;
+    std::atexit(at_exit_finalize);
+    gpu::CudaDriver::on_first_load(&register_finalize_again);
+    format::on_first_digest(&register_finalize_again);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+  }
 
   std::string err;
   const capture::RecorderOptions ro = recorder_options(config, err);
@@ -292,6 +316,7 @@ lingprobe_status session_init(const Config& config, std::string& error) {
   s.metadata_path = metadata_path_for(s.run_dir, s.identity);
   export_for_children(s);
   s.config_ok = true;
+  s.init_failed = false;
   if (s.identity.role == Role::Launcher) {
     log_info("torchrun launcher process: recording nothing here (the ranks record into " + s.run_dir + ")");
     s.config_ok = false;  // start/stop refuse; no hook, no file
@@ -312,12 +337,20 @@ lingprobe_status session_init(const Config& config, std::string& error) {
   return LINGPROBE_OK;
 }
 
-void session_init_invalid() {
+bool session_init_invalid() {
   Session& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (s.state.load() != LINGPROBE_STATE_FRESH) return;
+  if (s.state.load() != LINGPROBE_STATE_FRESH && !s.init_failed) return false;
   s.config_ok = false;
+  s.init_failed = true;
   s.state.store(LINGPROBE_STATE_RUNNING);
+  return true;
+}
+
+bool session_takes_init() {
+  Session& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.state.load() == LINGPROBE_STATE_FRESH || s.init_failed;
 }
 
 lingprobe_status session_set_recording(bool on, std::string& error) {

@@ -13,9 +13,14 @@
 namespace lingprobe::api {
 
 lingprobe_status session_init(const Config& config, std::string& error);
-// Enters the running state with recording off, after a configuration error:
-// later calls return LINGPROBE_ERROR_INVALID_CONFIG and finalize is a no-op.
-void session_init_invalid();
+// A first init, or one after a failed init, configures; a later one returns LINGPROBE_OK for the same
+// configuration and LINGPROBE_ERROR_ALREADY_INITIALIZED (naming the options that differ) for another.
+// After a configuration error: the running state with recording off (later calls return
+// LINGPROBE_ERROR_INVALID_CONFIG, finalize is a no-op, and the next init tries again). false when a working
+// configuration is running: it stays.
+bool session_init_invalid();
+// Whether the next init configures (fresh, or its last init failed).
+bool session_takes_init();
 // Starts (on) or stops recording: the hook is registered or removed.
 lingprobe_status session_set_recording(bool on, std::string& error);
 lingprobe_status session_flush(std::string& error);

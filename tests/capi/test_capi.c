@@ -70,18 +70,31 @@ int main(void) {
     EXPECT(lingprobe_init(&o) == LINGPROBE_ERROR_INVALID_CONFIG);
     EXPECT(strstr(lingprobe_last_error(), "LINGPROBE_OVERFLOW") != NULL);
     EXPECT(lingprobe_start() == LINGPROBE_ERROR_INVALID_CONFIG);
+    /* The program fixes its option and tries again: initialised (a retry used to say ok and record nothing). */
+    o.settings = settings;
+    o.settings_count = 2;
+    EXPECT(lingprobe_init(&o) == LINGPROBE_OK);
+    EXPECT(lingprobe_start() == LINGPROBE_OK);
+    EXPECT(lingprobe_init(&o) == LINGPROBE_OK); /* the same configuration again: idempotent */
+    o.out_dir = "capi-test-elsewhere";          /* another: refused, naming what differs; the first stays */
+    EXPECT(lingprobe_init(&o) == LINGPROBE_ERROR_ALREADY_INITIALIZED);
+    EXPECT(strstr(lingprobe_last_error(), "(out differ)") != NULL);
+    o.settings = bad;
+    o.settings_count = 1;
+    EXPECT(lingprobe_init(&o) == LINGPROBE_ERROR_INVALID_CONFIG);
+    EXPECT(strstr(lingprobe_last_error(), "the running configuration stays") != NULL);
+    EXPECT(lingprobe_flush() == LINGPROBE_OK); /* still recording */
     EXPECT(lingprobe_finalize() == LINGPROBE_OK);
     EXPECT(lingprobe_get_state() == LINGPROBE_STATE_FINALIZED);
     EXPECT(lingprobe_start() == LINGPROBE_ERROR_FINALIZED);
     EXPECT(lingprobe_init(&o) == LINGPROBE_ERROR_FINALIZED);
     EXPECT(lingprobe_get_metadata_path(path, sizeof path) == LINGPROBE_OK);
-    EXPECT(lingprobe_get_run_dir(path, sizeof path) == LINGPROBE_OK); /* "" after an invalid init */
+    EXPECT(lingprobe_get_run_dir(path, sizeof path) == LINGPROBE_OK && strstr(path, "capi-test-out/") == path);
     EXPECT(lingprobe_get_run_dir(NULL, 0) == LINGPROBE_ERROR_INVALID_ARGUMENT);
     EXPECT(lingprobe_hold_counters(1) == LINGPROBE_OK); /* any state: no window is open */
     EXPECT(lingprobe_hold_counters(1) == LINGPROBE_OK); /* holds nest */
     EXPECT(lingprobe_hold_counters(0) == LINGPROBE_OK && lingprobe_hold_counters(0) == LINGPROBE_OK);
     EXPECT(lingprobe_hold_counters(0) == LINGPROBE_OK); /* one release too many changes nothing */
-    (void)settings;
   }
 
   if (failures) {

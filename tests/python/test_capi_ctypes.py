@@ -18,9 +18,9 @@ def lib(build_dir):
 
 
 def test_every_status_has_a_distinct_string(lib):
-    texts = [lib.lingprobe_status_string(i) for i in range(12)]
+    texts = [lib.lingprobe_status_string(i) for i in range(13)]
     assert all(texts) and len(set(texts)) == len(texts)
-    assert lib.lingprobe_status_string(12) == b"unknown lingprobe status"
+    assert lib.lingprobe_status_string(13) == b"unknown lingprobe status"
 
 
 def test_hash_signature_matches_python(lib, seed_audit):

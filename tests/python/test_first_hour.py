@@ -424,6 +424,40 @@ def test_the_shim_raises_on_an_unwritable_output_and_says_what_a_second_start_ne
     assert "again:" in p.stdout and "record again in a new process" in p.stdout, p.stdout + p.stderr
 
 
+RETRY = textwrap.dedent("""
+    import sys, lingprobe
+    try:
+        lingprobe.start(out_dir=sys.argv[1], snapshot="1")  # misspelt: SNAPSHOTS
+    except lingprobe.LingprobeError as e:
+        print("raised:", e)
+    lingprobe.start(out_dir=sys.argv[1], snapshots="1")  # fixed, in the same process (a notebook's next cell)
+    import torch
+    torch.ones(2) + 1
+    try:
+        lingprobe.start(out_dir=sys.argv[1] + "-elsewhere")
+    except lingprobe.LingprobeError as e:
+        print("other options:", e.status, e)
+    lingprobe.finalize()
+""")
+
+
+def test_a_start_that_failed_on_a_bad_option_is_retried_and_records(build_dir, tmp_path):
+    """A new user fixed a misspelt option and started again in the same process: told ok, recorded nothing."""
+    path = tmp_path / "retry.py"
+    path.write_text(RETRY)
+    env = clean_env(PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2] / "python_shim"),
+                    LINGPROBE_LIBRARY=str(build_dir / "liblingprobe.so"))
+    p = subprocess.run([sys.executable, str(path), str(tmp_path / "o")], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and "raised:" in p.stdout and "LINGPROBE_SNAPSHOT" in p.stdout, p.stdout + p.stderr
+    assert "other options: 12 " in p.stdout, p.stdout + p.stderr
+    (run_dir,) = metadata.run_dirs(tmp_path / "o")
+    (path,) = metadata.files(run_dir)
+    _, sigs, _, _, _ = metadata.summarize(path)
+    assert any(s["op"] == "aten.add.Tensor" for s in sigs.values()), sigs
+    assert list((run_dir / "snapshots").glob("*.pt")), "the retried start's options apply"
+
+
 def test_a_replay_of_a_missing_path_says_so_and_writes_nothing(cli, tmp_path):
     p = subprocess.run([cli, "replay", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "does not exist: give a snapshot (.pt) or a run directory" in p.stderr, p.stderr

@@ -59,8 +59,8 @@ lingprobe::format::Status configure(lingprobe::api::Config& config, const lingpr
     Status status = lingprobe::api::apply_environment(config, environ, &unknown);
     if (warn_unknown)
       for (const auto& name : unknown)
-      lingprobe::api::log_warn(name + " is not a lingprobe option" + lingprobe::api::did_you_mean(name) +
-                               "; ignored (run `lingprobe config` for the list)");
+        lingprobe::api::log_warn(name + " is not a lingprobe option" + lingprobe::api::did_you_mean(name) +
+                                 "; ignored (run `lingprobe config` for the list)");
     if (!status.ok() || !options) return status;
   }
   // Fields past the caller's struct_size are absent (older callers).

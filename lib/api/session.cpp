@@ -44,8 +44,8 @@ struct Session {
   std::mutex mu;           // guards everything below except the atomics
   std::atomic<lingprobe_state> state{LINGPROBE_STATE_FRESH};
   bool config_ok = false;
-  bool init_failed = false;     // running with recording off after a failed init: the next init tries again
-  bool process_hooks = false;   // atexit, atfork and the first-load hooks, registered once
+  bool init_failed = false;    // running with recording off after a failed init: the next init tries again
+  bool process_hooks = false;  // atexit, atfork and the first-load hooks, registered once
   Config config;
   Identity identity;
   std::string run_id;

@@ -2,7 +2,6 @@
 
 #include "capture/torch_guard.h"
 
-#include <algorithm>
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/record_function.h>
@@ -10,6 +9,7 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <exception>
 #include <sstream>
 
@@ -98,7 +98,7 @@ namespace {
 bool settles(uint8_t evidence, const std::string& reason) {
   if (evidence == kCounters || evidence == kTiming) return window_refusal_settles(reason);
   return reason == "unsupported_layout" || reason == "unsupported_dtype" || reason == "unsupported_device" ||
-         reason == "no_gpu_access" || reason == "too_large";
+         reason == "unsupported_argument" || reason == "no_gpu_access" || reason == "too_large";
 }
 
 }  // namespace
@@ -169,6 +169,8 @@ void* SnapshotCapture::begin(const SampledCall& call) {
       return nullptr;
     }
     p->setup = is_setup_call(call);
+    if (reason.empty() && !std::all_of(call.inputs.begin(), call.inputs.end(), replayable_value))
+      reason = "unsupported_argument";  // a snapshot that no replay could rebuild: counters may still be taken
     if (reason.empty() && bytes > options_.max_snapshot_bytes) reason = "too_large";
     if (snapshot && (!reason.empty() || !reserve(bytes, device_bytes, p->setup, reason))) {
       refuse(*p, kSnapshot, reason);

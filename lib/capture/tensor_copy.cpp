@@ -77,6 +77,21 @@ std::string unsupported(const at::Tensor& t) {
   return "";
 }
 
+bool replayable_value(const c10::IValue& v) {
+  if (v.isList()) {
+    for (const auto& x : v.toListRef())
+      if (!replayable_value(x)) return false;
+    return true;
+  }
+  if (v.isTuple()) {
+    for (const auto& x : v.toTupleRef().elements())
+      if (!replayable_value(x)) return false;
+    return true;
+  }
+  return v.isNone() || v.isTensor() || v.isInt() || v.isDouble() || v.isBool() || v.isString() || v.isDevice() ||
+         v.isComplexDouble() || v.isGenerator();
+}
+
 PickleValue ValueWriter::tensor(CopiedTensor c) {
   const size_t index = blobs->size();
   const int64_t n = c.stored_numel;

@@ -82,6 +82,11 @@ CopiedTensor copy_tensor(const at::Tensor& t, DeviceAccess* device, std::atomic<
 // Why a tensor cannot be snapshotted ("" if it can).
 std::string unsupported(const at::Tensor& t);
 
+// Whether a snapshot holds the value as one a replay rebuilds (what ValueWriter writes other than "unsupported"):
+// false for a Storage (a DataLoader's batch arriving by `set_` from a worker's shared memory), an object, a
+// capsule, a future, anywhere in a list or tuple.
+bool replayable_value(const c10::IValue& v);
+
 // IValue -> snapshot value; tensors become blobs. Throws std::runtime_error
 // for values a snapshot cannot hold.
 struct ValueWriter {

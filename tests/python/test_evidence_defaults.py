@@ -277,3 +277,29 @@ def test_snapshots_make_torch_warn_nothing_a_strict_program_would_die_of(build_d
     (run,) = metadata.run_dirs(tmp_path / "out")
     ops = snapshot_ops(run)
     assert not ops["aten.relu_.default"][0]["setup_call"], sorted(ops)  # an activation in the graph: compute
+
+
+def test_a_dataloader_batch_set_from_a_workers_storage_is_not_snapshotted_and_replay_passes(build_dir, cli, tmp_path):
+    """A new user's training job with a fork DataLoader: the batches arrive by `set_(Storage, ...)` from the workers'
+    shared memory; their snapshots held a Storage no replay can rebuild, and `lingprobe replay` failed the run."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+        class D(Dataset):
+            def __len__(self): return 8
+            def __getitem__(self, i): return torch.full((3,), float(i))
+        if __name__ == "__main__":
+            lin = torch.nn.Linear(3, 2)
+            for x in DataLoader(D(), batch_size=4, num_workers=1, multiprocessing_context="fork"):
+                print(tuple(lin(x).shape))
+    """))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=env(tmp_path, build_dir))
+    assert p.returncode == 0 and p.stdout.count("(4, 2)") == 2, p.stderr
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    refused = {(r["op"], r["reason"]) for r in records(run, "refusal")}
+    assert ("aten::set_.source_Storage_storage_offset", "unsupported_argument") in refused, refused
+    assert not [op for op in snapshot_ops(run) if op.startswith("aten.set_.source_Storage")]
+    r = subprocess.run([cli, "replay", str(run)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and " 0 failed" in r.stdout, r.stdout + r.stderr

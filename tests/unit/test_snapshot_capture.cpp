@@ -20,6 +20,7 @@
 #include "capture/autocast_state.h"
 #include "capture/math_policy.h"
 #include "capture/snapshot_capture.h"
+#include "capture/tensor_copy.h"
 #include "runtime/snapshot_job.h"
 
 using namespace lingprobe::capture;
@@ -214,6 +215,26 @@ TEST_CASE("capture: trunc_normal_'s in-place steps on a parameter are set-up; th
   Call relu = call_of("aten::relu_", {h});
   CHECK(graph_rig.run(key('p'), relu, {h}));
   CHECK((step_rig.refusals.empty() && tensor_rig.refusals.empty() && graph_rig.refusals.empty()));
+}
+
+TEST_CASE("capture: a call with an argument no replay can rebuild (a Storage) takes no snapshot, and settles the key",
+          "[capture]") {
+  // A fork DataLoader's batch arrives by set_(Storage) from a worker's shared memory: its snapshot failed replay.
+  SnapshotOptions o;
+  Rig rig(o);
+  at::Tensor batch = at::empty({4, 3});
+  at::Tensor source = at::ones({4, 3});
+  Call set = call_of("aten::set_",
+                     {batch, c10::IValue(source.storage()), int64_t{0}, c10::IValue(std::vector<int64_t>{4, 3}),
+                      c10::IValue(std::vector<int64_t>{3, 1})},
+                     "source_Storage_storage_offset");
+  CHECK_FALSE(rig.run(key('s'), set, {batch}));
+  CHECK(rig.refusals == std::vector<std::string>{"aten::set_ snapshot unsupported_argument"});
+  CHECK(rig.sink.kept.empty());
+  CHECK_FALSE(rig.run(key('s'), set, {batch}));  // settled: no later call is tried
+  CHECK(rig.refusals.size() == 1);
+  CHECK(lingprobe::capture::replayable_value(c10::IValue(std::vector<int64_t>{4, 3})));
+  CHECK_FALSE(lingprobe::capture::replayable_value(c10::IValue(source.storage())));
 }
 
 TEST_CASE("capture: a snapshot over the archive's limit is refused before any copy, and settles the key", "[capture]") {

@@ -142,6 +142,10 @@ Status parse_bytes(const std::string& v, int64_t& out) {
 namespace {
 
 Status parse_sample_plan(const std::string& v, std::string& out) {
+  struct stat st {};
+  if (!v.empty() && stat(v.c_str(), &st) != 0)
+    return Status(StatusCode::kIoFailed, "no such run directory or file: " + v + " (" + std::strerror(errno) +
+                                             "); give an earlier run's directory (lingprobe-out/RUN_ID)");
   if (!v.empty() && access(sample_plan_file(v).c_str(), R_OK) != 0)
     return Status(StatusCode::kIoFailed, "cannot read " + sample_plan_file(v) + " (" + std::strerror(errno) +
                                              "): run `lingprobe audit " + v + "` on that run first");

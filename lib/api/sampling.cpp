@@ -276,10 +276,33 @@ struct SamplingSession::Parts {
 SamplingSession::SamplingSession(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
 SamplingSession::~SamplingSession() { finalize(); }
 
+namespace {
+
+// The sampling options choose which calls get snapshots or counters: with neither on, one line says they do nothing.
+void warn_sampling_options_without_evidence(const Config& c) {
+  const Config defaults;
+  std::string set;
+  for (const auto& [name, changed] : {std::pair<const char*, bool>{"LINGPROBE_SAMPLE_PLAN", !c.sample_plan.empty()},
+                                      {"LINGPROBE_SAMPLE_OPS", c.sample_ops != defaults.sample_ops},
+                                      {"LINGPROBE_SAMPLE_FIRST", c.sample_first != defaults.sample_first},
+                                      {"LINGPROBE_SAMPLE_SKIP", c.sample_skip != defaults.sample_skip},
+                                      {"LINGPROBE_SAMPLE_EVERY", c.sample_every != defaults.sample_every},
+                                      {"LINGPROBE_SAMPLE_PROBABILITY", c.sample_probability != defaults.sample_probability}})
+    if (changed) set += std::string(set.empty() ? "" : ", ") + name;
+  if (!set.empty())
+    log_warn(set + " choose(s) the calls that get snapshots or counters, but neither LINGPROBE_SNAPSHOTS=1 nor " +
+             "LINGPROBE_PROFILE=1 is set: ignored; set one of them to take evidence");
+}
+
+}  // namespace
+
 std::unique_ptr<SamplingSession> SamplingSession::create(const Config& c, int64_t rank, int64_t world_size,
                                                          const std::string& who, const std::string& run_dir,
                                                          const std::string& run_id, sink::MetadataWriter* metadata) {
-  if (!c.snapshots && !c.profile) return nullptr;
+  if (!c.snapshots && !c.profile) {
+    warn_sampling_options_without_evidence(c);
+    return nullptr;
+  }
   const bool gpu = gpu_on_machine();
   auto parts = std::make_unique<Parts>(c, rank, who, run_dir, run_id, metadata, gpu);
   capture::SamplingOptions so;

@@ -207,7 +207,26 @@ def test_a_plan_that_cannot_be_read_is_one_clear_line(build_dir, tmp_path):
                        env=env(tmp_path, build_dir, LINGPROBE_SAMPLE_PLAN=str(tmp_path / "no_such_run")))
     assert p.returncode == 0 and "2.0" in p.stdout, p.stderr
     lines = [l for l in p.stderr.splitlines() if "SAMPLE_PLAN" in l]
-    assert len(lines) == 1 and "lingprobe audit" in lines[0] and "Traceback" not in p.stderr, p.stderr
+    assert len(lines) == 1 and "no such run directory or file" in lines[0] and "Traceback" not in p.stderr, p.stderr
+    (tmp_path / "not_audited").mkdir()  # a directory without the audit's report: audit it first
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=env(tmp_path, build_dir, LINGPROBE_SAMPLE_PLAN=str(tmp_path / "not_audited")))
+    lines = [l for l in p.stderr.splitlines() if "SAMPLE_PLAN" in l]
+    assert len(lines) == 1 and "lingprobe audit" in lines[0], p.stderr
+
+
+def test_a_plan_without_snapshots_or_counters_says_it_does_nothing(build_dir, tmp_path):
+    """A new user ran the plan workflow without SNAPSHOTS=1: no plan line, no snapshots, no word why."""
+    script = tmp_path / "job.py"
+    script.write_text("import torch\nprint(torch.ones(2).sum().item())\n")
+    (tmp_path / "earlier" / "reports").mkdir(parents=True)
+    (tmp_path / "earlier" / "reports" / "coverage_audit.json").write_text("{}")
+    e = env(tmp_path, build_dir, LINGPROBE_SAMPLE_PLAN=str(tmp_path / "earlier"))
+    del e["LINGPROBE_SNAPSHOTS"]
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=e)
+    assert p.returncode == 0 and "2.0" in p.stdout, p.stderr
+    lines = [l for l in p.stderr.splitlines() if "SAMPLE_PLAN" in l]
+    assert len(lines) == 1 and "neither LINGPROBE_SNAPSHOTS=1 nor LINGPROBE_PROFILE=1" in lines[0], p.stderr
 
 
 def test_a_cpu_program_where_only_gpu_calls_are_sampled_says_so_at_exit(build_dir, tmp_path):

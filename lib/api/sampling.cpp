@@ -282,12 +282,13 @@ namespace {
 void warn_sampling_options_without_evidence(const Config& c) {
   const Config defaults;
   std::string set;
-  for (const auto& [name, changed] : {std::pair<const char*, bool>{"LINGPROBE_SAMPLE_PLAN", !c.sample_plan.empty()},
-                                      {"LINGPROBE_SAMPLE_OPS", c.sample_ops != defaults.sample_ops},
-                                      {"LINGPROBE_SAMPLE_FIRST", c.sample_first != defaults.sample_first},
-                                      {"LINGPROBE_SAMPLE_SKIP", c.sample_skip != defaults.sample_skip},
-                                      {"LINGPROBE_SAMPLE_EVERY", c.sample_every != defaults.sample_every},
-                                      {"LINGPROBE_SAMPLE_PROBABILITY", c.sample_probability != defaults.sample_probability}})
+  for (const auto& [name, changed] :
+       {std::pair<const char*, bool>{"LINGPROBE_SAMPLE_PLAN", !c.sample_plan.empty()},
+        {"LINGPROBE_SAMPLE_OPS", c.sample_ops != defaults.sample_ops},
+        {"LINGPROBE_SAMPLE_FIRST", c.sample_first != defaults.sample_first},
+        {"LINGPROBE_SAMPLE_SKIP", c.sample_skip != defaults.sample_skip},
+        {"LINGPROBE_SAMPLE_EVERY", c.sample_every != defaults.sample_every},
+        {"LINGPROBE_SAMPLE_PROBABILITY", c.sample_probability != defaults.sample_probability}})
     if (changed) set += std::string(set.empty() ? "" : ", ") + name;
   if (!set.empty())
     log_warn(set + " choose(s) the calls that get snapshots or counters, but neither LINGPROBE_SNAPSHOTS=1 nor " +

@@ -123,6 +123,30 @@ CallRefusal SnapshotCapture::refusal(const SampledCall& call) {
   return early_refusal(call, options_.gpu_calls_only, timing_only, device_);
 }
 
+// What the call's inputs would cost a snapshot, and why none can be taken ("" when one can).
+SnapshotCapture::InputsCost SnapshotCapture::inputs_cost(const SampledCall& call) const {
+  InputsCost cost;
+  for (const auto& v : call.inputs)
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (!t.defined() || !cost.reason.empty()) return;
+      cost.reason = unsupported(t);
+      if (!cost.reason.empty()) return;
+      const uint64_t b = stored_bytes(t);
+      cost.bytes += b;
+      if (t.is_cuda()) {
+        cost.device_bytes += b;
+        if (!device_ || !kHasStreamNativeHandle)
+          cost.reason = "no_gpu_access";
+        else if (device_->stream_capture(current_stream_handle(t.device())) != DeviceAccess::Capture::None)
+          cost.capturing = true;
+      }
+    });
+  if (cost.reason.empty() && !std::all_of(call.inputs.begin(), call.inputs.end(), replayable_value))
+    cost.reason = "unsupported_argument";  // a snapshot that no replay could rebuild: counters may still be taken
+  if (cost.reason.empty() && cost.bytes > options_.max_snapshot_bytes) cost.reason = "too_large";
+  return cost;
+}
+
 void* SnapshotCapture::begin(const SampledCall& call) {
   std::unique_ptr<Pending> p;
   try {
@@ -144,34 +168,15 @@ void* SnapshotCapture::begin(const SampledCall& call) {
   const bool counters = options_.profile && (wants & kCounters);
   const bool timing = options_.profile && (wants & kTiming);
   try {
-    // What can be captured at all, and what it costs.
-    std::string reason;
-    uint64_t bytes = 0, device_bytes = 0;
-    bool capturing = false;
-    for (const auto& v : call.inputs)
-      for_each_tensor(v, [&](const at::Tensor& t) {
-        if (!t.defined() || !reason.empty()) return;
-        reason = unsupported(t);
-        if (!reason.empty()) return;
-        const uint64_t b = stored_bytes(t);
-        bytes += b;
-        if (t.is_cuda()) {
-          device_bytes += b;
-          if (!device_ || !kHasStreamNativeHandle)
-            reason = "no_gpu_access";
-          else if (device_->stream_capture(current_stream_handle(t.device())) != DeviceAccess::Capture::None)
-            capturing = true;
-        }
-      });
-    if (capturing) {  // neither copies nor a window while a graph is captured
+    InputsCost cost = inputs_cost(call);
+    if (cost.capturing) {  // neither copies nor a window while a graph is captured
       refuse(*p, wants, "stream_capturing");
       give_up(std::move(p));
       return nullptr;
     }
     p->setup = is_setup_call(call);
-    if (reason.empty() && !std::all_of(call.inputs.begin(), call.inputs.end(), replayable_value))
-      reason = "unsupported_argument";  // a snapshot that no replay could rebuild: counters may still be taken
-    if (reason.empty() && bytes > options_.max_snapshot_bytes) reason = "too_large";
+    const uint64_t bytes = cost.bytes, device_bytes = cost.device_bytes;
+    std::string& reason = cost.reason;
     if (snapshot && (!reason.empty() || !reserve(bytes, device_bytes, p->setup, reason))) {
       refuse(*p, kSnapshot, reason);
       snapshot = false;

@@ -83,6 +83,12 @@ class SnapshotCapture : public SampledCallHooks {
   struct Pending;
   struct Captured;
   bool reserve(uint64_t bytes, uint64_t device_bytes, bool setup, std::string& reason);
+  struct InputsCost {
+    std::string reason;  // why no snapshot can be taken; "" when one can
+    uint64_t bytes = 0, device_bytes = 0;
+    bool capturing = false;  // a CUDA graph is being captured on an input's stream
+  };
+  InputsCost inputs_cost(const SampledCall& call) const;
   // `evidence` of this call refused for `reason`: counted, reported, and settled when no later call could give it.
   void refuse(Pending& p, uint8_t evidence, const std::string& reason);
   // Nothing of this call is kept: the key waits for a later call.

@@ -2,10 +2,31 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "api/log.h"
+#include "capture/stages.h"
+#include "format/glob.h"
 #include "format/op_selection.h"
 
 namespace lingprobe::api {
+namespace {
+
+// The per-stage rules' stages that never began in this process, each with the begun stage closest to it.
+void absent_stages(const format::OpSelection& selection, ExitReport& r) {
+  r.stages_begun = capture::stages_pushed();
+  for (const auto& stage : selection.rule_stages()) {
+    if (stage == "unstaged" || std::find(r.stages_begun.begin(), r.stages_begun.end(), stage) != r.stages_begun.end())
+      continue;
+    std::string line = "'" + stage + "'", closest;
+    size_t best = std::max<size_t>(2, stage.size() / 3) + 1;
+    for (const auto& begun : r.stages_begun)
+      if (const size_t d = format::edit_distance(stage, begun); d < best) best = d, closest = begun;
+    r.absent_stages.push_back(line + (closest.empty() ? "" : " (did you mean '" + closest + "'?)"));
+  }
+}
+
+}  // namespace
 
 ExitReport exit_report(const Config& config, const Identity& identity, bool config_ok) {
   ExitReport r;
@@ -17,6 +38,7 @@ ExitReport exit_report(const Config& config, const Identity& identity, bool conf
   if (config.ops.empty()) return r;
   format::OpSelection selection;
   if (!selection.parse(config.ops, config.ops_deny).empty()) return r;
+  absent_stages(selection, r);
   const auto met = capture::recorder_ops_met();
   std::vector<std::string> names;
   for (const auto& [name, with_overload] : met) names.push_back(name);
@@ -43,6 +65,17 @@ void say_exit_report(const ExitReport& r, const Config& config, const std::strin
       line +=
           " (an operator called only inside another, such as aten::addmm inside aten::linear, is recorded with "
           "LINGPROBE_NESTED=1)";
+    log_warn(line);
+  }
+  if (!r.absent_stages.empty()) {
+    std::string line = "LINGPROBE_OPS: stage";
+    for (size_t i = 0; i < r.absent_stages.size(); ++i) line += (i ? ", " : " ") + r.absent_stages[i];
+    line += " never began in this process, so its rules matched nothing";
+    if (r.stages_begun.empty())
+      line += "; no stage began at all: mark them with lingprobe.stage(...), LINGPROBE_STAGE_MAP or LINGPROBE_NVTX_MAP";
+    else
+      for (size_t i = 0; i < r.stages_begun.size() && i < 8; ++i)
+        line += (i ? ", " : "; stages that did: ") + r.stages_begun[i];
     log_warn(line);
   }
   if (::access(metadata_path.c_str(), F_OK) != 0) return;  // never name what was not written

@@ -1,7 +1,8 @@
 // What a process says at exit (rank 0, or a single process): where its
 // records went and the next command to run, and, with an op selection, how
 // many calls matched and the patterns that matched no operator the process
-// ran, with the closest names it did run (docs/USAGE.md, "At exit").
+// ran, with the closest names it did run, and the rules' stages that never began, with the closest stage that did
+// (docs/USAGE.md, "At exit").
 #pragma once
 
 #include <cstdint>
@@ -20,8 +21,10 @@ struct ExitReport {
   bool keep_empty =
       false;  // the metadata file is written even with nothing recorded (a selection that matched nothing)
   capture::RecorderStats stats;
-  std::vector<std::string> unmatched;  // "'pattern' (closest ran: a, b)"
-  bool any_without_closest = false;    // an unmatched pattern with no name close to it (a nested op, not a typo)
+  std::vector<std::string> unmatched;      // "'pattern' (closest ran: a, b)"
+  bool any_without_closest = false;        // an unmatched pattern with no name close to it (a nested op, not a typo)
+  std::vector<std::string> absent_stages;  // "'stage' (did you mean 'x'?)": named by a per-stage rule, never begun
+  std::vector<std::string> stages_begun;   // the stages that did begin
 };
 
 // After the recorder is uninstalled, before the writer's finalize.

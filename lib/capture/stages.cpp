@@ -4,6 +4,7 @@
 #include <deque>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace lingprobe::capture {
 namespace {
@@ -13,6 +14,7 @@ struct Registry {
   std::deque<std::string> names{"unstaged"};
   std::unordered_map<std::string, StageId> ids{{"unstaged", kUnstaged}};
   std::atomic<uint64_t> overflowed{0};
+  std::atomic<bool> pushed[kMaxStages] = {};  // pushed at least once in this process
 };
 
 Registry& registry() {
@@ -52,6 +54,15 @@ std::string stage_name(StageId id) {
   return id < r.names.size() ? r.names[id] : std::string("unstaged");
 }
 
+std::vector<std::string> stages_pushed() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> out;
+  for (size_t id = 1; id < r.names.size(); ++id)
+    if (r.pushed[id].load(std::memory_order_relaxed)) out.push_back(r.names[id]);
+  return out;
+}
+
 uint64_t stages_overflowed() { return registry().overflowed.load(std::memory_order_relaxed); }
 
 bool push_stage(StageId id) {
@@ -61,6 +72,8 @@ bool push_stage(StageId id) {
     return false;
   }
   s.ids[s.size++] = id;
+  if (id < kMaxStages && !registry().pushed[id].load(std::memory_order_relaxed))
+    registry().pushed[id].store(true, std::memory_order_relaxed);
   changed(s);
   return true;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace lingprobe::capture {
 
@@ -19,6 +20,8 @@ constexpr size_t kMaxStageDepth = 64;
 StageId intern_stage(std::string_view name);
 std::string stage_name(StageId id);
 uint64_t stages_overflowed();
+// The stages pushed at least once in this process (by any thread), "unstaged" aside.
+std::vector<std::string> stages_pushed();
 
 // The calling thread's stack. push returns false (and ignores the push) past
 // kMaxStageDepth; pop returns false when the stack is empty.

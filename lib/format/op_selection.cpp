@@ -109,6 +109,12 @@ std::string OpSelection::parse(const std::string& ops, const std::string& deny, 
   return "";
 }
 
+std::vector<std::string> OpSelection::rule_stages() const {
+  std::vector<std::string> out;
+  for (const auto& rule : per_stage_) out.push_back(rule.stage);
+  return out;
+}
+
 std::vector<std::string> OpSelection::unmatched(const std::vector<std::pair<std::string, std::string>>& ops_met) const {
   auto met = [&](const std::string& glob) {
     for (const auto& [name, with_overload] : ops_met)

@@ -515,3 +515,17 @@ def test_a_stage_map_naming_what_the_program_lacks_warns_with_the_closest_name_a
     (line,) = run_staged(build_dir, tmp_path, "post=helperz:postprocess")
     assert "module 'helperz' was never imported (stage post); did you mean 'helpers'?" in line
     assert run_staged(build_dir, tmp_path, "post=helpers:postprocess;enc=Encoder") == []
+
+
+def test_a_stage_named_by_an_op_rule_that_never_began_is_named_at_exit_with_the_closest(build_dir, tmp_path):
+    """A new user's `--ops 'encc:aten::conv2d'` beside a stage map naming `enc`: only "0 of 37 calls matched"."""
+    for name, text in STAGED.items():
+        (tmp_path / name).write_text(text)
+    env = clean_env(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "o"),
+                    LINGPROBE_STAGE_MAP="enc=Encoder", LINGPROBE_OPS="encc:aten::linear;post:aten::softmax")
+    p = subprocess.run([sys.executable, "staged.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    (line,) = [l for l in p.stderr.splitlines() if "never began" in l]
+    assert "stage 'encc' (did you mean 'enc'?), 'post' never began in this process" in line, line
+    assert line.endswith("stages that did: enc"), line

@@ -444,8 +444,10 @@ def test_a_call_that_raised_leaves_its_key_to_a_later_call(build_dir, tmp_path, 
     last = [r for r in records if r["kind"] == "counts"][-1]
     assert last["dropped"]["snapshots"] == {"raised": 1}, last["dropped"]
     (snap,) = [r for r in records if r["kind"] == "snapshot"]
-    (ok,) = [r for r in records if r["kind"] == "signature" and json.loads(r["signature_json"])["output"]]
-    assert snap["id"] == ok["id"]  # the call that returned, not the one that raised
+    outputs = {r["id"]: json.loads(r["signature_json"])["output"] for r in records if r["kind"] == "signature"}
+    (ok,) = [i for i, out in outputs.items() if out != {"raised": True}]
+    assert {"raised": True} in outputs.values()  # the call that raised: a signature of its own
+    assert snap["id"] == ok  # the call that returned, not the one that raised
     r = replay(cli, run)
     assert r.returncode == 0 and "replayed 1 snapshot(s): 1 exact" in r.stdout, r.stdout + r.stderr
 

@@ -2,6 +2,7 @@
 // clock ends its intervals through.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <thread>
 
@@ -38,6 +39,20 @@ TEST_CASE("stage changes are counted and heard on the changing thread", "[stages
     CHECK(t_heard == static_cast<int>(2 + kMaxStageDepth));  // the listener is gone
     CHECK(s->changes == 3 + kMaxStageDepth);
   }).join();
+}
+
+TEST_CASE("the stages pushed are known, on any thread; a name only interned is not", "[stages]") {
+  using namespace lingprobe::capture;
+  const StageId pushed = intern_stage("pushed-on-another-thread");
+  intern_stage("interned-only");  // an NVTX map's rule names its stage before any range begins
+  std::thread([&] {
+    REQUIRE(push_stage(pushed));
+    REQUIRE(pop_stage());
+  }).join();
+  const auto begun = stages_pushed();
+  CHECK(std::find(begun.begin(), begun.end(), "pushed-on-another-thread") != begun.end());
+  CHECK(std::find(begun.begin(), begun.end(), "interned-only") == begun.end());
+  CHECK(std::find(begun.begin(), begun.end(), "unstaged") == begun.end());
 }
 
 TEST_CASE("NVTX maps: patterns std::regex mishandles are refused, long names matched safely", "[stages]") {

@@ -11,13 +11,12 @@
 namespace lingprobe::tools {
 namespace {
 
-int usage() {
-  std::cerr
-      << "usage: lingprobe audit [-o FILE] [--allow-mixed-runs] [--quiet] PATH...\n"
-         "  PATH: a run directory OUT/{run_id} (its metadata/*.jsonl), an OUT holding one launch, or metadata\n"
-         "  JSONL files. Files of several launches are refused unless --allow-mixed-runs.\n"
-         "  Writes RUN/reports/coverage_audit.json and RUN/reports/summary.md (or -o FILE and summary.md beside it)\n"
-         "  and prints the summary.\n";
+int usage(std::ostream& os = std::cerr) {
+  os << "usage: lingprobe audit [-o FILE] [--allow-mixed-runs] [--quiet] PATH...\n"
+        "  PATH: a run directory OUT/{run_id} (its metadata/*.jsonl), an OUT holding one launch, or metadata\n"
+        "  JSONL files. Files of several launches are refused unless --allow-mixed-runs.\n"
+        "  Writes RUN/reports/coverage_audit.json and RUN/reports/summary.md (or -o FILE and summary.md beside it)\n"
+        "  and prints the summary.\n";
   return 2;
 }
 
@@ -41,7 +40,7 @@ int audit_command(int argc, char** argv) {
     } else if (a == "--quiet" || a == "-q") {
       quiet = true;
     } else if (a == "-h" || a == "--help") {
-      usage();
+      usage(std::cout);
       return 0;
     } else if (!a.empty() && a[0] == '-') {
       std::cerr << "lingprobe audit: unknown option '" << a << "'\n";

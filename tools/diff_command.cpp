@@ -10,16 +10,15 @@
 namespace lingprobe::tools {
 namespace {
 
-int usage() {
-  std::cerr
-      << "usage: lingprobe diff RUN_A RUN_B [--json] [-o FILE] [--stage STAGE]\n"
-         "  Compares two runs (each audited in memory; nothing is written into them): signatures in both whose\n"
-         "  calls changed, signatures paired across runs that changed only in shapes (one to one, or as groups),\n"
-         "  and those only in A or only in B, per stage, sorted by FLOPs moved; with counters on both sides,\n"
-         "  their kernels' metrics.\n"
-         "  --json      print the JSON document instead of Markdown\n"
-         "  -o FILE     write it to FILE instead of stdout\n"
-         "  --stage S   only stage S\n";
+int usage(std::ostream& os = std::cerr) {
+  os << "usage: lingprobe diff RUN_A RUN_B [--json] [-o FILE] [--stage STAGE]\n"
+        "  Compares two runs (each audited in memory; nothing is written into them): signatures in both whose\n"
+        "  calls changed, signatures paired across runs that changed only in shapes (one to one, or as groups),\n"
+        "  and those only in A or only in B, per stage, sorted by FLOPs moved; with counters on both sides,\n"
+        "  their kernels' metrics.\n"
+        "  --json      print the JSON document instead of Markdown\n"
+        "  -o FILE     write it to FILE instead of stdout\n"
+        "  --stage S   only stage S\n";
   return 2;
 }
 
@@ -44,7 +43,7 @@ int diff_command(int argc, char** argv) {
       if (!v) return usage();
       (a == "--stage" ? options.stage : output) = v;
     } else if (a == "-h" || a == "--help") {
-      usage();
+      usage(std::cout);
       return 0;
     } else if (!a.empty() && a[0] == '-') {
       std::cerr << "lingprobe diff: unknown option '" << a << "'\n";

@@ -26,22 +26,21 @@
 
 namespace {
 
-int usage() {
-  std::cerr
-      << "usage: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--load-library LIB.so]... "
-         "[--profile] [--quiet]\n"
-         "  SNAPSHOT  a snapshot file (.pt); its replay goes to RUN_DIR/replays/{stem}/\n"
-         "  RUN_DIR   replays every snapshot this run's metadata names (each checked against its sha256)\n"
-         "  -o DIR    write replays/{stem}/ under DIR instead of the run directory\n"
-         "  --device  replay on this device (cpu, cuda, cuda:1) instead of the recorded one\n"
-         "  --load-library  load this shared library first (an extension whose ops the run called: torchvision's\n"
-         "            _C.so, a custom op's library; --library is the same); without it such snapshots are\n"
-         "            skipped, with their op named, and leave the exit status to the ops replayed\n"
-         "  --profile then replay each again under lingprobe's inline counters (as the run measured it, into\n"
-         "            replay_profiles/{run}/) and set that profile beside the run's: "
-         "replays/{stem}/replay_profile.json\n"
-         "Exit status 0 when every deterministic op replays exactly (skipped ones aside), 1 otherwise, 2 for bad "
-         "usage.\n";
+int usage(std::ostream& os = std::cerr) {
+  os << "usage: lingprobe replay SNAPSHOT|RUN_DIR [-o DIR] [--device DEV] [--load-library LIB.so]... "
+        "[--profile] [--quiet]\n"
+        "  SNAPSHOT  a snapshot file (.pt); its replay goes to RUN_DIR/replays/{stem}/\n"
+        "  RUN_DIR   replays every snapshot this run's metadata names (each checked against its sha256)\n"
+        "  -o DIR    write replays/{stem}/ under DIR instead of the run directory\n"
+        "  --device  replay on this device (cpu, cuda, cuda:1) instead of the recorded one\n"
+        "  --load-library  load this shared library first (an extension whose ops the run called: torchvision's\n"
+        "            _C.so, a custom op's library; --library is the same); without it such snapshots are\n"
+        "            skipped, with their op named, and leave the exit status to the ops replayed\n"
+        "  --profile then replay each again under lingprobe's inline counters (as the run measured it, into\n"
+        "            replay_profiles/{run}/) and set that profile beside the run's: "
+        "replays/{stem}/replay_profile.json\n"
+        "Exit status 0 when every deterministic op replays exactly (skipped ones aside), 1 otherwise, 2 for bad "
+        "usage.\n";
   return 2;
 }
 
@@ -221,7 +220,7 @@ int run(int argc, char** argv) {
     else if (a == "--profile")
       profile = true;
     else if (a == "-h" || a == "--help")
-      return usage(), 0;
+      return usage(std::cout), 0;
     else if (!a.empty() && a[0] == '-')
       return usage();
     else if (input.empty())
@@ -233,6 +232,12 @@ int run(int argc, char** argv) {
   if (::access(input.c_str(), F_OK) != 0) {
     std::cerr << "lingprobe replay: " << input << " does not exist: give a snapshot (.pt) or a run directory\n";
     return 2;
+  }
+  if (!out_dir.empty()) {  // one line up front, not a failure per snapshot
+    if (std::string why = lingprobe::sink::check_writable_directory(out_dir); !why.empty()) {
+      std::cerr << "lingprobe replay: -o " << out_dir << ": " << why << "; give a directory this user can write\n";
+      return 2;
+    }
   }
   while (input.size() > 1 && input.back() == '/') input.pop_back();
 

@@ -11,12 +11,11 @@
 namespace lingprobe::tools {
 namespace {
 
-int usage() {
-  std::cerr
-      << "usage: lingprobe report [--generated-at TIME] [--quiet] [RUN_DIR]\n"
-         "  RUN_DIR: a run directory OUT/{run_id} of a run with LINGPROBE_PROFILE=1 (default: $LINGPROBE_OUT/latest,\n"
-         "  else ./lingprobe-out/latest). Writes RUN_DIR/reports/capability_report.json and roofline.svg, adds a\n"
-         "  \"Capability\" section to RUN_DIR/reports/summary.md and prints that section.\n";
+int usage(std::ostream& os = std::cerr) {
+  os << "usage: lingprobe report [--generated-at TIME] [--quiet] [RUN_DIR]\n"
+        "  RUN_DIR: a run directory OUT/{run_id} of a run with LINGPROBE_PROFILE=1 (default: $LINGPROBE_OUT/latest,\n"
+        "  else ./lingprobe-out/latest). Writes RUN_DIR/reports/capability_report.json and roofline.svg, adds a\n"
+        "  \"Capability\" section to RUN_DIR/reports/summary.md and prints that section.\n";
   return 2;
 }
 
@@ -36,7 +35,7 @@ int report_command(int argc, char** argv) {
     } else if (a == "--quiet" || a == "-q") {
       quiet = true;
     } else if (a == "-h" || a == "--help") {
-      usage();
+      usage(std::cout);
       return 0;
     } else if (!a.empty() && a[0] == '-') {
       std::cerr << "lingprobe report: unknown option '" << a << "'\n";

@@ -54,12 +54,11 @@ void prepend_env(const char* name, const std::string& value, char sep) {
   setenv(name, v.c_str(), 1);
 }
 
-int usage() {
-  std::cerr
-      << "usage: lingprobe run [-o DIR] [--ops SPEC] [--nested] [--no-call-records] [--stage-map MAP]\n"
-         "                     [--nvtx-map MAP] [--set NAME=VALUE]... -- CMD [ARGS...]\n"
-         "  e.g. lingprobe run -o out --ops 'dit:aten::linear;vae:aten::conv3d' -- torchrun --nproc_per_node=4 gen.py\n"
-         "  NAME is any option `lingprobe config` lists.\n";
+int usage(std::ostream& os = std::cerr) {
+  os << "usage: lingprobe run [-o DIR] [--ops SPEC] [--nested] [--no-call-records] [--stage-map MAP]\n"
+        "                     [--nvtx-map MAP] [--set NAME=VALUE]... -- CMD [ARGS...]\n"
+        "  e.g. lingprobe run -o out --ops 'dit:aten::linear;vae:aten::conv3d' -- torchrun --nproc_per_node=4 gen.py\n"
+        "  NAME is any option `lingprobe config` lists.\n";
   return 2;
 }
 
@@ -157,7 +156,7 @@ int run_command(int argc, char** argv) {
       }
       settings.emplace_back(std::string(v, eq), eq + 1);
     } else if (a == "-h" || a == "--help") {
-      usage();
+      usage(std::cout);
       return 0;
     } else {
       std::cerr << "lingprobe run: unknown option '" << a << "' (the command goes after --)\n";

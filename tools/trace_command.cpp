@@ -11,16 +11,16 @@
 namespace lingprobe::tools {
 namespace {
 
-int usage() {
-  std::cerr << "usage: lingprobe trace RUN_DIR [-o FILE] [--ranks LIST] [--from T] [--to T] [--max-events N]\n"
-               "  Writes the run's call records as a JSON trace (RUN/reports/trace.json, or -o FILE) that opens in\n"
-               "  https://ui.perfetto.dev (Open trace file) or chrome://tracing: a process track per rank and pid, a\n"
-               "  thread track per thread, a slice per call (op, stage, signature, shapes), snapshots and counter\n"
-               "  windows marked.\n"
-               "  --ranks LIST   only these ranks: 0,2 or 0-3 (processes that are not ranks count as their rank)\n"
-               "  --from T --to T  only calls overlapping [T_from, T_to], times from the run's first process start:\n"
-               "                 seconds (12.5, 12.5s) or with ms/us\n"
-               "  --max-events N write at most N call slices; the rest are counted in the trace's otherData\n";
+int usage(std::ostream& os = std::cerr) {
+  os << "usage: lingprobe trace RUN_DIR [-o FILE] [--ranks LIST] [--from T] [--to T] [--max-events N]\n"
+        "  Writes the run's call records as a JSON trace (RUN/reports/trace.json, or -o FILE) that opens in\n"
+        "  https://ui.perfetto.dev (Open trace file) or chrome://tracing: a process track per rank and pid, a\n"
+        "  thread track per thread, a slice per call (op, stage, signature, shapes), snapshots and counter\n"
+        "  windows marked.\n"
+        "  --ranks LIST   only these ranks: 0,2 or 0-3 (processes that are not ranks count as their rank)\n"
+        "  --from T --to T  only calls overlapping [T_from, T_to], times from the run's first process start:\n"
+        "                 seconds (12.5, 12.5s) or with ms/us\n"
+        "  --max-events N write at most N call slices; the rest are counted in the trace's otherData\n";
   return 2;
 }
 
@@ -99,7 +99,7 @@ int trace_command(int argc, char** argv) {
       }
       options.max_events = static_cast<uint64_t>(n);
     } else if (a == "-h" || a == "--help") {
-      usage();
+      usage(std::cout);
       return 0;
     } else if (!a.empty() && a[0] == '-') {
       std::cerr << "lingprobe trace: unknown option '" << a << "'\n";

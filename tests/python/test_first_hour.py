@@ -374,11 +374,23 @@ def test_summary_leads_with_time_then_flops_then_calls_and_says_plainly_when_not
     assert "files from rank(s) 0" in summary
 
 
-def test_help_for_a_command_is_that_commands_help(cli):
-    p = subprocess.run([cli, "help", "audit"], capture_output=True, text=True)
-    assert "usage: lingprobe audit" in p.stdout + p.stderr
+def test_help_for_a_command_is_that_commands_help_on_stdout(cli):
+    # asked-for help goes to stdout (a user piped `lingprobe help run` into less and saw nothing); usage after a
+    # mistake stays on stderr with status 2
+    for command in ("audit", "diff", "report", "run", "trace", "replay"):
+        for argv in (["help", command], [command, "--help"]):
+            p = subprocess.run([cli, *argv], capture_output=True, text=True)
+            assert p.returncode == 0 and f"usage: lingprobe {command}" in p.stdout and not p.stderr, (argv, p)
+    p = subprocess.run([cli, "audit"], capture_output=True, text=True)
+    assert p.returncode == 2 and "usage: lingprobe audit" in p.stderr and not p.stdout
     top = subprocess.run([cli, "--help"], capture_output=True, text=True).stdout
     assert "[--quiet]" in top and "lingprobe help <command>" in top
+
+
+def test_trace_and_diff_of_a_path_that_does_not_exist_say_so(cli, tmp_path):
+    for argv in (["trace", str(tmp_path / "nope")], ["diff", str(tmp_path / "nope"), str(tmp_path)]):
+        p = subprocess.run([cli, *argv], capture_output=True, text=True)
+        assert p.returncode == 1 and f"'{tmp_path / 'nope'}' does not exist" in p.stderr, p.stderr
 
 
 def test_a_misspelt_variable_gets_a_did_you_mean(build_dir, tmp_path):
@@ -462,6 +474,13 @@ def test_a_replay_of_a_missing_path_says_so_and_writes_nothing(cli, tmp_path):
     p = subprocess.run([cli, "replay", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "does not exist: give a snapshot (.pt) or a run directory" in p.stderr, p.stderr
     assert "results in" not in p.stdout + p.stderr and not (tmp_path / "missing").exists()
+
+
+def test_a_replay_into_a_directory_it_cannot_write_says_so_once_before_any_snapshot(cli, tmp_path):
+    """A new user's `replay RUN -o /proc/x` printed one FAILED per snapshot and exited 1."""
+    p = subprocess.run([cli, "replay", str(tmp_path), "-o", "/proc/lingprobe-replays"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and "-o /proc/lingprobe-replays" in p.stderr, p.stderr
 
 
 def test_profile_on_a_machine_without_a_gpu_says_so_once_at_start(build_dir, tmp_path):

@@ -387,12 +387,6 @@ def test_help_for_a_command_is_that_commands_help_on_stdout(cli):
     assert "[--quiet]" in top and "lingprobe help <command>" in top
 
 
-def test_trace_and_diff_of_a_path_that_does_not_exist_say_so(cli, tmp_path):
-    for argv in (["trace", str(tmp_path / "nope")], ["diff", str(tmp_path / "nope"), str(tmp_path)]):
-        p = subprocess.run([cli, *argv], capture_output=True, text=True)
-        assert p.returncode == 1 and f"'{tmp_path / 'nope'}' does not exist" in p.stderr, p.stderr
-
-
 def test_a_misspelt_variable_gets_a_did_you_mean(build_dir, tmp_path):
     p = preloaded(build_dir, tmp_path, tmp_path / "o", LINGPROBE_OPTS="aten::linear")
     assert "LINGPROBE_OPTS is not a lingprobe option (did you mean LINGPROBE_OPS?)" in p.stderr, p.stderr

@@ -276,7 +276,7 @@ def test_a_snapshot_of_a_rank_killed_before_its_first_flush_is_unrecorded_not_fo
 
 def test_trace_refuses_malformed_input_clearly(cli, tmp_path):
     p = subprocess.run([cli, "trace", str(tmp_path / "nothing")], capture_output=True, text=True)
-    assert p.returncode == 1 and "not a run directory" in p.stderr and "nothing was written" in p.stderr
+    assert p.returncode == 1 and "nothing' does not exist" in p.stderr and "nothing was written" in p.stderr
     bad = tmp_path / "bad"
     write_run(bad, None, raw=json.dumps(header()) + "\n{\"kind\":\"call\",\"id\":\n" +
               json.dumps({"kind": "counts", "final": True, "calls": {}, "dropped": {}}) + "\n")
@@ -453,7 +453,7 @@ def test_diff_refuses_malformed_input_clearly(cli, tmp_path, seed_situation):
     p = subprocess.run([cli, "diff", str(seed_situation[0])], capture_output=True, text=True)
     assert p.returncode == 2 and "needs two run directories" in p.stderr
     p = subprocess.run([cli, "diff", str(seed_situation[0]), str(tmp_path / "missing")], capture_output=True, text=True)
-    assert p.returncode == 1 and "missing" in p.stderr and "not a run directory" in p.stderr
+    assert p.returncode == 1 and "missing" in p.stderr and "missing' does not exist" in p.stderr
     bad = tmp_path / "bad"
     write_run(bad, None, raw=json.dumps(header()) + "\n" + '{"kind":"counts","calls":{"0":1}}\n')
     p = subprocess.run([cli, "diff", str(bad), str(seed_situation[0])], capture_output=True, text=True)

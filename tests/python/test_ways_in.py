@@ -281,7 +281,7 @@ def test_from_an_installed_prefix(build_dir, tmp_path, script):
     assert sum(metadata.summarize(f)[2].values()) == 5
     # the torch-linked replayer loads from the moved tree too (it links liblingprobe for replay --profile)
     p = run([str(cli), "replay", "--help"], clean_env())
-    assert p.returncode == 0 and "--profile" in p.stderr, p.stderr
+    assert p.returncode == 0 and "--profile" in p.stdout, p.stdout + p.stderr
 
 
 def test_two_launches_into_one_directory_are_kept_apart(build_dir, tmp_path, script):

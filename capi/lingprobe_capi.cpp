@@ -147,8 +147,10 @@ LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options) 
     lingprobe::api::Config config;
     lingprobe::format::Status status = configure(config, options, lingprobe::api::session_takes_init());
     if (!status.ok()) {
-      if (!lingprobe::api::session_init_invalid())
+      if (!lingprobe::api::session_init_invalid()) {
+        lingprobe::api::log_error(status.message() + "; the running configuration stays");
         return fail(LINGPROBE_ERROR_INVALID_CONFIG, status.message() + "; the running configuration stays");
+      }
       lingprobe::api::log_error(status.message() + "; recording is off, the program runs on");
       return fail(LINGPROBE_ERROR_INVALID_CONFIG, status.message());
     }

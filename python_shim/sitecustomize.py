@@ -58,12 +58,7 @@ def _attach_preloaded(torch_module):
         return  # the stub is not in this process after all
     if attached:
         from lingprobe import _process
-        _process.sync_environment()
-        _process.finalize_before_sigint_exit()
-        from lingprobe._import_hooks import after_import
-        after_import("torch.distributed.distributed_c10d", _process.watch_init_process_group)
-        from lingprobe import _profiler_guard
-        after_import("torch.autograd.profiler", _profiler_guard.watch)
+        _process.after_init()
 
 
 if "liblingprobe_preload" in os.environ.get("LD_PRELOAD", ""):

@@ -41,9 +41,11 @@ int main(int argc, char** argv) {
   options.use_environment = 1;
   options.out_dir = argv[1];
   options.ops = "aten::linear,aten::matmul";
-  if (lingprobe_init(&options) != LINGPROBE_OK) {
+  const lingprobe_status status = lingprobe_init(&options);
+  if (status == LINGPROBE_ERROR_ALREADY_INITIALIZED)  // LD_PRELOAD configured it at load, from the environment
+    std::fprintf(stderr, "lingprobe: recording as configured at load (%s)\n", lingprobe_last_error());
+  else if (status != LINGPROBE_OK)
     std::fprintf(stderr, "lingprobe: %s (serving on without it)\n", lingprobe_last_error());
-  }
 
   auto x = at::randn({1, 64, dim});
   auto qkv = at::randn({3 * dim, dim}) * 0.02, out = at::randn({dim, dim}) * 0.02;

@@ -95,6 +95,20 @@ std::string describe_config_table() {
   return out;
 }
 
+std::string config_differences(const Config& a, const Config& b) {
+  const format::JsonValue ja = config_json(a), jb = config_json(b);
+  std::string differ;
+  auto note = [&](const std::string& name) { differ += (differ.empty() ? "" : ", ") + name; };
+  for (const auto& [name, value] : jb.members())
+    if (const format::JsonValue* old = ja.find(name); !old || !(*old == value)) note(name);
+  for (const auto& [name, value] : ja.members())  // a key written only when set (fold_scalars)
+    if (!jb.find(name)) note(name);
+  if (a.rank != b.rank) note("rank");
+  if (a.local_rank != b.local_rank) note("local_rank");
+  if (a.world_size != b.world_size) note("world_size");
+  return differ;
+}
+
 format::JsonValue config_json(const Config& c) {
   using format::JsonValue;
   static const char* const kRoles[] = {"auto", "rank", "single", "launcher", "child"};

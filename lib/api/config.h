@@ -109,5 +109,8 @@ std::string describe_config_table();
 
 // The effective values as a JSON object (the header's "config").
 format::JsonValue config_json(const Config& config);
+// The options on which two configurations differ, comma-separated ("" when none): config_json's keys, and rank,
+// local_rank, world_size. Not the run id: the first init exports LINGPROBE_RUN_ID, which a later init reads.
+std::string config_differences(const Config& a, const Config& b);
 
 }  // namespace lingprobe::api

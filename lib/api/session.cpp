@@ -249,16 +249,22 @@ namespace {
 
 // A later init's configuration against the running one: the same is idempotent; another says which options differ.
 lingprobe_status same_configuration(const Config& running, const Config& asked, std::string& error) {
-  const format::JsonValue was = config_json(running), now = config_json(asked);
-  std::string differ;
-  for (const auto& [name, value] : now.members())
-    if (const format::JsonValue* old = was.find(name); !old || !(*old == value))
-      differ += (differ.empty() ? "" : ", ") + name;
+  const std::string differ = config_differences(running, asked);
   if (differ.empty()) return LINGPROBE_OK;
   error = "lingprobe is already initialised with other options (" + differ +
           " differ); the first configuration stays: set them where it was initialised (the LINGPROBE_* variables, "
           "under LD_PRELOAD or `lingprobe run`), or call lingprobe_init with the same options";
   return LINGPROBE_ERROR_ALREADY_INITIALIZED;
+}
+
+// atexit, atfork and the first-load hooks, once (also after a failed init: a child forked then records nothing).
+void register_process_hooks(Session& s) {
+  if (s.process_hooks) return;
+  s.process_hooks = true;
+  std::atexit(at_exit_finalize);
+  gpu::CudaDriver::on_first_load(&register_finalize_again);
+  format::on_first_digest(&register_finalize_again);
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 }  // namespace
@@ -278,13 +284,7 @@ lingprobe_status session_init(const Config& config, std::string& error) {
   set_log_level(config.log_level);
   s.state.store(LINGPROBE_STATE_RUNNING);
   if (loaded_by_ld_preload(&error)) return LINGPROBE_ERROR_UNAVAILABLE;  // said once at load
-  if (!s.process_hooks) {
-    s.process_hooks = true;
-    std::atexit(at_exit_finalize);
-    gpu::CudaDriver::on_first_load(&register_finalize_again);
-    format::on_first_digest(&register_finalize_again);
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-  }
+  register_process_hooks(s);
 
   std::string err;
   const capture::RecorderOptions ro = recorder_options(config, err);
@@ -344,6 +344,7 @@ bool session_init_invalid() {
   s.config_ok = false;
   s.init_failed = true;
   s.state.store(LINGPROBE_STATE_RUNNING);
+  register_process_hooks(s);
   return true;
 }
 

@@ -111,7 +111,7 @@ std::vector<std::string> metadata_files(const std::string& run_dir) {
 std::string run_directory_error(const std::string& dir) {
   struct stat st;
   if (!dir.empty() && ::stat((dir + "/metadata").c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "";
-  if (dir.empty() || ::stat(dir.c_str(), &st) != 0)
+  if (dir.empty() || (::stat(dir.c_str(), &st) != 0 && errno == ENOENT))
     return "'" + dir + "' does not exist: give a run directory OUT/{run_id}, or OUT/latest for the newest launch";
   return "'" + dir +
          "' is not a run directory (it has no metadata/ folder): give OUT/{run_id}, or OUT/latest for the "

@@ -22,8 +22,7 @@ __all__ = ["LingprobeError", "start", "stop", "flush", "finalize", "stage", "pus
 
 _lib = None
 _initialised_here = False  # this module's start() initialised lingprobe (else the preload stub or the host did)
-_first_start = None  # that start()'s arguments: the same again only restarts (a notebook cell run twice)
-_init_failed_here = False  # that start()'s init failed (a bad option): the next start() initialises again
+_ALREADY_INITIALIZED = 12  # LINGPROBE_ERROR_ALREADY_INITIALIZED
 _STATES = {0: "fresh", 1: "running", 2: "finalized"}
 
 
@@ -53,36 +52,31 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
     """Initialises lingprobe on first use (with these options on top of the
     LINGPROBE_* environment) and starts recording. Later calls restart
     recording; their options must be none, or the first start()'s again (a
-    notebook cell run twice), else they raise. Raises LingprobeError with the
-    reason when the configuration is invalid (an output directory this process
-    cannot write, a bad option) or after finalize()."""
-    global _initialised_here, _first_start, _init_failed_here
+    notebook cell run twice), else they raise. After a start() whose
+    configuration was invalid, the next one initialises with its own. Raises
+    LingprobeError with the reason when the configuration is invalid (an output
+    directory this process cannot write, a bad option) or after finalize()."""
+    global _initialised_here
     import ctypes
     from ._native import Options
     lib = _library()
     settings = [_setting(k, v) for k, v in options.items()]
     ops_text = ",".join(ops) if isinstance(ops, (list, tuple)) else ops
-    # what the library is given, as text: ops as a list or a string, options in any order, compare alike
-    given = (out_dir or None, ops_text or None, bool(use_environment), tuple(sorted(settings)))
-    if lib.lingprobe_get_state() == 0 or _init_failed_here:  # after a failed init, the next one tries again
+    fresh = lib.lingprobe_get_state() == 0
+    if fresh or options or out_dir or ops:
+        # The library decides: a first init (or one after a failed init) configures; the same configuration
+        # again resumes; another is refused (LINGPROBE_ERROR_ALREADY_INITIALIZED), the first staying.
         arr = (ctypes.c_char_p * max(1, len(settings)))(*settings)
         opts = Options(ctypes.sizeof(Options), 1 if use_environment else 0,
                        out_dir.encode() if out_dir else None, ops_text.encode() if ops_text else None,
                        arr, len(settings))
-        _initialised_here = True
-        _first_start = given
-        _init_failed_here = True
-        check(lib, lib.lingprobe_init(ctypes.byref(opts)))
-        _init_failed_here = False
+        status = lib.lingprobe_init(ctypes.byref(opts))
+        if status == _ALREADY_INITIALIZED:
+            raise LingprobeError(status, _already_initialised(out_dir, ops, options))
+        _initialised_here = _initialised_here or fresh
+        check(lib, status)
         from . import _process
-        from ._import_hooks import after_import
-        _process.sync_environment()  # what lingprobe exported for child processes, into os.environ
-        _process.finalize_before_sigint_exit()
-        after_import("torch.distributed.distributed_c10d", _process.watch_init_process_group)
-        from . import _profiler_guard
-        after_import("torch.autograd.profiler", _profiler_guard.watch)
-    elif (options or out_dir or ops) and not (_initialised_here and _first_start == given):
-        raise LingprobeError(12, _already_initialised(out_dir, ops, options))  # LINGPROBE_ERROR_ALREADY_INITIALIZED
+        _process.after_init()
     check(lib, lib.lingprobe_start())
 
 

@@ -77,3 +77,22 @@ def _finalize_if_ending_by_sigint():
 def finalize_before_sigint_exit():
     import atexit
     atexit.register(_finalize_if_ending_by_sigint)
+
+
+_after_init_done = False
+
+
+def after_init():
+    """The Python side of a successful init, once per process (the preload stub's attach or the shim's start()):
+    what the library exported for child processes into os.environ, finalize before a SIGINT exit, the rank from
+    init_process_group, and the profiler guard."""
+    global _after_init_done
+    if _after_init_done:
+        return
+    _after_init_done = True
+    from ._import_hooks import after_import
+    from . import _profiler_guard
+    sync_environment()
+    finalize_before_sigint_exit()
+    after_import("torch.distributed.distributed_c10d", watch_init_process_group)
+    after_import("torch.autograd.profiler", _profiler_guard.watch)

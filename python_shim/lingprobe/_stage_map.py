@@ -14,6 +14,7 @@ one warning line with the closest name the program did have."""
 import atexit
 import difflib
 import functools
+import os
 import sys
 import threading
 
@@ -100,8 +101,28 @@ def _wrap(func, stage, on_call):
     return wrapper
 
 
+# Whether this process may speak for the job, read at start-up (before lingprobe exports its own pid for its
+# children): not a child of a recording process (a DataLoader worker, a helper), and rank 0 or no rank.
+_FIRST_OF_THE_JOB = (os.environ.get("LINGPROBE_PARENT_PID", str(os.getpid())) == str(os.getpid())
+                     and os.environ.get("RANK", "0").strip() in ("", "0"))
+
+
 def _warn(text):
-    print(f"[lingprobe] warning: LINGPROBE_STAGE_MAP: {text}", file=sys.stderr)
+    if _FIRST_OF_THE_JOB:
+        print(f"[lingprobe] warning: LINGPROBE_STAGE_MAP: {text}", file=sys.stderr)
+
+
+def _recorded_here():
+    """Whether lingprobe recorded calls in this process: not a launcher (torchrun's agent imports torch and runs no
+    module), nor a process that never loaded it. Asked without loading the library."""
+    import ctypes
+    from ._native import Stats, _already_loaded
+    lib = _already_loaded()
+    if lib is None:
+        return False
+    s = Stats()
+    s.struct_size = ctypes.sizeof(Stats)
+    return lib.lingprobe_get_stats(ctypes.byref(s)) == 0 and s.calls_seen > 0
 
 
 def _closest(name, candidates):
@@ -128,6 +149,8 @@ def _patch_functions(module, entries, rules):
 
 
 def _unmatched_at_exit(rules):
+    if not _FIRST_OF_THE_JOB or not _recorded_here():
+        return
     ran = {cls.__name__ for cls in rules.seen_classes}
     ran |= {f"{cls.__module__}.{cls.__qualname__}" for cls in rules.seen_classes}
     for name, stage in rules.classes.items():

@@ -35,3 +35,17 @@ def test_a_program_that_returns_without_finalize_exits_cleanly_with_its_snapshot
         assert last["final"] and len(sigs) >= 32  # 16 shapes of linear and of relu
         snapshots = [r for r in metadata.read(path) if r["kind"] == "snapshot"]
         assert len(snapshots) == len(sigs), (len(snapshots), len(sigs))  # each written whole and named
+
+
+def test_the_example_under_ld_preload_says_it_records_as_configured_at_load(build_dir, tmp_path):
+    """Under LD_PRELOAD the stub configures lingprobe at load; the program's own init with other options gets
+    LINGPROBE_ERROR_ALREADY_INITIALIZED (it used to say ok and ignore them), and the example says so, serving on."""
+    exe = build_dir / "lingprobe_cpp_serving"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_")}
+    env.update(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "env-out"))
+    p = subprocess.run([str(exe), str(tmp_path / "own-out"), "3", "64"], capture_output=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr.decode()
+    err = p.stderr.decode()
+    assert "lingprobe: recording as configured at load" in err and "(out, ops differ)" in err, err
+    (run,) = metadata.run_dirs(tmp_path / "env-out")
+    assert not (tmp_path / "own-out").exists()

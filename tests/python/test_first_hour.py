@@ -464,6 +464,24 @@ def test_a_start_that_failed_on_a_bad_option_is_retried_and_records(build_dir, t
     assert list((run_dir / "snapshots").glob("*.pt")), "the retried start's options apply"
 
 
+def test_a_start_after_the_preloaded_init_failed_initialises_with_its_own_options(build_dir, tmp_path):
+    """Under LD_PRELOAD with an output the process cannot write, the load's init fails; the program's own
+    start(out_dir=...) was then refused as 'already initialised at load'."""
+    path = tmp_path / "own.py"
+    path.write_text(textwrap.dedent("""
+        import sys, torch, lingprobe
+        lingprobe.start(out_dir=sys.argv[1])
+        torch.ones(2) + 1
+        lingprobe.finalize()
+        print("recorded", lingprobe.stats()["calls_recorded"])
+    """))
+    env = clean_env(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT="/proc/lingprobe-out")
+    p = subprocess.run([sys.executable, str(path), str(tmp_path / "o")], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and "recorded 2" in p.stdout, p.stdout + p.stderr
+    assert len(metadata.run_dirs(tmp_path / "o")) == 1
+
+
 def test_a_replay_of_a_missing_path_says_so_and_writes_nothing(cli, tmp_path):
     p = subprocess.run([cli, "replay", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "does not exist: give a snapshot (.pt) or a run directory" in p.stderr, p.stderr
@@ -528,6 +546,15 @@ def test_a_stage_map_naming_what_the_program_lacks_warns_with_the_closest_name_a
     (line,) = run_staged(build_dir, tmp_path, "post=helperz:postprocess")
     assert "module 'helperz' was never imported (stage post); did you mean 'helpers'?" in line
     assert run_staged(build_dir, tmp_path, "post=helpers:postprocess;enc=Encoder") == []
+    # a process that records nothing (a helper script, torchrun's agent) or a child of a recording one (a DataLoader
+    # worker) does not speak for the job: the reviewer's torchrun agent said "no torch module ran" of a good map
+    for extra, code in (({}, "print('helper')"), ({}, "import torch; print('agent')"),
+                        ({"LINGPROBE_PARENT_PID": "1"}, "import torch; torch.ones(1) + 1; print('child')")):
+        env = clean_env(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "o2"),
+                        LINGPROBE_STAGE_MAP="enc=Encodr;post=helperz:postprocess", **extra)
+        p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0 and "LINGPROBE_STAGE_MAP" not in p.stderr, (code, p.stderr)
 
 
 def test_a_stage_named_by_an_op_rule_that_never_began_is_named_at_exit_with_the_closest(build_dir, tmp_path):

@@ -137,3 +137,23 @@ TEST_CASE("every option refuses the bad values of its type with a message naming
   }
   CHECK(cases > 120);
 }
+
+TEST_CASE("config_differences names every option two configurations differ on, in either direction", "[config]") {
+  using lingprobe::api::Config;
+  using lingprobe::api::config_differences;
+  Config a, b;
+  CHECK(config_differences(a, b).empty());
+  b.out_dir = "elsewhere";
+  CHECK(config_differences(a, b) == "out");
+  b = a;
+  a.fold_scalars = true;  // written only when set: a one-sided key
+  CHECK(config_differences(a, b) == "fold_scalars");
+  CHECK(config_differences(b, a) == "fold_scalars");
+  a = b;
+  b.rank = 3;
+  b.world_size = 4;
+  CHECK(config_differences(a, b) == "rank, world_size");
+  b = a;
+  b.run_id = "exported-by-the-first-init";  // read back from the environment by a later init: the same run
+  CHECK(config_differences(a, b).empty());
+}

@@ -209,7 +209,8 @@ TEST_CASE("capture: trunc_normal_'s in-place steps on a parameter are set-up; th
   at::Tensor fresh = at::rand({256, 256}).set_requires_grad(true);
   Call by_tensor = call_of("aten::mul_", {fresh, at::scalar_tensor(0.5)}, "Tensor");
   CHECK(tensor_rig.run(key('o'), by_tensor, {fresh}));
-  // an activation inside the graph (h = w * 2; h.relu_()): compute, not a parameter's set-up
+  // an activation inside the graph (h = w * 2; h.relu_()): compute, not a parameter's set-up (that it reads no
+  // .grad, which made torch warn, test_evidence_defaults.py checks under -W error)
   Rig graph_rig(o);
   at::Tensor h = at::rand({256, 256}).set_requires_grad(true) * 2;
   Call relu = call_of("aten::relu_", {h});

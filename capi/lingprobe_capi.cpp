@@ -145,7 +145,8 @@ LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options) 
       case LINGPROBE_STATE_FRESH: break;
     }
     lingprobe::api::Config config;
-    lingprobe::format::Status status = configure(config, options, lingprobe::api::session_takes_init());
+    lingprobe::format::Status status =
+        configure(config, options, lingprobe::api::session_state() == LINGPROBE_STATE_FRESH);  // warned once
     if (!status.ok()) {
       if (!lingprobe::api::session_init_invalid()) {
         lingprobe::api::log_error(status.message() + "; the running configuration stays");

@@ -29,6 +29,15 @@ void absent_stages(const format::OpSelection& selection, ExitReport& r) {
   }
 }
 
+// Whether an op pattern ("aten::lin*", or "stage:aten::linear") matches an operator torch has.
+bool names_an_operator(const std::string& pattern, const std::vector<std::string>& registered) {
+  const size_t colon = pattern.find(':');
+  const bool staged = colon != std::string::npos && pattern.compare(colon, 2, "::") != 0;
+  const std::string glob = staged ? pattern.substr(colon + 1) : pattern;
+  return std::any_of(registered.begin(), registered.end(),
+                     [&](const std::string& name) { return format::glob_match(glob.c_str(), name.c_str()); });
+}
+
 }  // namespace
 
 ExitReport exit_report(const Config& config, const Identity& identity, bool config_ok) {
@@ -45,10 +54,19 @@ ExitReport exit_report(const Config& config, const Identity& identity, bool conf
   const auto met = capture::recorder_ops_met();
   std::vector<std::string> names;
   for (const auto& [name, with_overload] : met) names.push_back(name);
+  std::vector<std::string> registered;
   for (const auto& pattern : selection.unmatched(met)) {
     std::string line = "'" + pattern + "'";
     const auto closest = format::closest_op_names(pattern, names, 3);
     for (size_t i = 0; i < closest.size(); ++i) line += (i ? ", " : " (closest ran: ") + closest[i];
+    if (closest.empty() && registered.empty()) registered = capture::registered_op_names();
+    if (closest.empty() && !names_an_operator(pattern, registered)) {  // a typo: no hint about nested ops
+      const auto known = format::closest_op_names(pattern, registered, 3);
+      line += " (no operator torch has is named so";
+      for (size_t i = 0; i < known.size(); ++i) line += (i ? ", " : "; did you mean ") + known[i];
+      r.unmatched.push_back(line + (known.empty() ? ")" : "?)"));
+      continue;
+    }
     r.unmatched.push_back(line + (closest.empty() ? "" : ")"));
     r.any_without_closest = r.any_without_closest || closest.empty();
   }

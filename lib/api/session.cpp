@@ -348,12 +348,6 @@ bool session_init_invalid() {
   return true;
 }
 
-bool session_takes_init() {
-  Session& s = S();
-  std::lock_guard<std::mutex> lock(s.mu);
-  return s.state.load() == LINGPROBE_STATE_FRESH || s.init_failed;
-}
-
 lingprobe_status session_set_recording(bool on, std::string& error) {
   Session& s = S();
   std::lock_guard<std::mutex> lock(s.mu);

@@ -19,8 +19,6 @@ lingprobe_status session_init(const Config& config, std::string& error);
 // LINGPROBE_ERROR_INVALID_CONFIG, finalize is a no-op, and the next init tries again). false when a working
 // configuration is running: it stays.
 bool session_init_invalid();
-// Whether the next init configures (fresh, or its last init failed).
-bool session_takes_init();
 // Starts (on) or stops recording: the hook is registered or removed.
 lingprobe_status session_set_recording(bool on, std::string& error);
 lingprobe_status session_flush(std::string& error);

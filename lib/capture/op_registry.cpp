@@ -1,5 +1,7 @@
 #include "capture/op_registry.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include <new>
 
 #include "capture/signature_builder.h"
@@ -64,6 +66,15 @@ OpInfo* OpCache::find_slow(OpRegistry& registry, const at::RecordFunction& fn, S
   }
   slot = Slot{name, op};
   return op;
+}
+
+std::vector<std::string> registered_op_names() {
+  std::vector<std::string> out;
+  for (const c10::OperatorName& op : c10::Dispatcher::singleton().getAllOpNames()) {
+    out.push_back(op.name);
+    if (!op.overload_name.empty()) out.push_back(op.name + "." + op.overload_name);
+  }
+  return out;
 }
 
 }  // namespace lingprobe::capture

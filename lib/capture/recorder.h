@@ -110,6 +110,9 @@ void uninstall_recorder();
 RecorderStats recorder_stats();
 // The operators the callback has met (name, name with overload), selected or not.
 std::vector<std::pair<std::string, std::string>> recorder_ops_met();
+// Every operator torch has registered in this process, as "ns::name" and "ns::name.overload": whether an op pattern
+// that matched nothing names a real operator (one that ran only nested) or nothing at all (a typo).
+std::vector<std::string> registered_op_names();
 // Cumulative per-signature counts and the recorder's drop counters.
 format::CountsSnapshot recorder_counts();
 

@@ -98,6 +98,16 @@ def test_a_pattern_that_matched_nothing_is_named_at_exit_with_the_closest_ops(bu
     assert "LINGPROBE_NESTED" not in warning, warning  # a typo with a close name: the nested hint would mislead
 
 
+def test_a_misspelt_op_that_never_ran_gets_torchs_closest_name_not_the_nested_hint(build_dir, tmp_path):
+    """A new user's C++ program never ran aten::linear (torch::nn::Linear is t + addmm); their 'aten::lienar' got
+    the LINGPROBE_NESTED hint, which cannot help a typo."""
+    p = preloaded(build_dir, tmp_path, tmp_path / "o", LINGPROBE_OPS="aten::convolutoin")
+    assert p.returncode == 0 and p.stdout.strip() == "ran", p.stderr
+    (warning,) = [l for l in p.stderr.splitlines() if "warning" in l]
+    assert "'aten::convolutoin' (no operator torch has is named so; did you mean aten::convolution" in warning, warning
+    assert "LINGPROBE_NESTED" not in warning, warning
+
+
 def test_a_pattern_for_an_op_that_ran_only_nested_is_told_how_to_record_it(build_dir, tmp_path):
     """A new user selected aten::addmm for an nn.Linear and got 'no operator this process ran matched' though addmm
     ran, nested below aten::linear."""
@@ -452,10 +462,11 @@ def test_a_start_that_failed_on_a_bad_option_is_retried_and_records(build_dir, t
     path = tmp_path / "retry.py"
     path.write_text(RETRY)
     env = clean_env(PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2] / "python_shim"),
-                    LINGPROBE_LIBRARY=str(build_dir / "liblingprobe.so"))
+                    LINGPROBE_LIBRARY=str(build_dir / "liblingprobe.so"), LINGPROBE_SNAPSHOOT="1")
     p = subprocess.run([sys.executable, str(path), str(tmp_path / "o")], env=env, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0 and "raised:" in p.stdout and "LINGPROBE_SNAPSHOT" in p.stdout, p.stdout + p.stderr
+    assert p.stderr.count("LINGPROBE_SNAPSHOOT is not a lingprobe option") == 1, p.stderr  # not again at the retry
     assert "other options: 12 " in p.stdout, p.stdout + p.stderr
     (run_dir,) = metadata.run_dirs(tmp_path / "o")
     (path,) = metadata.files(run_dir)

@@ -136,17 +136,13 @@ LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options) 
   try {
     if (options && options->struct_size < sizeof(size_t) + sizeof(int))
       return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "lingprobe_options.struct_size must be sizeof(lingprobe_options)");
-    switch (lingprobe::api::session_state()) {
-      case LINGPROBE_STATE_FINALIZED:
-        return fail(LINGPROBE_ERROR_FINALIZED,
-                    "lingprobe was finalized: finalize() ends the process's only run; record again in a new process "
-                    "(stop() and start() pause and resume within the run)");
-      case LINGPROBE_STATE_RUNNING:  // the same configuration again is idempotent (session_init)
-      case LINGPROBE_STATE_FRESH: break;
-    }
+    const lingprobe_state state = lingprobe::api::session_state();  // running: session_init compares the options
+    if (state == LINGPROBE_STATE_FINALIZED)
+      return fail(LINGPROBE_ERROR_FINALIZED,
+                  "lingprobe was finalized: finalize() ends the process's only run; record again in a new process "
+                  "(stop() and start() pause and resume within the run)");
     lingprobe::api::Config config;
-    lingprobe::format::Status status =
-        configure(config, options, lingprobe::api::session_state() == LINGPROBE_STATE_FRESH);  // warned once
+    lingprobe::format::Status status = configure(config, options, state == LINGPROBE_STATE_FRESH);  // warned once
     if (!status.ok()) {
       if (!lingprobe::api::session_init_invalid()) {
         lingprobe::api::log_error(status.message() + "; the running configuration stays");

@@ -18,9 +18,6 @@ void absent_stages(const format::OpSelection& selection, ExitReport& r) {
   for (const auto& stage : selection.rule_stages()) {
     if (stage == "unstaged" || std::find(r.stages_begun.begin(), r.stages_begun.end(), stage) != r.stages_begun.end())
       continue;
-    if (std::any_of(r.absent_stages.begin(), r.absent_stages.end(),
-                    [&](const std::string& l) { return l.rfind("'" + stage + "'", 0) == 0; }))
-      continue;  // two rules of one stage: named once
     std::string line = "'" + stage + "'", closest;
     size_t best = std::max<size_t>(2, stage.size() / 3) + 1;
     for (const auto& begun : r.stages_begun)

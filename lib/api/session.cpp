@@ -243,10 +243,6 @@ lingprobe_status check_running(Session& s, std::string& error) {
   return LINGPROBE_OK;
 }
 
-}  // namespace
-
-namespace {
-
 // A later init's configuration against the running one: the same is idempotent; another says which options differ.
 lingprobe_status same_configuration(const Config& running, const Config& asked, std::string& error) {
   const std::string differ = config_differences(running, asked);

@@ -246,7 +246,8 @@ JsonValue build_output(const c10::FunctionSchema& schema, c10::ArrayRef<const c1
   const auto& returns = schema.returns();
   if (outputs.size() == 1)
     return value_json(outputs[0], returns.size() == 1 ? returns[0].real_type() : nullptr, folds(fold, 0));
-  if (outputs.empty()) return returns.empty() ? JsonValue::null() : format::raised_output();
+  if (ended_without_outputs(schema, outputs)) return format::raised_output();
+  if (outputs.empty()) return JsonValue::null();
   JsonValue output = JsonValue::array();
   for (size_t i = 0; i < outputs.size(); ++i)
     output.push_back(

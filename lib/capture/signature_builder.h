@@ -57,6 +57,11 @@ ScalarFold scalar_fold_of(const c10::FunctionSchema& schema);
 // `fold`: the positions written as their type (ScalarFold), 0 for none.
 format::JsonValue build_arguments(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> inputs,
                                   uint64_t fold = 0);
+// An op with returns whose end came without outputs raised: torch sets a call's outputs only when it returns
+// (its output is then format::raised_output()).
+inline bool ended_without_outputs(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> outputs) {
+  return outputs.empty() && !schema.returns().empty();
+}
 format::JsonValue build_output(const c10::FunctionSchema& schema, c10::ArrayRef<const c10::IValue> outputs,
                                uint64_t fold = 0);
 format::JsonValue assemble_signature(const std::string& dotted_op, const format::JsonValue& arguments,

@@ -259,7 +259,7 @@ void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs,
     // exception count sees it on torch 1.13, not on torch 2.11's wheel (docs/gpu/snapshots-raised-check-h100-
     // 2026-12-05.txt): there an op with returns that ends without outputs is the sign (set only on return).
     const bool raised =
-        std::uncaught_exceptions() > p->uncaught || (outputs.empty() && p->schema && !p->schema->returns().empty());
+        std::uncaught_exceptions() > p->uncaught || (p->schema && ended_without_outputs(*p->schema, outputs));
     if (raised) return drop(std::move(p), "raised");
     if (key && sampler_->repeats_a_sample(key, signature_id)) {  // a reopened key met a sampled signature
       undo(*p);

@@ -111,7 +111,8 @@ std::string OpSelection::parse(const std::string& ops, const std::string& deny, 
 
 std::vector<std::string> OpSelection::rule_stages() const {
   std::vector<std::string> out;
-  for (const auto& rule : per_stage_) out.push_back(rule.stage);
+  for (const auto& rule : per_stage_)
+    if (std::find(out.begin(), out.end(), rule.stage) == out.end()) out.push_back(rule.stage);
   return out;
 }
 

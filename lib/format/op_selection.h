@@ -28,7 +28,7 @@ class OpSelection {
   bool records_everything() const { return global_.empty() && per_stage_.empty() && deny_.empty(); }
   // Of patterns(), those no operator in `ops_met` (name, name with overload) matches.
   std::vector<std::string> unmatched(const std::vector<std::pair<std::string, std::string>>& ops_met) const;
-  // The stages the per-stage rules name, in order.
+  // The stages the per-stage rules name, each once, in order.
   std::vector<std::string> rule_stages() const;
 
  private:

@@ -89,8 +89,7 @@ def _wrap(func, stage, on_call):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        if on_call:
-            on_call()
+        on_call()
         push_stage(stage)
         try:
             return func(*args, **kwargs)

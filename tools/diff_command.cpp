@@ -1,5 +1,8 @@
 #include "diff_command.h"
 
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -11,15 +14,26 @@ namespace lingprobe::tools {
 namespace {
 
 int usage(std::ostream& os = std::cerr) {
-  os << "usage: lingprobe diff RUN_A RUN_B [--json] [-o FILE] [--stage STAGE]\n"
+  os << "usage: lingprobe diff RUN_A RUN_B [--json] [-o FILE] [--stage STAGE] [--rows N]\n"
         "  Compares two runs (each audited in memory; nothing is written into them): signatures in both whose\n"
         "  calls changed, signatures paired across runs that changed only in shapes (one to one, or as groups),\n"
         "  and those only in A or only in B, per stage, sorted by FLOPs moved; with counters on both sides,\n"
         "  their kernels' metrics.\n"
         "  --json      print the JSON document instead of Markdown\n"
         "  -o FILE     write it to FILE instead of stdout\n"
-        "  --stage S   only stage S\n";
+        "  --stage S   only stage S\n"
+        "  --rows N    entries per stage and kind in the Markdown (default 15; 0: all of them)\n";
   return 2;
+}
+
+// A count for --rows; 0 shows every row.
+bool parse_rows(const char* text, size_t& rows) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || text[0] == '-') return false;
+  rows = n == 0 ? SIZE_MAX : static_cast<size_t>(n);
+  return true;
 }
 
 }  // namespace
@@ -42,6 +56,13 @@ int diff_command(int argc, char** argv) {
       const char* v = value();
       if (!v) return usage();
       (a == "--stage" ? options.stage : output) = v;
+    } else if (a == "--rows") {
+      const char* v = value();
+      if (!v) return usage();
+      if (!parse_rows(v, options.markdown_rows)) {
+        std::cerr << "lingprobe diff: --rows takes a count of rows (0: all of them), not '" << v << "'\n";
+        return usage();
+      }
     } else if (a == "-h" || a == "--help") {
       usage(std::cout);
       return 0;

@@ -18,6 +18,7 @@
 #include "audit/signature_text.h"
 #include "format/canonical_json.h"
 #include "format/json_parse.h"
+#include "format/op_selection.h"
 #include "sink/run_directory.h"
 
 namespace lingprobe::audit {
@@ -300,6 +301,23 @@ std::string stage_detail(const std::string& stage, const std::vector<const DiffE
   return detail.str();
 }
 
+// kBadInput when `stage` names a stage neither run has (a misspelt --stage would read as "nothing changed"), with
+// the stages they have and the closest.
+format::Status check_stage_filter(const std::string& stage, const Run& a, const Run& b) {
+  if (stage.empty()) return {};
+  std::set<std::string> stages;
+  for (const Run* run : {&a, &b})
+    for (const DiffRow& r : run->rows) stages.insert(r.stage);
+  if (stages.count(stage)) return {};
+  const std::vector<std::string> names(stages.begin(), stages.end());
+  std::string have;
+  for (const std::string& s : names) have += (have.empty() ? "" : ", ") + s;
+  const std::vector<std::string> close = format::closest_op_names(stage, names, 1);
+  return format::Status(format::StatusCode::kBadInput,
+                        "--stage '" + stage + "': neither run has that stage" +
+                            (close.empty() ? "" : " (did you mean '" + close[0] + "'?)") + "; their stages: " + have);
+}
+
 }  // namespace
 
 DiffOutcome diff_runs(const DiffOptions& options) {
@@ -314,6 +332,7 @@ DiffOutcome diff_runs(const DiffOptions& options) {
                                         (a.fold_scalars ? options.run_b : options.run_a) +
                                         " does not: the same call has a different signature in each; record both "
                                         "the same way");
+  if (outcome.status.ok()) outcome.status = check_stage_filter(options.stage, a, b);
   if (!outcome.status.ok()) return outcome;
 
   Pairing pairing = pair_rows(a.rows, b.rows, options.stage);

@@ -401,6 +401,20 @@ def test_diff_of_a_run_with_itself_is_empty_and_stage_filter_applies(cli, seed_s
     assert [s["stage"] for s in only_vae["stages"]] == ["vae"]
 
 
+def test_diff_refuses_a_stage_neither_run_has_and_shows_every_row_when_asked(cli, seed_situation):
+    # a new user's --stage typo printed an empty table and exit 0: "nothing changed"
+    a, b = seed_situation
+    p = diff(cli, a, b, "--stage", "ouput", expect_rc=1)
+    assert p.stdout == "", p.stdout
+    assert "--stage 'ouput': neither run has that stage (did you mean 'output'?)" in p.stderr, p.stderr
+    assert "their stages: " in p.stderr and "dit" in p.stderr
+    capped, every = diff(cli, a, b).stdout, diff(cli, a, b, "--rows", "0").stdout
+    assert "more in the JSON" in capped and "more in the JSON" not in every
+    assert len(every) > len(capped)
+    bad = diff(cli, a, b, "--rows", "many", expect_rc=2)
+    assert "--rows takes a count of rows" in bad.stderr
+
+
 def profile_run(run_dir, gpu_time_us, dram_bytes, calls, extra_sig=None):
     """A one-process run whose signature has counter evidence (a profile directory named by its record)."""
     import hashlib

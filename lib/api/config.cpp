@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 
 namespace lingprobe::api {
@@ -95,21 +97,42 @@ std::string describe_config_table() {
   return out;
 }
 
+namespace {
+
+// One directory however it is spelt ("out", "./out", "out/", an absolute path to it): by realpath where both exist,
+// else by their text without "./" prefixes and trailing slashes.
+bool same_directory(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  char ra[PATH_MAX], rb[PATH_MAX];
+  if (::realpath(a.c_str(), ra) && ::realpath(b.c_str(), rb)) return std::strcmp(ra, rb) == 0;
+  auto plain = [](std::string p) {
+    while (p.size() > 2 && p.compare(0, 2, "./") == 0) p.erase(0, 2);
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    return p;
+  };
+  return plain(a) == plain(b);
+}
+
+}  // namespace
+
 std::string config_differences(const Config& a, const Config& b) {
-  const format::JsonValue ja = config_json(a), jb = config_json(b);
+  const format::JsonValue ja = config_json(a, true), jb = config_json(b, true);
   std::string differ;
-  auto note = [&](const std::string& name) { differ += (differ.empty() ? "" : ", ") + name; };
-  for (const auto& [name, value] : jb.members())
-    if (const format::JsonValue* old = ja.find(name); !old || !(*old == value)) note(name);
-  for (const auto& [name, value] : ja.members())  // a key written only when set (fold_scalars)
-    if (!jb.find(name)) note(name);
+  auto note = [&](std::string name) {
+    for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    differ += (differ.empty() ? "LINGPROBE_" : ", LINGPROBE_") + name;
+  };
+  for (const auto& [name, value] : jb.members()) {
+    if (name == "out" && same_directory(a.out_dir, b.out_dir)) continue;
+    if (!(*ja.find(name) == value)) note(name);
+  }
   if (a.rank != b.rank) note("rank");
   if (a.local_rank != b.local_rank) note("local_rank");
   if (a.world_size != b.world_size) note("world_size");
   return differ;
 }
 
-format::JsonValue config_json(const Config& c) {
+format::JsonValue config_json(const Config& c, bool every_key) {
   using format::JsonValue;
   static const char* const kRoles[] = {"auto", "rank", "single", "launcher", "child"};
   JsonValue o = JsonValue::object();
@@ -118,13 +141,13 @@ format::JsonValue config_json(const Config& c) {
   o.set("ops", JsonValue::string(c.ops));
   o.set("ops_deny", JsonValue::string(c.ops_deny));
   o.set("nested", JsonValue::boolean(c.nested));
-  if (!c.nested) {
+  if (!c.nested || every_key) {
     static const char* const kSuppressNested[] = {"auto", "always", "never"};
     o.set("suppress_nested", JsonValue::string(kSuppressNested[static_cast<int>(c.suppress_nested)]));
     o.set("suppress_nested_min", JsonValue::integer(c.suppress_nested_min));
   }
   o.set("call_records", JsonValue::boolean(c.call_records));
-  if (c.fold_scalars) o.set("fold_scalars", JsonValue::boolean(true));  // absent: values, as the seed's runs
+  if (c.fold_scalars || every_key) o.set("fold_scalars", JsonValue::boolean(c.fold_scalars));  // absent: values, as the seed's runs
   o.set("stage_map", JsonValue::string(c.stage_map));
   o.set("nvtx_map", JsonValue::string(c.nvtx_map));
   o.set("flush_interval_ms", JsonValue::integer(c.flush_interval_ms));
@@ -138,8 +161,8 @@ format::JsonValue config_json(const Config& c) {
   o.set("log_level", JsonValue::string(c.log_level));
   o.set("snapshots", JsonValue::boolean(c.snapshots));
   o.set("profile", JsonValue::boolean(c.profile));
-  if (c.profile) o.set("profile_metrics", JsonValue::string(c.profile_metrics));
-  if (c.snapshots || c.profile) {
+  if (c.profile || every_key) o.set("profile_metrics", JsonValue::string(c.profile_metrics));
+  if (c.snapshots || c.profile || every_key) {
     static const char* const kCoordination[] = {"claims", "hash", "none"};
     o.set("sample_first", JsonValue::integer(c.sample_first));
     o.set("sample_skip", JsonValue::integer(c.sample_skip));
@@ -155,7 +178,7 @@ format::JsonValue config_json(const Config& c) {
                                               : c.sample_devices == SampleDevices::Any ? "any"
                                                                                        : "gpu"));
   }
-  if (c.profile) o.set("profile_budget_s", JsonValue::floating(c.profile_budget_s));
+  if (c.profile || every_key) o.set("profile_budget_s", JsonValue::floating(c.profile_budget_s));
   return o;
 }
 

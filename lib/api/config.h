@@ -107,10 +107,13 @@ std::string did_you_mean(const std::string& variable);
 // The table as text (name, type, default, description).
 std::string describe_config_table();
 
-// The effective values as a JSON object (the header's "config").
-format::JsonValue config_json(const Config& config);
-// The options on which two configurations differ, comma-separated ("" when none): config_json's keys, and rank,
-// local_rank, world_size. Not the run id: the first init exports LINGPROBE_RUN_ID, which a later init reads.
+// The effective values as a JSON object (the header's "config": options that apply only beside another, such as
+// the sampling options beside SNAPSHOTS or PROFILE, only where they apply; `every_key`: all of them).
+format::JsonValue config_json(const Config& config, bool every_key = false);
+// The options on which two configurations differ, by their variables' names, comma-separated ("" when none):
+// config_json's keys, and LINGPROBE_RANK, _LOCAL_RANK, _WORLD_SIZE ("LINGPROBE_OUT, LINGPROBE_OPS"). One output
+// directory spelt two ways ("out", "./out/") is the same. Not the run id: the first init exports LINGPROBE_RUN_ID,
+// which a later init reads.
 std::string config_differences(const Config& a, const Config& b);
 
 }  // namespace lingprobe::api

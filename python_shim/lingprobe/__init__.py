@@ -72,7 +72,7 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
                        arr, len(settings))
         status = lib.lingprobe_init(ctypes.byref(opts))
         if status == _ALREADY_INITIALIZED:
-            raise LingprobeError(status, _already_initialised(out_dir, ops, options))
+            raise LingprobeError(status, _already_initialised(lib))
         _initialised_here = _initialised_here or fresh
         check(lib, status)
         from . import _process
@@ -80,16 +80,14 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
     check(lib, lib.lingprobe_start())
 
 
-def _already_initialised(out_dir, ops, options):
-    """Why start()'s options cannot apply, and what to do instead."""
-    names = (["LINGPROBE_OUT"] if out_dir else []) + (["LINGPROBE_OPS"] if ops else []) + \
-        [f"LINGPROBE_{k.upper()}" for k in options]
+def _already_initialised(lib):
+    """The library's line (it names the options that differ) and what to do about it from Python."""
+    message = lib.lingprobe_last_error().decode(errors="replace")
     if not _initialised_here:
-        return ("already initialised at load by LD_PRELOAD (or `lingprobe run`), from the environment: set "
-                + ", ".join(names) + " there instead, or call start() without options")
-    return ("already initialised by an earlier start() with other options: options apply only to the first "
-            "start() of a process; call start() without options (or with the first start()'s own) to resume the "
-            "same run")
+        return (message + "; from Python: it was initialised at load (LD_PRELOAD or `lingprobe run`), from the "
+                "environment: call start() without options to record as configured there")
+    return (message + "; from Python: options apply only to the first start() of a process: call start() without "
+            "options (or with the first start()'s own) to resume the same run")
 
 
 def stop():

@@ -217,8 +217,9 @@ def test_a_notebook_cell_run_twice_resumes_the_run_and_other_options_still_raise
     'already initialised'."""
     p = run_py(f"""
         import torch, lingprobe
-        for ops in (["aten::mm"], ("aten::mm",)):  # the cell, run twice (a list, then a tuple: the same ops)
-            lingprobe.start(out_dir={str(tmp_path)!r}, ops=ops, snapshots=False)
+        # the cell, run three times: a list, then a tuple (the same ops), then the directory spelt with a slash
+        for out, ops in (("", ["aten::mm"]), ("", ("aten::mm",)), ("/", ["aten::mm"])):
+            lingprobe.start(out_dir={str(tmp_path)!r} + out, ops=ops, snapshots=False)
             torch.mm(torch.ones(2, 2), torch.ones(2, 2))
             lingprobe.stop()
         try:
@@ -230,9 +231,10 @@ def test_a_notebook_cell_run_twice_resumes_the_run_and_other_options_still_raise
     """, build_dir)
     assert p.returncode == 0, p.stderr.decode()
     error, path = p.stdout.decode().strip().split("\n")
-    assert "already initialised by an earlier start() with other options" in error, error
+    assert "already initialised with other options (LINGPROBE_SNAPSHOTS differ)" in error, error
+    assert "options apply only to the first start() of a process" in error, error
     _, sigs, counts, calls, _ = metadata.summarize(path)
-    assert len(calls) == 2 and len(metadata.run_dirs(tmp_path)) == 1
+    assert len(calls) == 3 and len(metadata.run_dirs(tmp_path)) == 1
 
 
 def test_nested_calls_on_request_with_their_depth(build_dir, tmp_path):

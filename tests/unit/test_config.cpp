@@ -144,15 +144,20 @@ TEST_CASE("config_differences names every option two configurations differ on, i
   Config a, b;
   CHECK(config_differences(a, b).empty());
   b.out_dir = "elsewhere";
-  CHECK(config_differences(a, b) == "out");
+  CHECK(config_differences(a, b) == "LINGPROBE_OUT");
+  b.out_dir = "./" + a.out_dir + "/";  // a notebook cell re-run with the same directory spelt another way
+  CHECK(config_differences(a, b).empty());
   b = a;
   a.fold_scalars = true;  // written only when set: a one-sided key
-  CHECK(config_differences(a, b) == "fold_scalars");
-  CHECK(config_differences(b, a) == "fold_scalars");
+  CHECK(config_differences(a, b) == "LINGPROBE_FOLD_SCALARS");
+  CHECK(config_differences(b, a) == "LINGPROBE_FOLD_SCALARS");
   a = b;
   b.rank = 3;
   b.world_size = 4;
-  CHECK(config_differences(a, b) == "rank, world_size");
+  CHECK(config_differences(a, b) == "LINGPROBE_RANK, LINGPROBE_WORLD_SIZE");
+  b = a;
+  b.nested = true;  // the options that apply only without it (SUPPRESS_NESTED) are not named: the user never set them
+  CHECK(config_differences(a, b) == "LINGPROBE_NESTED");
   b = a;
   b.run_id = "exported-by-the-first-init";  // read back from the environment by a later init: the same run
   CHECK(config_differences(a, b).empty());

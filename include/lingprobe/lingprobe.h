@@ -38,7 +38,8 @@ LINGPROBE_API lingprobe_status lingprobe_hash_signature(const char* json, size_t
 typedef enum lingprobe_state {
   LINGPROBE_STATE_FRESH = 0,
   LINGPROBE_STATE_RUNNING = 1,
-  LINGPROBE_STATE_FINALIZED = 2
+  LINGPROBE_STATE_FINALIZED = 2,
+  LINGPROBE_STATE_FORKED_CHILD = 3 /* a child forked from an initialised process: records nothing, its stats are 0 */
 } lingprobe_state;
 
 /* Options for lingprobe_init. Zero-initialise, set struct_size, then set

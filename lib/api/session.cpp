@@ -441,13 +441,17 @@ lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t worl
   return LINGPROBE_OK;
 }
 
-lingprobe_state session_state() { return S().state.load(); }
+lingprobe_state session_state() {
+  // a child of a process that had initialised: the parent's state is not this process's
+  if (g_forked_child.load() && S().state.load() != LINGPROBE_STATE_FRESH) return LINGPROBE_STATE_FORKED_CHILD;
+  return S().state.load();
+}
 
 bool session_in_forked_child() { return g_forked_child.load(std::memory_order_relaxed); }
 
 void session_stats(lingprobe_stats& out) {
   Session& s = S();
-  out.state = static_cast<int32_t>(s.state.load());
+  out.state = static_cast<int32_t>(session_state());
   if (g_forked_child.load()) return;  // nothing recorded here; the figures are the parent's
   const auto r = capture::recorder_stats();
   out.calls_seen = r.calls_seen;

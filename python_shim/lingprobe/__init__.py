@@ -22,8 +22,9 @@ __all__ = ["LingprobeError", "start", "stop", "flush", "finalize", "stage", "pus
 
 _lib = None
 _initialised_here = False  # this module's start() initialised lingprobe (else the preload stub or the host did)
+_NOT_INITIALIZED = 3  # LINGPROBE_ERROR_NOT_INITIALIZED
 _ALREADY_INITIALIZED = 12  # LINGPROBE_ERROR_ALREADY_INITIALIZED
-_STATES = {0: "fresh", 1: "running", 2: "finalized"}
+_STATES = {0: "fresh", 1: "running", 2: "finalized", 3: "forked_child"}
 
 
 def _library():
@@ -166,7 +167,11 @@ def _path(getter):
     import ctypes
     lib = _library()
     buf = ctypes.create_string_buffer(4096)
-    check(lib, getattr(lib, getter)(buf, len(buf)))
+    status = getattr(lib, getter)(buf, len(buf))
+    if status == _NOT_INITIALIZED:  # the C ABI's line names lingprobe_init()
+        raise LingprobeError(status, "lingprobe is not initialised in this process: call lingprobe.start() first "
+                                     "(or run the program under LD_PRELOAD or `lingprobe run`)")
+    check(lib, status)
     return buf.value.decode()
 
 

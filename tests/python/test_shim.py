@@ -154,8 +154,9 @@ def test_forked_child_records_nothing_and_parent_continues(build_dir, tmp_path):
         pid = os.fork()
         if pid == 0:
             for _ in range(5): torch.mm(x, x)
-            os._exit(0)
-        os.waitpid(pid, 0)
+            s = lingprobe.stats()  # a new user's pool worker read 'running': the parent's state
+            os._exit(0 if (s["state"], s["recording"], s["calls_seen"]) == ("forked_child", False, 0) else 3)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0, "the child's stats"
         torch.mm(x, x)
         lingprobe.finalize()
         print(lingprobe.metadata_path())
@@ -300,3 +301,19 @@ def test_sustained_fast_calls_wake_the_writer_before_the_buffer_fills(build_dir,
     header, sigs, counts, calls, last = metadata.summarize(path)
     assert len(calls) + int(dropped) == 300000
     assert last.get("dropped", {}).get("call_records", {}).get("buffer_full", 0) == int(dropped), last.get("dropped")
+
+
+def test_asking_for_the_run_before_start_names_the_python_call(build_dir, tmp_path):
+    """A new user's run_dir() before start() was told to 'call lingprobe_init() first', the C name."""
+    p = run_py("""
+        import lingprobe
+        for ask in (lingprobe.run_dir, lingprobe.metadata_path):
+            try:
+                ask()
+            except lingprobe.LingprobeError as e:
+                print(e.status, e)
+    """, build_dir)
+    assert p.returncode == 0, p.stderr.decode()
+    lines = p.stdout.decode().strip().split("\n")
+    assert len(lines) == 2 and all("call lingprobe.start() first" in line for line in lines), lines
+    assert not any("lingprobe_init" in line for line in lines), lines

@@ -203,6 +203,18 @@ std::string uncounted_calls_markdown(std::map<std::string, uint64_t>& nested,
   return md;
 }
 
+// What a reason in the counts record's `unsampled` means, for the summary ("" where the reason is a refusal, which
+// the evidence table explains).
+const char* unsampled_meaning(const std::string& reason) {
+  if (reason == "signature_never_sampled")
+    return "keys sampled once whose later calls, with the same inputs, returned another output (a shape-dependent "
+           "op: nonzero, where, unique); the sample is of the first output's signature, the others have none";
+  if (reason == "owned_by_another_rank") return "keys another rank samples (SAMPLE_COORDINATION=hash)";
+  if (reason == "rule_skip_every_probability")
+    return "keys none of whose calls the sampling rule made due (SAMPLE_SKIP, SAMPLE_EVERY, SAMPLE_PROBABILITY)";
+  return "";
+}
+
 // What was sampled, the signatures without a snapshot and why, the refused keys and the sample plan.
 std::string snapshots_markdown(AuditRun& a) {
   auto& sampling = a.sampling;
@@ -221,6 +233,8 @@ std::string snapshots_markdown(AuditRun& a) {
                    std::to_string(missing.size()) + " of " + std::to_string(a.all.size()) +
                    " signatures have no snapshot" + (why.empty() ? "" : "; keys not sampled: " + why) +
                    (drops.empty() ? "" : "; samples dropped: " + drops) + ".\n";
+  for (const auto& [k, n] : a.unsampled)
+    if (n && *unsampled_meaning(k)) md += "- `" + k + "`: " + unsampled_meaning(k) + ".\n";
   for (size_t k = 0; k < missing.size() && k < 10; ++k)
     md += "- no snapshot: `" + short_signature(*missing[k]) + "` " + missing[k]->sha.substr(0, 12) + " (" +
           std::to_string(missing[k]->calls) + " calls)\n";

@@ -248,6 +248,22 @@ def test_budgets_stop_sampling_and_the_summary_says_so(build_dir, tmp_path, cli)
     assert "budget_process" in summary and f"{6 - written} of 6 signatures have no snapshot" in summary
 
 
+def test_the_summary_says_why_a_shape_dependent_output_has_no_snapshot(build_dir, tmp_path, cli):
+    # a new user's audit listed `signature_never_sampled` for a `where` with another output length, unexplained
+    run_job(textwrap.dedent("""
+        import torch
+        for n in (3, 5):  # the same input key, two outputs: [3,1] then [5,1]
+            torch.nonzero(torch.arange(8) < n)
+    """), tmp_path, build_dir, LINGPROBE_OPS="aten::nonzero")
+    (run_dir,) = metadata.run_dirs(tmp_path / "out")
+    a = subprocess.run([cli, "audit", "--quiet", str(run_dir)], capture_output=True, text=True)
+    assert a.returncode == 0, a.stderr
+    summary = (run_dir / "reports" / "summary.md").read_text()
+    assert "1 of 2 signatures have no snapshot; keys not sampled: signature_never_sampled 1" in summary, summary
+    assert "- `signature_never_sampled`: keys sampled once whose later calls, with the same inputs, returned " \
+           "another output" in summary, summary
+
+
 def test_four_ranks_store_exactly_one_snapshot_per_signature(build_dir, tmp_path, cli):
     job = tmp_path / "ranks.py"
     job.write_text(textwrap.dedent("""

@@ -1,3 +1,6 @@
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -78,6 +81,8 @@ bool find_inputs(AuditRun& a) {
       if (launches.empty())
         return bad_input(outcome, "no metadata files (*.jsonl) found in " + in + " (neither " + in + "/metadata nor " +
                                       in + "/{run_id}/metadata exists)");
+    } else if (::access(in.c_str(), F_OK) != 0 && errno == ENOENT) {  // the CLI's one line for a missing path
+      return bad_input(outcome, sink::run_directory_error(in));
     } else {
       if (run_dir.empty()) {
         const std::string dir = parent(in);

@@ -318,7 +318,9 @@ ReportOutcome run_report(const ReportOptions& options) {
   while (run.size() > 1 && run.back() == '/') run.pop_back();
   const std::vector<std::string> files = sink::metadata_files(run);
   if (files.empty()) {
-    out.status = format::Status(format::StatusCode::kBadInput, run + " is not a run directory (no metadata/*.jsonl)");
+    std::string why = sink::run_directory_error(run);
+    out.status = format::Status(format::StatusCode::kBadInput,
+                                why.empty() ? run + " is not a run directory (no metadata/*.jsonl)" : why);
     return out;
   }
   ReportInputs in;

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import metadata
 
 PROGRAM = textwrap.dedent("""
@@ -497,6 +499,17 @@ def test_a_replay_of_a_missing_path_says_so_and_writes_nothing(cli, tmp_path):
     p = subprocess.run([cli, "replay", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "does not exist: give a snapshot (.pt) or a run directory" in p.stderr, p.stderr
     assert "results in" not in p.stdout + p.stderr and not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("command", ["audit", "report", "trace", "validate"])
+def test_every_command_says_a_missing_run_directory_does_not_exist(cli, tmp_path, command):
+    # audit said "cannot open", report "is not a run directory", validate "has no profiles/: no counter window ran"
+    missing = tmp_path / "lingprobe-out" / "latest"
+    p = subprocess.run([cli, command, str(missing)], capture_output=True, text=True, timeout=120)
+    assert p.returncode in (1, 2), p.stderr
+    assert f"'{missing}' does not exist: give a run directory OUT/{{run_id}}" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) <= 2, p.stderr  # the line, and at most "nothing was written."
+    assert not (tmp_path / "lingprobe-out").exists()
 
 
 def test_a_replay_into_a_directory_it_cannot_write_says_so_once_before_any_snapshot(cli, tmp_path):

@@ -155,13 +155,14 @@ TEST_CASE("audit phases: a directory without metadata stops at the first phase w
   CHECK(out.status.code() == format::StatusCode::kBadInput);
 }
 
-TEST_CASE("audit: an unreadable metadata file stops the audit with its path", "[audit][phases]") {
+TEST_CASE("audit: a metadata file that is not there stops the audit with its path, as every command says it",
+          "[audit][phases]") {
   AuditOptions o;
   o.inputs = {"/nonexistent-lpunit/metadata/metadata_rank0_pid1.jsonl"};
   o.write = false;
   const AuditOutcome out = run_audit(o);
-  CHECK(out.status.code() == format::StatusCode::kIoFailed);
-  CHECK(out.status.message().find("metadata_rank0_pid1.jsonl: cannot open") != std::string::npos);
+  CHECK(out.status.code() == format::StatusCode::kBadInput);
+  CHECK(out.status.message().find("'/nonexistent-lpunit/metadata/metadata_rank0_pid1.jsonl' does not exist") == 0);
 }
 
 TEST_CASE("diff: a run against itself is unchanged in every stage", "[audit][diff]") {

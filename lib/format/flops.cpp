@@ -10,6 +10,36 @@
 namespace lingprobe::format {
 namespace {
 
+// A count that cannot wrap: dimensions come from files, where a corrupt or hand-edited one can hold any int64, so a
+// negative factor or a product or sum past 2^63 - 1 leaves no count (nullopt), never an overflow.
+class Count {
+ public:
+  Count(int64_t v = 0) : v_(v), known_(v >= 0) {}  // NOLINT: an int is a count
+  static Count unknown() {
+    Count c;
+    c.known_ = false;
+    return c;
+  }
+  friend Count operator*(Count a, Count b) {
+    Count r;
+    r.known_ = a.known_ && b.known_ && !__builtin_mul_overflow(a.v_, b.v_, &r.v_);
+    return r;
+  }
+  friend Count operator+(Count a, Count b) {
+    Count r;
+    r.known_ = a.known_ && b.known_ && !__builtin_add_overflow(a.v_, b.v_, &r.v_);
+    return r;
+  }
+  friend Count operator/(Count a, int64_t d) { return a.known_ ? Count(a.v_ / d) : a; }
+  operator std::optional<int64_t>() const {  // NOLINT: the result
+    return known_ ? std::optional<int64_t>(v_) : std::nullopt;
+  }
+
+ private:
+  int64_t v_;
+  bool known_;
+};
+
 // The shape of a tensor object, or false when `v` is not a tensor with a shape.
 bool shape_of(const JsonValue* v, std::vector<int64_t>& shape) {
   shape.clear();
@@ -23,9 +53,9 @@ bool shape_of(const JsonValue* v, std::vector<int64_t>& shape) {
   return true;
 }
 
-int64_t prod(const std::vector<int64_t>& v, size_t from = 0, size_t to = SIZE_MAX) {
-  int64_t p = 1;
-  for (size_t i = from; i < v.size() && i < to; ++i) p *= v[i];
+Count prod(const std::vector<int64_t>& v, size_t from = 0, size_t to = SIZE_MAX) {
+  Count p = 1;
+  for (size_t i = from; i < v.size() && i < to; ++i) p = p * v[i];
   return p;
 }
 
@@ -41,8 +71,8 @@ bool is_true(const JsonValue* v) { return v && v->kind() == JsonValue::Kind::Boo
 
 // A convolution's multiply-adds, twice: each element of `per` (the output; a transposed convolution's input) meets
 // weight.shape[1] * prod(kernel) weights (C_in/groups; a transposed one's weight is [C_in, C_out/groups, kernel]).
-std::optional<int64_t> convolution_products(const std::vector<int64_t>& per, const std::vector<int64_t>& weight) {
-  if (weight.size() < 3 || per.empty()) return std::nullopt;
+Count convolution_products(const std::vector<int64_t>& per, const std::vector<int64_t>& weight) {
+  if (weight.size() < 3 || per.empty()) return Count::unknown();
   return 2 * prod(per) * weight[1] * prod(weight, 2);
 }
 
@@ -87,10 +117,10 @@ const char* const kDataMovement[] = {"to",
 // nn.MultiheadAttention's fused path (eval, no autograd): in-projections of query [B,L,E] and key/value [B,S,E]
 // with their biases, the attention (2BLSE for the scores and 2BLSE for the weighted values, all heads), and the
 // out-projection with its bias. Masks are not counted (the fused kernels compute every pair).
-std::optional<int64_t> multi_head_attention_flops(const std::vector<int64_t>& q, const std::vector<int64_t>& k) {
-  if (q.size() < 2 || k.size() < 2) return std::nullopt;
-  const int64_t batch = prod(q, 0, q.size() - 2), l = q[q.size() - 2], e = q.back(), s = k[k.size() - 2];
-  const int64_t projections = (2 * e + 1) * e * batch * (2 * l + 2 * s);  // q, k, v and out, each with its bias
+Count multi_head_attention_flops(const std::vector<int64_t>& q, const std::vector<int64_t>& k) {
+  if (q.size() < 2 || k.size() < 2) return Count::unknown();
+  const Count batch = prod(q, 0, q.size() - 2), l = q[q.size() - 2], e = q.back(), s = k[k.size() - 2];
+  const Count projections = (2 * e + 1) * e * batch * (2 * l + 2 * s);  // q, k, v and out, each with its bias
   return projections + 4 * batch * l * s * e;
 }
 
@@ -100,67 +130,63 @@ bool one_of(const std::string& name, std::initializer_list<const char*> names) {
   return false;
 }
 
-std::optional<int64_t> matmul_flops(const std::string& name, const JsonValue& sig) {
+Count matmul_flops(const std::string& name, const JsonValue& sig) {
   std::vector<int64_t> a, b, out;
   if (name == "linear") {
-    if (!shape_of(arg(sig, 0), a) || !shape_of(arg(sig, 1), b) || a.empty() || b.size() != 2) return std::nullopt;
-    const int64_t m = prod(a, 0, a.size() - 1), k = a.back(), n = b[0];
+    if (!shape_of(arg(sig, 0), a) || !shape_of(arg(sig, 1), b) || a.empty() || b.size() != 2) return Count::unknown();
+    const Count m = prod(a, 0, a.size() - 1), k = a.back(), n = b[0];
     const bool bias = is_tensor(arg(sig, 2));
-    return 2 * m * n * k + (bias ? m * n : 0);
+    return 2 * m * n * k + (bias ? m * n : Count(0));
   }
   if (name == "mm" || name == "matmul") {
-    if (!shape_of(arg(sig, 0), a) || !shape_of(sig.find("output"), out) || a.empty()) return std::nullopt;
+    if (!shape_of(arg(sig, 0), a) || !shape_of(sig.find("output"), out) || a.empty()) return Count::unknown();
     return 2 * prod(out) * a.back();
   }
   if (name == "addmm") {
-    if (!shape_of(arg(sig, 1), a) || !shape_of(arg(sig, 2), b) || a.size() != 2 || b.size() != 2) return std::nullopt;
-    return 2 * a[0] * b[1] * a[1] + a[0] * b[1];
+    if (!shape_of(arg(sig, 1), a) || !shape_of(arg(sig, 2), b) || a.size() != 2 || b.size() != 2) return Count::unknown();
+    return 2 * Count(a[0]) * b[1] * a[1] + Count(a[0]) * b[1];
   }
   const size_t first = name == "baddbmm" ? 1 : 0;  // bmm, baddbmm
   if (!shape_of(arg(sig, first), a) || !shape_of(arg(sig, first + 1), b) || a.size() != 3 || b.size() != 3)
-    return std::nullopt;
-  const int64_t mnk = a[0] * a[1] * b[2] * a[2];
-  return 2 * mnk + (name == "baddbmm" ? a[0] * a[1] * b[2] : 0);
+    return Count::unknown();
+  const Count mnk = Count(a[0]) * a[1] * b[2] * a[2];
+  return 2 * mnk + (name == "baddbmm" ? Count(a[0]) * a[1] * b[2] : Count(0));
 }
 
-std::optional<int64_t> convolution_flops(const std::string& name, const JsonValue& sig) {
+Count convolution_flops(const std::string& name, const JsonValue& sig) {
   std::vector<int64_t> input, weight, out;
   const bool transposed = name.rfind("conv_transpose", 0) == 0 || is_true(arg(sig, 6));  // convolution's 7th
   if (!shape_of(arg(sig, 1), weight) || !shape_of(sig.find("output"), out) ||
       (transposed && !shape_of(arg(sig, 0), input)))
-    return std::nullopt;
-  const auto products = convolution_products(transposed ? input : out, weight);
-  if (!products) return std::nullopt;
-  return *products + (is_tensor(arg(sig, 2)) ? prod(out) : 0);
+    return Count::unknown();
+  return convolution_products(transposed ? input : out, weight) + (is_tensor(arg(sig, 2)) ? prod(out) : Count(0));
 }
 
 // (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask)
-std::optional<int64_t> convolution_backward_flops(const JsonValue& sig) {
+Count convolution_backward_flops(const JsonValue& sig) {
   std::vector<int64_t> grad_out, input, weight;
   const JsonValue* mask = arg(sig, 10);
   if (!shape_of(arg(sig, 0), grad_out) || !shape_of(arg(sig, 1), input) || !shape_of(arg(sig, 2), weight) || !mask ||
       mask->kind() != JsonValue::Kind::Array || mask->items().size() != 3)
-    return std::nullopt;
-  const auto products = convolution_products(is_true(arg(sig, 7)) ? input : grad_out, weight);
-  if (!products) return std::nullopt;
+    return Count::unknown();
+  const Count products = convolution_products(is_true(arg(sig, 7)) ? input : grad_out, weight);
   const auto& m = mask->items();  // grad_input and grad_weight: the forward's products each; grad_bias: a sum
-  return (is_true(&m[0]) ? *products : 0) + (is_true(&m[1]) ? *products : 0) + (is_true(&m[2]) ? prod(grad_out) : 0);
+  return (is_true(&m[0]) ? products : Count(0)) + (is_true(&m[1]) ? products : Count(0)) +
+         (is_true(&m[2]) ? prod(grad_out) : Count(0));
 }
 
-std::optional<int64_t> attention_flops(const std::string& name, const JsonValue& sig) {
+Count attention_flops(const std::string& name, const JsonValue& sig) {
   std::vector<int64_t> q, k, v;
   if (name == "_native_multi_head_attention") {  // (query, key, value, embed_dim, num_head, qkv_weight, ...)
-    if (!shape_of(arg(sig, 0), q) || !shape_of(arg(sig, 1), k)) return std::nullopt;
+    if (!shape_of(arg(sig, 0), q) || !shape_of(arg(sig, 1), k)) return Count::unknown();
     return multi_head_attention_flops(q, k);
   }
   if (name == "_transformer_encoder_layer_fwd") {  // nn.TransformerEncoderLayer's fused path: attention and FFN
     std::vector<int64_t> ffn;                      // ffn_weight_1 [F, E], the 15th argument
     if (!shape_of(arg(sig, 0), q) || !shape_of(arg(sig, 14), ffn) || q.size() < 2 || ffn.size() != 2)
-      return std::nullopt;
-    const auto attention = multi_head_attention_flops(q, q);
-    if (!attention) return std::nullopt;
-    const int64_t tokens = prod(q, 0, q.size() - 1), e = q.back(), f = ffn[0];
-    return *attention + tokens * (4 * e * f + f + e);  // two linears with their biases
+      return Count::unknown();
+    const Count tokens = prod(q, 0, q.size() - 1), e = q.back(), f = ffn[0];
+    return multi_head_attention_flops(q, q) + tokens * (4 * e * f + f + e);  // two linears with their biases
   }
   // The backward ops take grad_out first, then query, key and value, and compute four products where the forward
   // computes two (dP = dO V^T and dV = P^T dO over Ev, dQ = dS K and dK = dS^T Q over E): twice the forward's.
@@ -168,16 +194,16 @@ std::optional<int64_t> attention_flops(const std::string& name, const JsonValue&
   const size_t first = backward ? 1 : 0;
   if (!shape_of(arg(sig, first), q) || !shape_of(arg(sig, first + 1), k) || !shape_of(arg(sig, first + 2), v) ||
       q.size() < 2 || k.size() < 2 || v.size() < 2)
-    return std::nullopt;
-  const int64_t batch = prod(q, 0, q.size() - 2), l = q[q.size() - 2], e = q.back();
-  const int64_t s = k[k.size() - 2], ev = v.back();
+    return Count::unknown();
+  const Count batch = prod(q, 0, q.size() - 2), l = q[q.size() - 2], e = q.back();
+  const Count s = k[k.size() - 2], ev = v.back();
   // is_causal: half the pairs. SDPA's 6th argument, the flash overload's 5th, the efficient one's 7th; both backward
   // ops' 12th (the efficient backward's 7th before torch 2.1, where its 12th does not exist)
   const bool causal = backward ? is_true(arg(sig, 11)) || is_true(arg(sig, 6))
                                : is_true(arg(sig, name == "_scaled_dot_product_flash_attention"       ? 4
                                                   : name == "_scaled_dot_product_efficient_attention" ? 6
                                                                                                       : 5));
-  const int64_t full = (backward ? 2 : 1) * (2 * batch * l * s * e + 2 * batch * l * s * ev);
+  const Count full = Count(backward ? 2 : 1) * (2 * batch * l * s * e + 2 * batch * l * s * ev);
   return causal ? full / 2 : full;
 }
 

@@ -1,6 +1,7 @@
 // Analytic FLOPs of one call from its signature (SPEC section 4: 2 per
 // multiply-add, bias included; data-movement ops are 0, not null). Returns
-// nullopt where no formula is known: never a guess.
+// nullopt where no formula is known (never a guess), and where a dimension is
+// negative or the count would not fit in 64 bits (never a wrapped one).
 //
 //   linear            2*M*N*K (+ M*N with bias), M = prod(input.shape[:-1])
 //   mm / matmul       2 * numel(output) * K

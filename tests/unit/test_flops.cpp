@@ -184,3 +184,28 @@ TEST_CASE("a call that raised did no work: 0 FLOPs, whatever its arguments", "[f
   CHECK(flops(R"({"op":"aten.linear.default","args":[{"dtype":"f","shape":[4,8],"stride":[8,1]},
       {"dtype":"f","shape":[16,9],"stride":[9,1]}],"kwargs":{},"output":{"raised":true},"stage":"s"})") == 0);
 }
+
+TEST_CASE("shapes whose FLOPs would not fit in 64 bits, or negative ones, have no count (never a wrapped one)",
+          "[flops]") {
+  // a corrupt or hand-edited metadata file can hold any int64 as a dimension: the products used to overflow
+  // (undefined behaviour; a wrapped, possibly negative count in the report)
+  const std::string big = "3037000500";  // its square is just over 2^63
+  CHECK_FALSE(flops(R"({"op":"aten.linear.default","args":[{"dtype":"f","shape":[)" + big + "," + big +
+                    R"(],"stride":[1,1]},{"dtype":"f","shape":[4,)" + big + R"(],"stride":[1,1]},null],
+      "kwargs":{},"output":null,"stage":"s"})")
+                    .has_value());
+  CHECK_FALSE(flops(R"({"op":"aten.mul.Tensor","args":[],"kwargs":{},"output":{"dtype":"f","shape":[)" + big + "," +
+                    big + R"(],"stride":[1,1]},"stage":"s"})")
+                    .has_value());
+  CHECK_FALSE(flops(R"({"op":"aten.mul.Tensor","args":[],"kwargs":{},"output":{"dtype":"f","shape":[-4,8],
+      "stride":[1,1]},"stage":"s"})")
+                  .has_value());
+  // the largest that fits still counts: 2*M*N*K with M*N*K = 2^62 - 2^31 ... exactly
+  CHECK(flops(R"({"op":"aten.mm.default","args":[{"dtype":"f","shape":[2,1073741824],"stride":[1,1]},
+      {"dtype":"f","shape":[1073741824,1],"stride":[1,1]}],"kwargs":{},"output":{"dtype":"f","shape":[2,1],
+      "stride":[1,1]},"stage":"s"})") == 2LL * 2 * 1073741824);
+  std::string sdpa = R"({"op":"aten.scaled_dot_product_attention.default","args":[)";
+  for (int i = 0; i < 3; ++i)
+    sdpa += std::string(i ? "," : "") + R"({"dtype":"f","shape":[1,1,)" + big + R"(,128],"stride":[1,1,1,1]})";
+  CHECK_FALSE(flops(sdpa + R"(],"kwargs":{},"output":null,"stage":"s"})").has_value());
+}

@@ -8,6 +8,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/version.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -213,6 +214,22 @@ struct Replay {
   std::string full_name() const { return name + (overload.empty() ? "" : "." + overload); }
 };
 
+// The library the recorded process had loaded for an extension's op (the snapshot's "library": torchvision's _C),
+// loaded here once; false when the snapshot names none, it is not on this machine, or it does not load.
+bool load_recorded_library(const PickleValue& doc, std::ostream& log) {
+  const PickleValue* library = doc.find("library");
+  if (!library || library->kind() != PickleValue::Kind::String || ::access(library->as_string().c_str(), R_OK) != 0)
+    return false;
+  const std::string& path = library->as_string();
+  if (::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) return true;  // an earlier snapshot loaded it
+  if (!::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
+    log << "the recorded library " << path << " does not load here: " << ::dlerror() << "\n";
+    return false;
+  }
+  log << "loaded " << path << ", which the recorded process had loaded\n";
+  return true;
+}
+
 // The snapshot read and its operator found: SnapshotReader::open's codes (kBadInput: not a snapshot),
 // kBadInput (an unknown aten op), kUnsupported (an extension's op whose library this process did not load).
 Status open_snapshot(Replay& p) {
@@ -229,6 +246,8 @@ Status open_snapshot(Replay& p) {
   p.ctx.log << "snapshot " << p.path << "\nop " << p.full_name() << " stage " << p.r.stage << " rank "
             << doc.find("rank")->as_int() << " seq " << doc.find("seq")->as_int() << "\n";
   p.handle = c10::Dispatcher::singleton().findSchema({p.name, p.overload});
+  if (!p.handle && load_recorded_library(doc, p.ctx.log))
+    p.handle = c10::Dispatcher::singleton().findSchema({p.name, p.overload});
   if (p.handle) return Status();
   const std::string ns = p.name.substr(0, p.name.find("::"));
   if (ns == "aten" || ns == "prim")

@@ -20,7 +20,7 @@ data-pointer alignment, applies the recorded math policy, re-enters the
 recorded autocast region, calls the op and compares with the recorded output
 (exact, max_abs, rmse). --repeat runs the
 call N more times (for profilers: ncu --nvtx --nvtx-include lingprobe_replay/)."""
-import argparse, contextlib, json, math, torch
+import argparse, contextlib, json, math, os, torch
 
 SNAPSHOT = )PY" +
          quoted + R"PY(
@@ -122,7 +122,14 @@ def main():
     d = torch.load(a.snapshot, weights_only=True)
     apply_math_policy(d.get("math_policy", {}))
     ns, rest = d["name"].split("::", 1)
-    op = getattr(getattr(getattr(torch.ops, ns), rest), d["overload"] or "default")
+    try:
+        packet = getattr(getattr(torch.ops, ns), rest)
+    except (AttributeError, RuntimeError):  # an extension's op: the library the recorded process had loaded
+        if not (d.get("library") and os.path.exists(d["library"])):
+            raise
+        torch.ops.load_library(d["library"])
+        packet = getattr(getattr(torch.ops, ns), rest)
+    op = getattr(packet, d["overload"] or "default")
     args = [value(x, a.device) for x in d["args"]]
     kwargs = {k: value(x, a.device) for k, x in d["kwargs"].items()}
     # A Python number the run's dispatcher wrapped (`x * 0.5`) promotes as a number: passed as one, torch.ops wraps

@@ -13,6 +13,7 @@
 #include "format/file_names.h"
 #include "format/profile_files.h"
 #include "format/sha256.h"
+#include "sink/extension_library.h"
 #include "sink/run_directory.h"
 #include "runtime/snapshot_job.h"
 
@@ -304,6 +305,12 @@ std::string SnapshotWriter::file_stem(const runtime::SnapshotJob& job, const std
 format::Status SnapshotWriter::keep_snapshot(runtime::SnapshotJob& job, const Evidence& e, uint64_t& bytes) {
   job.document.set("signature", format::PickleValue::string(e.text));
   job.document.set("signature_sha256", format::PickleValue::string(e.sha));
+  if (const format::PickleValue* name = job.document.find("name"); name && name->kind() == format::PickleValue::Kind::String) {
+    // an extension's op: the library that registers it, which `lingprobe replay` loads (torchvision's _C)
+    const std::string& op = name->as_string();
+    if (std::string library = extension_library(op.substr(0, op.find("::"))); !library.empty())
+      job.document.set("library", format::PickleValue::string(library));
+  }
   std::string file_sha;
   format::Status status = write_snapshot(job, e.stem, file_sha, bytes);
   if (!status.ok()) return status;

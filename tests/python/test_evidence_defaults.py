@@ -62,6 +62,11 @@ def records(run, kind):
     return [r for f in metadata.files(run) for r in metadata.read(f) if r["kind"] == kind]
 
 
+def load(path):
+    import torch
+    return torch.load(path, weights_only=True)
+
+
 def snapshot_ops(run):
     ops = {}
     for f in (run / "snapshots").glob("*.pt"):
@@ -107,21 +112,40 @@ def test_autocast_snapshots_keep_the_region_and_replay_exactly(resnet_run, cli):
     assert r.returncode == 0, r.stdout + r.stderr
     n = len(list((resnet_run / "snapshots").glob("*.pt")))
     assert f"replayed {n} snapshot(s):" in r.stdout and " 0 inexact, " in r.stdout and " 0 failed" in r.stdout, r.stdout
-    # torchvision's own op (torchvision::_cuda_version, called when it loads) is skipped by name without its library,
-    # and replays with it.
+    # torchvision's own op (torchvision::_cuda_version, called when it loads) replays too: its snapshot names the
+    # library the run had loaded (torchvision's _C), which the replay loads (a new user pasted the hint's python3
+    # command where python3 had no torchvision)
+    assert "skipped" not in r.stdout, r.stdout
+    (tv,) = [d for d in ops["torchvision._cuda_version.default"]]
+    library = pathlib.Path(tv["library"])
+    assert library.exists() and library.parent.name == "torchvision" and library.name.startswith("_C"), library
+    logs = [p.read_text() for p in (resnet_run / "replays").glob("*/run.log")]
+    (log,) = [t for t in logs if "op torchvision::_cuda_version" in t]
+    assert f"loaded {library}, which the recorded process had loaded" in log, log
+    assert "library" not in ops["aten.conv2d.default"][0]  # torch's own ops name none
+    # where that library is not there (another machine), the snapshot is skipped by name, and --load-library loads it
+    import shutil, tempfile, zipfile
+    (src,) = [f for f in (resnet_run / "snapshots").glob("*.pt") if "_cuda_version" in str(load(f)["op"])]
+    moved = pathlib.Path(tempfile.mkdtemp()) / src.name
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(moved, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            zout.writestr(info.filename, data.replace(b"/torchvision/", b"/torchvisioX/") if info.filename.endswith(
+                "data.pkl") else data)
+    r = subprocess.run([cli, "replay", str(moved), "-o", str(moved.parent)], capture_output=True, text=True,
+                       timeout=600)
     (skipped,) = [line for line in r.stdout.splitlines() if line.startswith("skipped ")]
     assert "torchvision::_cuda_version not registered in this process" in skipped, skipped
     assert "load its library with --load-library" in skipped, skipped
-    # the command the line gives prints the library (Debian names it _C.cpython-311-x86_64-linux-gnu.so, not _C.so)
-    finder = skipped.split("python3 -c ", 1)[1].rsplit(")", 1)[0]
-    p = subprocess.run(["sh", "-c", f"{sys.executable} -c {finder}"], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0 and p.stdout.split(), p.stdout + p.stderr
-    library = pathlib.Path(p.stdout.split()[0])
-    assert library.exists(), p.stdout
-    r = subprocess.run([cli, "replay", str(resnet_run), "--load-library", str(library), "-q"], capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run([cli, "replay", str(moved), "-o", str(moved.parent), "--load-library", str(library), "-q"],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "skipped" not in r.stdout and " 0 failed" in r.stdout, r.stdout + r.stderr
     assert "Traceback" not in r.stdout + r.stderr and "frame #" not in r.stdout + r.stderr
+    shutil.rmtree(moved.parent)
+    (tv_dir,) = [p.parent for p in (resnet_run / "replays").glob("*/run.log") if "op torchvision::" in p.read_text()]
+    p = subprocess.run([sys.executable, str(tv_dir / "replay_operator.py")], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": ""})  # plain torch: the script loads the library
+    assert p.returncode == 0 and json.loads(p.stdout.splitlines()[-1])["exact"], p.stdout + p.stderr
     script = next((resnet_run / "replays").glob("*conv2d*/replay_operator.py"), None) or next(
         (resnet_run / "replays").glob("*/replay_operator.py"))
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,

@@ -1,5 +1,6 @@
 #include "diff_command.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -22,16 +23,17 @@ int usage(std::ostream& os = std::cerr) {
         "  --json      print the JSON document instead of Markdown\n"
         "  -o FILE     write it to FILE instead of stdout\n"
         "  --stage S   only stage S\n"
-        "  --rows N    entries per stage and kind in the Markdown (default 15; 0: all of them)\n";
+        "  --rows N    entries per stage in the Markdown (default 15; 0: all of them)\n";
   return 2;
 }
 
 // A count for --rows; 0 shows every row.
 bool parse_rows(const char* text, size_t& rows) {
+  if (!std::isdigit(static_cast<unsigned char>(text[0]))) return false;  // strtoull takes " -5" and wraps it
   char* end = nullptr;
   errno = 0;
   const unsigned long long n = std::strtoull(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || text[0] == '-') return false;
+  if (errno != 0 || *end != '\0') return false;
   rows = n == 0 ? SIZE_MAX : static_cast<size_t>(n);
   return true;
 }
@@ -61,7 +63,7 @@ int diff_command(int argc, char** argv) {
       if (!v) return usage();
       if (!parse_rows(v, options.markdown_rows)) {
         std::cerr << "lingprobe diff: --rows takes a count of rows (0: all of them), not '" << v << "'\n";
-        return usage();
+        return 2;
       }
     } else if (a == "-h" || a == "--help") {
       usage(std::cout);

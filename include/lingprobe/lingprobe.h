@@ -33,7 +33,9 @@ LINGPROBE_API lingprobe_status lingprobe_hash_signature(const char* json, size_t
  * nothing; with another, LINGPROBE_ERROR_ALREADY_INITIALIZED); an init that
  * failed leaves recording off, and the next init tries again; calls after finalize
  * do nothing and return LINGPROBE_ERROR_FINALIZED. finalize runs at exit by
- * itself (atexit). The writer thread and the files start on first use. */
+ * itself (atexit). The writer thread and the files start on first use. A
+ * child forked from a process that had initialised (running or finalized)
+ * is LINGPROBE_STATE_FORKED_CHILD: it records nothing, its stats are 0. */
 
 typedef enum lingprobe_state {
   LINGPROBE_STATE_FRESH = 0,

@@ -99,32 +99,43 @@ std::string describe_config_table() {
 
 namespace {
 
-// One directory however it is spelt ("out", "./out", "out/", an absolute path to it): by realpath where both exist,
-// else by their text without "./" prefixes and trailing slashes.
-bool same_directory(const std::string& a, const std::string& b) {
-  if (a == b) return true;
-  char ra[PATH_MAX], rb[PATH_MAX];
-  if (::realpath(a.c_str(), ra) && ::realpath(b.c_str(), rb)) return std::strcmp(ra, rb) == 0;
-  auto plain = [](std::string p) {
-    while (p.size() > 2 && p.compare(0, 2, "./") == 0) p.erase(0, 2);
-    while (p.size() > 1 && p.back() == '/') p.pop_back();
-    return p;
-  };
-  return plain(a) == plain(b);
+// A path without "." components, repeated or trailing slashes ("./out/", ".//out" and "out" are "out"): one output
+// directory however it is spelt. Lexical only: a relative path means the directory of the cwd at each init, which
+// may have changed between them, so two spellings that resolve alike today are not taken as one.
+std::string plain_path(const std::string& path) {
+  std::string out = !path.empty() && path[0] == '/' ? "/" : "";
+  size_t i = 0;
+  while (i <= path.size()) {
+    const size_t j = std::min(path.find('/', i), path.size());
+    const std::string part = path.substr(i, j - i);
+    if (!part.empty() && part != ".") out += (out.empty() || out == "/" ? "" : "/") + part;
+    i = j + 1;
+  }
+  return out.empty() ? "." : out;
+}
+
+// Options not in the header's config (it predates them) that an init may still set: compared all the same.
+bool outside_the_header(const std::string& key) {
+  return key == "stage_gpu_time" || key == "profile_timing" || key == "profile_unguarded" || key == "sample_plan";
 }
 
 }  // namespace
 
 std::string config_differences(const Config& a, const Config& b) {
+  // every option, but those that apply on neither side (SAMPLE_* with SNAPSHOTS and PROFILE off in both): an
+  // option without effect is not a difference
   const format::JsonValue ja = config_json(a, true), jb = config_json(b, true);
+  const format::JsonValue applies_a = config_json(a), applies_b = config_json(b);
   std::string differ;
   auto note = [&](std::string name) {
     for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
     differ += (differ.empty() ? "LINGPROBE_" : ", LINGPROBE_") + name;
   };
   for (const auto& [name, value] : jb.members()) {
-    if (name == "out" && same_directory(a.out_dir, b.out_dir)) continue;
-    if (!(*ja.find(name) == value)) note(name);
+    if (!applies_a.find(name) && !applies_b.find(name) && !outside_the_header(name)) continue;
+    if (name == "out" && plain_path(a.out_dir) == plain_path(b.out_dir)) continue;
+    const format::JsonValue* old = ja.find(name);
+    if (!old || !(*old == value)) note(name);
   }
   if (a.rank != b.rank) note("rank");
   if (a.local_rank != b.local_rank) note("local_rank");
@@ -179,6 +190,12 @@ format::JsonValue config_json(const Config& c, bool every_key) {
                                                                                        : "gpu"));
   }
   if (c.profile || every_key) o.set("profile_budget_s", JsonValue::floating(c.profile_budget_s));
+  if (every_key) {  // outside the header, which predates them
+    o.set("stage_gpu_time", JsonValue::boolean(c.stage_gpu_time));
+    o.set("profile_timing", JsonValue::boolean(c.profile_timing));
+    o.set("profile_unguarded", JsonValue::boolean(c.profile_unguarded));
+    o.set("sample_plan", JsonValue::string(c.sample_plan));
+  }
   return o;
 }
 

@@ -108,12 +108,14 @@ std::string did_you_mean(const std::string& variable);
 std::string describe_config_table();
 
 // The effective values as a JSON object (the header's "config": options that apply only beside another, such as
-// the sampling options beside SNAPSHOTS or PROFILE, only where they apply; `every_key`: all of them).
+// the sampling options beside SNAPSHOTS or PROFILE, only where they apply; `every_key`: all of them, and those the
+// header never had: STAGE_GPU_TIME, PROFILE_TIMING, PROFILE_UNGUARDED, SAMPLE_PLAN).
 format::JsonValue config_json(const Config& config, bool every_key = false);
 // The options on which two configurations differ, by their variables' names, comma-separated ("" when none):
-// config_json's keys, and LINGPROBE_RANK, _LOCAL_RANK, _WORLD_SIZE ("LINGPROBE_OUT, LINGPROBE_OPS"). One output
-// directory spelt two ways ("out", "./out/") is the same. Not the run id: the first init exports LINGPROBE_RUN_ID,
-// which a later init reads.
+// config_json's keys with every_key, those that apply on at least one side (SAMPLE_* only beside SNAPSHOTS or
+// PROFILE), and LINGPROBE_RANK, _LOCAL_RANK, _WORLD_SIZE ("LINGPROBE_OUT, LINGPROBE_OPS"). One output directory spelt
+// two ways ("out", "./out/") is the same; a relative and an absolute path are not (the cwd may have moved between
+// the inits). Not the run id: the first init exports LINGPROBE_RUN_ID, which a later init reads.
 std::string config_differences(const Config& a, const Config& b);
 
 }  // namespace lingprobe::api

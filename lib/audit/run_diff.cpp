@@ -18,7 +18,7 @@
 #include "audit/signature_text.h"
 #include "format/canonical_json.h"
 #include "format/json_parse.h"
-#include "format/op_selection.h"
+#include "format/glob.h"
 #include "sink/run_directory.h"
 
 namespace lingprobe::audit {
@@ -297,25 +297,29 @@ std::string stage_detail(const std::string& stage, const std::vector<const DiffE
   detail << "\n## Stage `" << stage << "`\n\n| change | FLOPs moved | calls A → B | A | B |\n|---|---|---|---|---|\n";
   for (size_t k = 0; k < group.size() && k < markdown_rows; ++k) detail << entry_markdown(*group[k]);
   if (group.size() > markdown_rows)
-    detail << "\n" << group.size() - markdown_rows << " more in the JSON (`lingprobe diff --json`).\n";
+    detail << "\n" << group.size() - markdown_rows << " more in the JSON (`lingprobe diff --json`), or with `--rows 0`.\n";
   return detail.str();
 }
 
 // kBadInput when `stage` names a stage neither run has (a misspelt --stage would read as "nothing changed"), with
-// the stages they have and the closest.
+// the stages they have and the closest by edit distance (stage names are free text: NVTX ranges, "a:b").
 format::Status check_stage_filter(const std::string& stage, const Run& a, const Run& b) {
   if (stage.empty()) return {};
   std::set<std::string> stages;
   for (const Run* run : {&a, &b})
     for (const DiffRow& r : run->rows) stages.insert(r.stage);
   if (stages.count(stage)) return {};
-  const std::vector<std::string> names(stages.begin(), stages.end());
-  std::string have;
-  for (const std::string& s : names) have += (have.empty() ? "" : ", ") + s;
-  const std::vector<std::string> close = format::closest_op_names(stage, names, 1);
+  if (stages.empty())
+    return format::Status(format::StatusCode::kBadInput, "--stage '" + stage + "': neither run has any signature");
+  std::string have, closest;
+  size_t best = std::max<size_t>(1, stage.size() / 3) + 1;
+  for (const std::string& s : stages) {
+    have += (have.empty() ? "" : ", ") + s;
+    if (const size_t d = format::edit_distance(stage, s); d < best) best = d, closest = s;
+  }
   return format::Status(format::StatusCode::kBadInput,
                         "--stage '" + stage + "': neither run has that stage" +
-                            (close.empty() ? "" : " (did you mean '" + close[0] + "'?)") + "; their stages: " + have);
+                            (closest.empty() ? "" : " (did you mean '" + closest + "'?)") + "; their stages: " + have);
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ namespace lingprobe::audit {
 struct DiffOptions {
   std::string run_a, run_b;   // run directories (OUT/{run_id})
   std::string stage;          // "": every stage
-  size_t markdown_rows = 15;  // entries per stage and kind in the Markdown
+  size_t markdown_rows = 15;  // entries per stage in the Markdown
 };
 
 struct DiffOutcome {

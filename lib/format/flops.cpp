@@ -1,5 +1,6 @@
 #include "format/flops.h"
 
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <string>
@@ -31,6 +32,7 @@ class Count {
     return r;
   }
   friend Count operator/(Count a, int64_t d) { return a.known_ ? Count(a.v_ / d) : a; }
+  bool known() const { return known_; }
   operator std::optional<int64_t>() const {  // NOLINT: the result
     return known_ ? std::optional<int64_t>(v_) : std::nullopt;
   }
@@ -53,9 +55,18 @@ bool shape_of(const JsonValue* v, std::vector<int64_t>& shape) {
   return true;
 }
 
+// The product of v[from, to): unknown with a negative factor, 0 with a zero one (an empty tensor, whatever the
+// others), unknown past 2^63 - 1.
 Count prod(const std::vector<int64_t>& v, size_t from = 0, size_t to = SIZE_MAX) {
+  to = std::min(to, v.size());
+  bool zero = false;
+  for (size_t i = from; i < to; ++i) {
+    if (v[i] < 0) return Count::unknown();
+    zero = zero || v[i] == 0;
+  }
+  if (zero) return 0;
   Count p = 1;
-  for (size_t i = from; i < v.size() && i < to; ++i) p = p * v[i];
+  for (size_t i = from; i < to; ++i) p = p * v[i];
   return p;
 }
 
@@ -170,6 +181,7 @@ Count convolution_backward_flops(const JsonValue& sig) {
       mask->kind() != JsonValue::Kind::Array || mask->items().size() != 3)
     return Count::unknown();
   const Count products = convolution_products(is_true(arg(sig, 7)) ? input : grad_out, weight);
+  if (!products.known()) return products;  // no formula for these shapes: no count, whatever the mask asks
   const auto& m = mask->items();  // grad_input and grad_weight: the forward's products each; grad_bias: a sum
   return (is_true(&m[0]) ? products : Count(0)) + (is_true(&m[1]) ? products : Count(0)) +
          (is_true(&m[2]) ? prod(grad_out) : Count(0));

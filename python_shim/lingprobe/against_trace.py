@@ -58,6 +58,9 @@ def run_calls(run_dir, rank=0):
     its profile record; per seq the kernel_timing record whose time the report shows; and per seq every passed
     kernel_timing record (for the GPU's idle time before a kernel). A trace is one process: other ranks' and
     children's files are not paired with it."""
+    if not run_dir.exists():
+        from lingprobe._errors import missing_run_directory
+        raise BadInput("error: " + missing_run_directory(run_dir))
     files = sorted((run_dir / "metadata").glob("*.jsonl"))
     if not files:
         raise BadInput(f"{run_dir} is not a run directory (no metadata/*.jsonl)")

@@ -142,9 +142,9 @@ def main():
     ap.add_argument("--runs", type=int, default=2, help="ncu runs per profile (its own spread)")
     ap.add_argument("--json", type=pathlib.Path)
     a = ap.parse_args()
-    if not a.run_dir.exists():  # the CLI's one line for a path that is not there (sink::run_directory_error)
-        print(f"lingprobe validate: error: '{a.run_dir}' does not exist: give a run directory OUT/{{run_id}}, or "
-              f"OUT/latest for the newest launch", file=sys.stderr)
+    if not a.run_dir.exists():
+        from lingprobe._errors import missing_run_directory
+        print(f"lingprobe validate: error: {missing_run_directory(a.run_dir)}", file=sys.stderr)
         return 2
     if not (a.run_dir / "profiles").is_dir():
         print(f"lingprobe validate: {a.run_dir} has no profiles/: no counter window ran (they need "

@@ -501,12 +501,14 @@ def test_a_replay_of_a_missing_path_says_so_and_writes_nothing(cli, tmp_path):
     assert "results in" not in p.stdout + p.stderr and not (tmp_path / "missing").exists()
 
 
-@pytest.mark.parametrize("command", ["audit", "report", "trace", "validate"])
-def test_every_command_says_a_missing_run_directory_does_not_exist(cli, tmp_path, command):
+# exit 1 where the command's own failures are 1; replay and validate keep 1 for "replays or kernels differ"
+@pytest.mark.parametrize("command,rc", [(["audit"], 1), (["report"], 1), (["trace"], 1), (["validate"], 2),
+                                        (["validate", "--against-trace", "t.json"], 2)])
+def test_every_command_says_a_missing_run_directory_does_not_exist(cli, tmp_path, command, rc):
     # audit said "cannot open", report "is not a run directory", validate "has no profiles/: no counter window ran"
     missing = tmp_path / "lingprobe-out" / "latest"
-    p = subprocess.run([cli, command, str(missing)], capture_output=True, text=True, timeout=120)
-    assert p.returncode in (1, 2), p.stderr
+    p = subprocess.run([cli, command[0], str(missing), *command[1:]], capture_output=True, text=True, timeout=120)
+    assert p.returncode == rc, p.stderr
     assert f"'{missing}' does not exist: give a run directory OUT/{{run_id}}" in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) <= 2, p.stderr  # the line, and at most "nothing was written."
     assert not (tmp_path / "lingprobe-out").exists()

@@ -407,11 +407,13 @@ def test_diff_refuses_a_stage_neither_run_has_and_shows_every_row_when_asked(cli
     p = diff(cli, a, b, "--stage", "ouput", expect_rc=1)
     assert p.stdout == "", p.stdout
     assert "--stage 'ouput': neither run has that stage (did you mean 'output'?)" in p.stderr, p.stderr
-    assert "their stages: " in p.stderr and "dit" in p.stderr
+    assert p.stderr.rstrip().endswith("their stages: dit, output, vae"), p.stderr
     capped, every = diff(cli, a, b).stdout, diff(cli, a, b, "--rows", "0").stdout
     assert "more in the JSON" in capped and "more in the JSON" not in every
     assert len(every) > len(capped)
-    bad = diff(cli, a, b, "--rows", "many", expect_rc=2)
+    for bad_rows in ("many", " -5"):
+        bad = diff(cli, a, b, "--rows", bad_rows, expect_rc=2)
+        assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert "--rows takes a count of rows" in bad.stderr
 
 

@@ -147,6 +147,18 @@ TEST_CASE("config_differences names every option two configurations differ on, i
   CHECK(config_differences(a, b) == "LINGPROBE_OUT");
   b.out_dir = "./" + a.out_dir + "/";  // a notebook cell re-run with the same directory spelt another way
   CHECK(config_differences(a, b).empty());
+  b.out_dir = ".//" + a.out_dir;
+  CHECK(config_differences(a, b).empty());
+  b.out_dir = "/" + a.out_dir;  // not "./" stripped into an absolute path
+  CHECK(config_differences(a, b) == "LINGPROBE_OUT");
+  b = a;
+  b.sample_every = 7;  // without SNAPSHOTS or PROFILE on either side the sampling options have no effect
+  CHECK(config_differences(a, b).empty());
+  b.snapshots = true;
+  CHECK(config_differences(a, b) == "LINGPROBE_SNAPSHOTS, LINGPROBE_SAMPLE_EVERY");
+  b = a;
+  b.sample_plan = "earlier-run";  // not in the header, compared all the same
+  CHECK(config_differences(a, b) == "LINGPROBE_SAMPLE_PLAN");
   b = a;
   a.fold_scalars = true;  // written only when set: a one-sided key
   CHECK(config_differences(a, b) == "LINGPROBE_FOLD_SCALARS");

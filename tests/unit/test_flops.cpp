@@ -200,10 +200,17 @@ TEST_CASE("shapes whose FLOPs would not fit in 64 bits, or negative ones, have n
   CHECK_FALSE(flops(R"({"op":"aten.mul.Tensor","args":[],"kwargs":{},"output":{"dtype":"f","shape":[-4,8],
       "stride":[1,1]},"stage":"s"})")
                   .has_value());
-  // the largest that fits still counts: 2*M*N*K with M*N*K = 2^62 - 2^31 ... exactly
-  CHECK(flops(R"({"op":"aten.mm.default","args":[{"dtype":"f","shape":[2,1073741824],"stride":[1,1]},
-      {"dtype":"f","shape":[1073741824,1],"stride":[1,1]}],"kwargs":{},"output":{"dtype":"f","shape":[2,1],
-      "stride":[1,1]},"stage":"s"})") == 2LL * 2 * 1073741824);
+  // the largest square that fits still counts, exactly (3037000499^2 < 2^63 - 1)
+  CHECK(flops(R"({"op":"aten.mul.Tensor","args":[],"kwargs":{},"output":{"dtype":"f","shape":[3037000499,
+      3037000499],"stride":[1,1]},"stage":"s"})") == 9223372030926249001LL);
+  // an empty tensor counts 0, however large its other dimensions
+  CHECK(flops(R"({"op":"aten.mul.Tensor","args":[],"kwargs":{},"output":{"dtype":"f","shape":[)" + big + "," + big +
+              R"(,0],"stride":[1,1,1]},"stage":"s"})") == 0);
+  // a convolution backward whose shapes have no formula has no count, whatever its output mask asks
+  CHECK_FALSE(flops(R"({"op":"aten.convolution_backward.default","args":[{"dtype":"f","shape":[2,4],"stride":[1,1]},
+      {"dtype":"f","shape":[2,3],"stride":[1,1]},{"dtype":"f","shape":[4,3],"stride":[1,1]},null,[1],[0],[1],false,
+      [0],1,[false,false,true]],"kwargs":{},"output":null,"stage":"s"})")
+                  .has_value());
   std::string sdpa = R"({"op":"aten.scaled_dot_product_attention.default","args":[)";
   for (int i = 0; i < 3; ++i)
     sdpa += std::string(i ? "," : "") + R"({"dtype":"f","shape":[1,1,)" + big + R"(,128],"stride":[1,1,1,1]})";

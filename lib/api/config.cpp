@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <climits>
-#include <cstdlib>
 #include <cstring>
 
 namespace lingprobe::api {

@@ -156,7 +156,8 @@ format::JsonValue config_json(const Config& c, bool every_key) {
     o.set("suppress_nested_min", JsonValue::integer(c.suppress_nested_min));
   }
   o.set("call_records", JsonValue::boolean(c.call_records));
-  if (c.fold_scalars || every_key) o.set("fold_scalars", JsonValue::boolean(c.fold_scalars));  // absent: values, as the seed's runs
+  if (c.fold_scalars || every_key)
+    o.set("fold_scalars", JsonValue::boolean(c.fold_scalars));  // absent: values, as the seed's runs
   o.set("stage_map", JsonValue::string(c.stage_map));
   o.set("nvtx_map", JsonValue::string(c.nvtx_map));
   o.set("flush_interval_ms", JsonValue::integer(c.flush_interval_ms));

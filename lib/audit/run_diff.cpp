@@ -297,7 +297,8 @@ std::string stage_detail(const std::string& stage, const std::vector<const DiffE
   detail << "\n## Stage `" << stage << "`\n\n| change | FLOPs moved | calls A → B | A | B |\n|---|---|---|---|---|\n";
   for (size_t k = 0; k < group.size() && k < markdown_rows; ++k) detail << entry_markdown(*group[k]);
   if (group.size() > markdown_rows)
-    detail << "\n" << group.size() - markdown_rows << " more in the JSON (`lingprobe diff --json`), or with `--rows 0`.\n";
+    detail << "\n"
+           << group.size() - markdown_rows << " more in the JSON (`lingprobe diff --json`), or with `--rows 0`.\n";
   return detail.str();
 }
 

@@ -154,7 +154,8 @@ Count matmul_flops(const std::string& name, const JsonValue& sig) {
     return 2 * prod(out) * a.back();
   }
   if (name == "addmm") {
-    if (!shape_of(arg(sig, 1), a) || !shape_of(arg(sig, 2), b) || a.size() != 2 || b.size() != 2) return Count::unknown();
+    if (!shape_of(arg(sig, 1), a) || !shape_of(arg(sig, 2), b) || a.size() != 2 || b.size() != 2)
+      return Count::unknown();
     return 2 * Count(a[0]) * b[1] * a[1] + Count(a[0]) * b[1];
   }
   const size_t first = name == "baddbmm" ? 1 : 0;  // bmm, baddbmm
@@ -182,7 +183,7 @@ Count convolution_backward_flops(const JsonValue& sig) {
     return Count::unknown();
   const Count products = convolution_products(is_true(arg(sig, 7)) ? input : grad_out, weight);
   if (!products.known()) return products;  // no formula for these shapes: no count, whatever the mask asks
-  const auto& m = mask->items();  // grad_input and grad_weight: the forward's products each; grad_bias: a sum
+  const auto& m = mask->items();           // grad_input and grad_weight: the forward's products each; grad_bias: a sum
   return (is_true(&m[0]) ? products : Count(0)) + (is_true(&m[1]) ? products : Count(0)) +
          (is_true(&m[2]) ? prod(grad_out) : Count(0));
 }

@@ -305,7 +305,8 @@ std::string SnapshotWriter::file_stem(const runtime::SnapshotJob& job, const std
 format::Status SnapshotWriter::keep_snapshot(runtime::SnapshotJob& job, const Evidence& e, uint64_t& bytes) {
   job.document.set("signature", format::PickleValue::string(e.text));
   job.document.set("signature_sha256", format::PickleValue::string(e.sha));
-  if (const format::PickleValue* name = job.document.find("name"); name && name->kind() == format::PickleValue::Kind::String) {
+  if (const format::PickleValue* name = job.document.find("name");
+      name && name->kind() == format::PickleValue::Kind::String) {
     // an extension's op: the library that registers it, which `lingprobe replay` loads (torchvision's _C)
     const std::string& op = name->as_string();
     if (std::string library = extension_library(op.substr(0, op.find("::"))); !library.empty())

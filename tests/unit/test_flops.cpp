@@ -193,10 +193,10 @@ TEST_CASE("shapes whose FLOPs would not fit in 64 bits, or negative ones, have n
   CHECK_FALSE(flops(R"({"op":"aten.linear.default","args":[{"dtype":"f","shape":[)" + big + "," + big +
                     R"(],"stride":[1,1]},{"dtype":"f","shape":[4,)" + big + R"(],"stride":[1,1]},null],
       "kwargs":{},"output":null,"stage":"s"})")
-                    .has_value());
+                  .has_value());
   CHECK_FALSE(flops(R"({"op":"aten.mul.Tensor","args":[],"kwargs":{},"output":{"dtype":"f","shape":[)" + big + "," +
                     big + R"(],"stride":[1,1]},"stage":"s"})")
-                    .has_value());
+                  .has_value());
   CHECK_FALSE(flops(R"({"op":"aten.mul.Tensor","args":[],"kwargs":{},"output":{"dtype":"f","shape":[-4,8],
       "stride":[1,1]},"stage":"s"})")
                   .has_value());

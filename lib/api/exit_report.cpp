@@ -18,19 +18,14 @@ void absent_stages(const format::OpSelection& selection, ExitReport& r) {
   for (const auto& stage : selection.rule_stages()) {
     if (stage == "unstaged" || std::find(r.stages_begun.begin(), r.stages_begun.end(), stage) != r.stages_begun.end())
       continue;
-    std::string line = "'" + stage + "'", closest;
-    size_t best = std::max<size_t>(2, stage.size() / 3) + 1;
-    for (const auto& begun : r.stages_begun)
-      if (const size_t d = format::edit_distance(stage, begun); d < best) best = d, closest = begun;
-    r.absent_stages.push_back(line + (closest.empty() ? "" : " (did you mean '" + closest + "'?)"));
+    const std::string closest = format::closest_name(stage, r.stages_begun, std::max<size_t>(2, stage.size() / 3));
+    r.absent_stages.push_back("'" + stage + "'" + (closest.empty() ? "" : " (did you mean '" + closest + "'?)"));
   }
 }
 
 // Whether an op pattern ("aten::lin*", or "stage:aten::linear") matches an operator torch has.
 bool names_an_operator(const std::string& pattern, const std::vector<std::string>& registered) {
-  const size_t colon = pattern.find(':');
-  const bool staged = colon != std::string::npos && pattern.compare(colon, 2, "::") != 0;
-  const std::string glob = staged ? pattern.substr(colon + 1) : pattern;
+  const std::string glob = format::op_pattern_glob(pattern);
   return std::any_of(registered.begin(), registered.end(),
                      [&](const std::string& name) { return format::glob_match(glob.c_str(), name.c_str()); });
 }

@@ -312,12 +312,9 @@ format::Status check_stage_filter(const std::string& stage, const Run& a, const 
   if (stages.count(stage)) return {};
   if (stages.empty())
     return format::Status(format::StatusCode::kBadInput, "--stage '" + stage + "': neither run has any signature");
-  std::string have, closest;
-  size_t best = std::max<size_t>(1, stage.size() / 3) + 1;
-  for (const std::string& s : stages) {
-    have += (have.empty() ? "" : ", ") + s;
-    if (const size_t d = format::edit_distance(stage, s); d < best) best = d, closest = s;
-  }
+  std::string have;
+  for (const std::string& s : stages) have += (have.empty() ? "" : ", ") + s;
+  const std::string closest = format::closest_name(stage, stages, std::max<size_t>(1, stage.size() / 3));
   return format::Status(format::StatusCode::kBadInput,
                         "--stage '" + stage + "': neither run has that stage" +
                             (closest.empty() ? "" : " (did you mean '" + closest + "'?)") + "; their stages: " + have);

@@ -142,10 +142,14 @@ std::string lowered_without_wildcards(const std::string& s) {
 
 }  // namespace
 
-std::vector<std::string> closest_op_names(const std::string& pattern, const std::vector<std::string>& names, size_t n) {
+std::string op_pattern_glob(const std::string& pattern) {
   const size_t colon = pattern.find(':');
   const bool staged = colon != std::string::npos && pattern.compare(colon, 2, "::") != 0;
-  const std::string want = lowered_without_wildcards(staged ? pattern.substr(colon + 1) : pattern);
+  return staged ? pattern.substr(colon + 1) : pattern;
+}
+
+std::vector<std::string> closest_op_names(const std::string& pattern, const std::vector<std::string>& names, size_t n) {
+  const std::string want = lowered_without_wildcards(op_pattern_glob(pattern));
   auto split_name = [](const std::string& s) {  // (namespace, name)
     const size_t sep = s.rfind("::");
     return sep == std::string::npos ? std::make_pair(std::string(), s)

@@ -14,6 +14,9 @@ namespace lingprobe::format {
 // OPS_DENY), without the option's name: a pattern without a namespace, a character no op name has, an empty stage.
 std::string op_patterns_error(const std::string& patterns, bool stages);
 
+// An op pattern without its "stage:" prefix ("dit:aten::linear" -> "aten::linear"; "aten::lin*" as it is).
+std::string op_pattern_glob(const std::string& pattern);
+
 // Up to `n` names of `names` closest to `pattern` (case and wildcards aside, by edit distance), best first; those
 // farther than half the pattern's length are left out.
 std::vector<std::string> closest_op_names(const std::string& pattern, const std::vector<std::string>& names, size_t n);

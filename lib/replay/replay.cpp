@@ -221,7 +221,7 @@ bool load_recorded_library(const PickleValue& doc, std::ostream& log) {
   if (!library || library->kind() != PickleValue::Kind::String || ::access(library->as_string().c_str(), R_OK) != 0)
     return false;
   const std::string& path = library->as_string();
-  if (::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) return true;  // an earlier snapshot loaded it
+  if (::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) return false;  // loaded, and the op is not its
   if (!::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
     log << "the recorded library " << path << " does not load here: " << ::dlerror() << "\n";
     return false;

@@ -80,3 +80,16 @@ def test_a_long_function_and_a_long_file_fail_unless_named(tmp_path):
         "| `lib/format/long_file.h` | 501 | a test |\n"))
     p = run(tmp_path, SIZES)
     assert p.returncode == 0, p.stdout
+
+
+def test_a_long_test_or_script_file_fails_too(tmp_path):
+    # Test files of 551 to 614 lines went unnoticed: the check read lib/ and capi/ only.
+    for part in ("lib", "capi", "docs"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    (tmp_path / "tests" / "python").mkdir(parents=True)
+    (tmp_path / "tests" / "python" / "test_long.py").write_text("x = 1\n" * 501)
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "short.py").write_text("def f():\n" + "    pass\n" * 100)  # no function rule outside lib/
+    p = run(tmp_path, SIZES)
+    assert p.returncode == 1 and p.stdout.strip() == "tests/python/test_long.py: 501 lines (at most 500): split it " \
+        "along a seam", p.stdout

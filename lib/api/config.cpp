@@ -23,7 +23,9 @@ const char* const kNonOptionVariables[] = {
     "SHIM_PATH", "PYTHONPATH_BEFORE",            // the stub's PYTHONPATH entry, undone by the shim
     "PRELOAD_WARNED",                            // one warning per process tree
     "CLI", "PYTHON", "NVTX_HELPER",              // read by scripts/reference-run.sh and the reference workload
-    "PREFIX_PATH"};                              // read by scripts/build-python-torch.sh
+    "PREFIX_PATH",                               // read by scripts/build-python-torch.sh
+    "FUZZ_SECONDS", "FUZZ_BUILD_DIR",            // read by scripts/test.sh and scripts/fuzz.sh
+    "TEST_PYTHON"};                              // read by scripts/sanitize.sh
 // clang-format on
 
 std::string upper(std::string s) {

@@ -2,6 +2,7 @@
 import json
 import os
 import pathlib
+import re
 import socket
 import tempfile
 
@@ -10,6 +11,23 @@ import pytest
 BUILD_DIR = pathlib.Path(os.environ.get("LPTEST_BUILD_DIR", pathlib.Path(__file__).resolve().parents[2] / "build"))
 SHIM_DIR = pathlib.Path(__file__).resolve().parents[2] / "python_shim"
 SEEDS_DIR = pathlib.Path(os.environ.get("LPTEST_SEEDS_DIR", pathlib.Path(__file__).resolve().parents[3] / "shared" / "seeds"))
+
+
+# What the shell that started pytest may hold and lingprobe reads: its own options (a developer's exported
+# LINGPROBE_OUT, LINGPROBE_FUZZ_SECONDS), LD_PRELOAD, and the launchers' rank variables (inside a Slurm allocation
+# SLURM_PROCID makes every job a rank and SLURM_JOB_ID gives every launch the same run id). The tests' jobs set
+# what they need themselves.
+LAUNCH_VARIABLE = re.compile(r"^(LINGPROBE_|SLURM_|PMI_|PMIX_|OMPI_COMM_WORLD_|TORCHELASTIC_)|"
+                             r"^(LD_PRELOAD|RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|"
+                             r"MASTER_PORT)$")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def environment_of_no_launch():
+    """The session's children start from the environment of a plain shell, whatever launched pytest."""
+    removed = {k: os.environ.pop(k) for k in list(os.environ) if LAUNCH_VARIABLE.search(k)}
+    yield
+    os.environ.update(removed)
 
 
 @pytest.fixture(scope="session", autouse=True)

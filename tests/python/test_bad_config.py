@@ -154,7 +154,8 @@ def test_hostile_names_stay_inside_the_output_root(build_dir, tmp_path):
     """))
     out = tmp_path / "deep" / "out"
     env = clean_env(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(out),
-                    LINGPROBE_RUN_ID="../../../escape", LINGPROBE_SNAPSHOTS="1")
+                    LINGPROBE_RUN_ID="../../../escape", LINGPROBE_SNAPSHOTS="1",
+                    LINGPROBE_SAMPLE_DEVICES="any")  # its CPU call sampled on a GPU machine too
     p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=180)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
     (run_dir,) = metadata.run_dirs(out)

@@ -26,7 +26,7 @@ def test_a_program_that_returns_without_finalize_exits_cleanly_with_its_snapshot
     so it ran first and the snapshot writer crashed in EVP_MD_fetch (SIGSEGV at exit, the last snapshots and the
     final counts record lost; 6 of 6 runs of a user's program, 2026-12-06)."""
     exe = build_dir / "tests" / "exit_without_finalize"
-    env = dict(os.environ, LINGPROBE_SNAPSHOTS="1")
+    env = dict(os.environ, LINGPROBE_SNAPSHOTS="1", LINGPROBE_SAMPLE_DEVICES="any")  # CPU calls, on a GPU machine too
     for trial in range(3):
         p = subprocess.run([str(exe), str(tmp_path / str(trial))], capture_output=True, timeout=120, env=env)
         assert p.returncode == 0, (p.returncode, p.stderr.decode()[-2000:])

@@ -39,8 +39,10 @@ BUDGET = 64 * 2**20
 
 def env(tmp_path, build_dir, **extra):
     e = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
+    # CUDA_VISIBLE_DEVICES="": the defaults of a CPU machine on a GPU machine too (there, by default, a CPU call leaves
+    # its key to a GPU call)
     e.update(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "out"),
-             LINGPROBE_SNAPSHOTS="1", OMP_NUM_THREADS="2", **extra)
+             LINGPROBE_SNAPSHOTS="1", OMP_NUM_THREADS="2", CUDA_VISIBLE_DEVICES="", **extra)
     return e
 
 

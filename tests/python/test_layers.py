@@ -1,7 +1,9 @@
 """The layer table is enforced by a check, not by goodwill (issue 27): scripts/check-includes.py fails on an include
 that crosses lib/layers.txt and on a component docs/ARCHITECTURE.md does not name, and ARCHITECTURE.md shows that
-table as it is."""
+table as it is; scripts/check-sizes.py keeps files and functions readable; the project's own environment variables
+are known to the library."""
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +14,11 @@ CHECK = ROOT / "scripts" / "check-includes.py"
 
 def run(root, check=CHECK):
     return subprocess.run([sys.executable, str(check), str(root)], capture_output=True, text=True, timeout=120)
+
+
+def run_cli(build_dir, *args):
+    return subprocess.run([str(build_dir / "lingprobe"), *args], capture_output=True, text=True, check=True,
+                          timeout=60).stdout
 
 
 def test_the_tree_keeps_the_table():
@@ -93,3 +100,33 @@ def test_a_long_test_or_script_file_fails_too(tmp_path):
     p = run(tmp_path, SIZES)
     assert p.returncode == 1 and p.stdout.strip() == "tests/python/test_long.py: 501 lines (at most 500): split it " \
         "along a seam", p.stdout
+
+
+# A variable read from the environment: ${LINGPROBE_X} or $LINGPROBE_X in a shell script, os.environ / getenv in
+# Python and C, $ENV{LINGPROBE_X} in CMake (whose plain ${LINGPROBE_X} is a CMake variable, not the environment).
+ENV_READ = {"shell": re.compile(r'\$\{?LINGPROBE_([A-Z0-9_]+)'),
+            "code": re.compile(r'(?:environ\.get\(\s*["\']|environ\[\s*["\']|getenv\(\s*["\'])LINGPROBE_([A-Z0-9_]+)'),
+            "cmake": re.compile(r'\$ENV\{LINGPROBE_([A-Z0-9_]+)')}
+
+
+def test_every_variable_the_projects_scripts_read_is_an_option_or_named_as_none(build_dir):
+    # scripts/test.sh documents LINGPROBE_FUZZ_SECONDS; a developer who exported it was told by every recording
+    # process that it "is not a lingprobe option". The library keeps a list of the LINGPROBE_* names that are not
+    # options (lib/api/config.cpp); every name the project's own files read from the environment is on it or is one.
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    read = {}
+    for rel in tracked:
+        kind = ("shell" if rel.endswith(".sh") or rel == ".ci/run" else
+                "cmake" if rel.endswith((".cmake", "CMakeLists.txt")) else
+                "code" if rel.endswith((".py", ".c", ".cpp", ".h")) else None)
+        if kind is None or rel.startswith("tests/"):  # the tests set options; they read none of their own
+            continue
+        for name in ENV_READ[kind].findall((ROOT / rel).read_text(errors="replace")):
+            read.setdefault(name, rel)
+    options = set(re.findall(r"LINGPROBE_([A-Z0-9_]+)", run_cli(build_dir, "config")))
+    source = (ROOT / "lib" / "api" / "config.cpp").read_text()
+    listed = source[source.index("kNonOptionVariables[] = {"):]
+    not_options = set(re.findall(r'"([A-Z0-9_]+)"', listed[:listed.index("};")]))
+    assert "FUZZ_SECONDS" in read and "OUT" in options  # the scan sees what it must
+    unnamed = {f"LINGPROBE_{n} ({rel})" for n, rel in read.items() if n not in options | not_options}
+    assert not unnamed, f"read from the environment, neither an option nor in kNonOptionVariables: {sorted(unnamed)}"

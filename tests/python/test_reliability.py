@@ -55,7 +55,10 @@ COUNTED_JOB = textwrap.dedent("""
 
 def base_env(tmp_path, build_dir, preload=True, **extra):
     e = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
-    e.update(OMP_NUM_THREADS="1", LINGPROBE_OUT=str(tmp_path / "out"), LINGPROBE_FLUSH_INTERVAL_MS=str(FLUSH_MS))
+    # SAMPLE_DEVICES=any: the jobs' CPU calls are snapshotted on a machine with a GPU too (the default leaves them to
+    # GPU calls that never come)
+    e.update(OMP_NUM_THREADS="1", LINGPROBE_OUT=str(tmp_path / "out"), LINGPROBE_FLUSH_INTERVAL_MS=str(FLUSH_MS),
+             LINGPROBE_SAMPLE_DEVICES="any")
     e.update(extra)
     if preload:
         e["LD_PRELOAD"] = str(build_dir / "liblingprobe_preload.so")
@@ -212,11 +215,14 @@ def final_counts(out):
 
 
 def default_exit_signals():
-    """The job's SIGINT and SIGHUP as a terminal's child has them: pytest started under `nohup` or in a background
-    job inherits them ignored (the job then outlives the signal, with lingprobe as without it: its handler goes only
-    where the disposition is the default), and the test would wait for an end that never comes."""
-    for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+    """The job's exit signals as a terminal's child has them: pytest started under `nohup` or in a background job
+    inherits SIGHUP and SIGINT ignored, and a launcher may leave them blocked (the job then outlives the signal, with
+    lingprobe as without it: its handler goes only where the disposition is the default), and the test would wait
+    for an end that never comes."""
+    exits = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+    for s in exits:
         signal.signal(s, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, exits)
 
 
 @pytest.mark.parametrize("end,sig", [("return", None), ("exit", None), ("wait", signal.SIGINT),
@@ -266,7 +272,7 @@ def test_sigterm_to_a_forked_child_kills_it_as_before(build_dir, tmp_path):
         print("child", os.WIFSIGNALED(status) and os.WTERMSIG(status), flush=True)
     """), "fork.py")
     p = subprocess.run([sys.executable, str(script)], env=base_env(tmp_path, build_dir), capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=120, preexec_fn=default_exit_signals)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == f"child {int(signal.SIGTERM)}"
 

@@ -14,6 +14,8 @@ import textwrap
 
 import pytest
 
+from conftest import free_port
+
 import metadata
 
 
@@ -286,7 +288,7 @@ def test_two_ranks_share_the_claims_and_cover_the_flops(build_dir, cli, tmp_path
     env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
     env.update(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "out"),
                LINGPROBE_SNAPSHOTS="1", LINGPROBE_PROFILE="1")
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
                         str(script)], env=env, capture_output=True, text=True, timeout=540)
     assert p.returncode == 0, p.stderr[-3000:]
     (run,) = metadata.run_dirs(tmp_path / "out")

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "api/config.h"
+#include "api/exit_signals.h"
 #include "api/log.h"
 #include "api/program_calls.h"
 #include "api/session.h"
@@ -191,6 +192,10 @@ LINGPROBE_API lingprobe_status lingprobe_flush(void) {
   LINGPROBE_GUARDED(lingprobe::api::session_flush(err))
 }
 LINGPROBE_API lingprobe_status lingprobe_finalize(void) { LINGPROBE_GUARDED(lingprobe::api::session_finalize()); }
+LINGPROBE_API lingprobe_status lingprobe_finalize_on_signal(int signal_number) {
+  if (signal_number <= 0) return LINGPROBE_ERROR_INVALID_ARGUMENT;
+  LINGPROBE_GUARDED(lingprobe::api::session_finalize(lingprobe::api::signal_name(signal_number).c_str()))
+}
 LINGPROBE_API lingprobe_status lingprobe_set_rank(int64_t rank, int64_t local_rank, int64_t world_size) {
   LINGPROBE_NOT_IN_FORKED_CHILD();
   LINGPROBE_GUARDED(lingprobe::api::session_set_rank(rank, local_rank, world_size, err))

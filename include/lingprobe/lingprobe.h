@@ -114,6 +114,16 @@ LINGPROBE_API lingprobe_status lingprobe_flush(void);
  * LINGPROBE_ERROR_NOT_INITIALIZED. */
 LINGPROBE_API lingprobe_status lingprobe_finalize(void);
 
+/* lingprobe_finalize for a process ending because of a signal it handles
+ * itself (Python's KeyboardInterrupt, a server's own SIGTERM handler; the
+ * default dispositions of SIGTERM, SIGHUP and SIGINT are lingprobe's, which
+ * does this by itself): the final counts record names the signal
+ * ("ended_by": "SIGTERM"), and the audit reports the run as interrupted.
+ * Not async-signal-safe: call it from the handler's deferred work, not the
+ * handler. Any thread. Returns as lingprobe_finalize, or
+ * LINGPROBE_ERROR_INVALID_ARGUMENT (signal_number <= 0, nothing done). */
+LINGPROBE_API lingprobe_status lingprobe_finalize_on_signal(int signal_number);
+
 LINGPROBE_API lingprobe_state lingprobe_get_state(void);
 
 /* The calling thread's stage stack: calls made between push and pop carry

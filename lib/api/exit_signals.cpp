@@ -26,7 +26,7 @@ struct State {
   bool installed[kCount] = {};
   struct sigaction previous[kCount];
   std::atomic<int> pending{0};
-  void (*finalize)() = nullptr;
+  void (*finalize)(const char* signal_name) = nullptr;
 };
 State g;  // read by the handler: plain data, set before the handlers go in
 
@@ -59,8 +59,8 @@ void finalize_then_raise() {
   // The finalize path runs on its own thread so that a hang cannot keep the process alive past the bound.
   auto done = std::make_shared<std::pair<std::mutex, std::condition_variable>>();
   auto finished = std::make_shared<bool>(false);
-  std::thread([done, finished] {
-    g.finalize();
+  std::thread([done, finished, sig] {
+    g.finalize(signal_name(sig).c_str());
     std::lock_guard<std::mutex> lock(done->first);
     *finished = true;
     done->second.notify_all();
@@ -81,7 +81,7 @@ void finalize_then_raise() {
 
 }  // namespace
 
-void install_exit_signal_flush(void (*finalize)()) {
+void install_exit_signal_flush(void (*finalize)(const char* signal_name)) {
   static std::once_flag once;
   std::call_once(once, [finalize] {
     int fds[2];
@@ -115,5 +115,19 @@ void install_exit_signal_flush(void (*finalize)()) {
 }
 
 void exit_signals_after_fork() { restore_dispositions(); }
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGABRT: return "SIGABRT";
+    case SIGALRM: return "SIGALRM";
+  }
+  return "SIG" + std::to_string(sig);
+}
 
 }  // namespace lingprobe::api

@@ -9,13 +9,19 @@
 // second signal while finalizing ends the process at once.
 #pragma once
 
+#include <string>
+
 namespace lingprobe::api {
 
 constexpr int kFinalizeSeconds = 10;
 
 // Installs the handlers and starts the thread; once per process (later calls
-// do nothing). `finalize` runs on that thread.
-void install_exit_signal_flush(void (*finalize)());
+// do nothing). `finalize` runs on that thread, given the signal's name
+// ("SIGTERM").
+void install_exit_signal_flush(void (*finalize)(const char* signal_name));
+
+// "SIGTERM", "SIGINT", ...; "SIG" and the number for one without a name here.
+std::string signal_name(int sig);
 
 // In a forked child (only the forking thread survives, the pipe's reader is
 // gone): the dispositions found at init are put back. Async-signal-safe.

@@ -192,7 +192,9 @@ void export_for_children(const Session& s) {
   ::setenv("LINGPROBE_PARENT_RANK", std::to_string(rank).c_str(), 1);
 }
 
-void at_exit_finalize() { session_finalize(); }
+void at_exit_finalize() { session_finalize("exit"); }
+
+void signal_finalize(const char* signal_name) { session_finalize(signal_name); }
 
 // Exit handlers run in reverse order. Finalize resolves GPU work (the stage clock's last intervals, device copies
 // of snapshots), which fails once the CUDA driver has torn itself down at exit, and hashes the snapshots still being
@@ -319,7 +321,7 @@ lingprobe_status session_init(const Config& config, std::string& error) {
     return LINGPROBE_OK;
   }
   ensure_writer_locked(s);
-  if (config.signal_flush) install_exit_signal_flush(at_exit_finalize);
+  if (config.signal_flush) install_exit_signal_flush(signal_finalize);
   capture::RecorderOptions options = ro;
   if (s.sampling) {
     options.sampler = s.sampling->sampler();
@@ -370,7 +372,7 @@ lingprobe_status session_stop(std::string& error) {
   return LINGPROBE_OK;
 }
 
-lingprobe_status session_finalize() {
+lingprobe_status session_finalize(const char* ended_by) {
   if (g_forked_child.load()) return LINGPROBE_OK;  // the parent's files are not the child's to close
   Session& s = S();
   // Held for the whole drain, so a second finalize (atexit beside an explicit
@@ -392,7 +394,7 @@ lingprobe_status session_finalize() {
   const ExitReport report = exit_report(s.config, s.identity, s.config_ok);
   if (report.keep_empty && s.writer) s.writer->keep_even_if_empty();
   if (s.sampling) s.sampling->finalize();  // its snapshot records go into the metadata file first
-  if (s.writer) s.writer->finalize();
+  if (s.writer) s.writer->finalize(ended_by);
   say_exit_report(report, s.config, s.metadata_path, s.run_dir,
                   s.sampling ? std::optional<uint64_t>(s.sampling->snapshots_written()) : std::nullopt);
   return LINGPROBE_OK;

@@ -25,7 +25,9 @@ lingprobe_status session_flush(std::string& error);
 // Recording off, then session_flush: the window's records are on disk when it returns. Not from the writer's
 // thread (the control file switches recording alone): the flush waits for that thread.
 lingprobe_status session_stop(std::string& error);
-lingprobe_status session_finalize();
+// `ended_by` goes into the final counts record: "finalize" (the API's call), "exit" (at exit), or the name of the
+// signal that ended the process ("SIGTERM"), which the audit reports as an interrupted run.
+lingprobe_status session_finalize(const char* ended_by = "finalize");
 lingprobe_status session_set_rank(int64_t rank, int64_t local_rank, int64_t world_size, std::string& error);
 // lingprobe_hold_counters: false when a window stayed open past the wait.
 bool session_hold_counters(bool hold);

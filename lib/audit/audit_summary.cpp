@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -313,6 +314,21 @@ std::string nothing_matched_markdown(const AuditRun& a) {
          "(`aten::linear`), matched as written, case included.\n\n";
 }
 
+// Under the headline, when a process was ended by a signal: the run was cut short, its counts complete up to then.
+std::string interrupted_markdown(const std::vector<FileSummary>& files) {
+  std::map<std::string, std::set<int64_t>> ranks_by_signal;
+  for (const FileSummary& f : files)
+    if (f.interrupted()) ranks_by_signal[f.ended_by].insert(f.rank);
+  if (ranks_by_signal.empty()) return "";
+  std::string text = "**Interrupted:**";
+  for (const auto& [signal, ranks] : ranks_by_signal) {
+    text += " rank(s)";
+    for (int64_t r : ranks) text += " " + std::to_string(r);
+    text += " ended by " + signal + ";";
+  }
+  return text + " the job did not run to its end, and these counts are those of the calls made before it.\n\n";
+}
+
 }  // namespace
 
 // 5. The summary, then the files: the report and summary.md (nothing when anything failed before).
@@ -325,6 +341,8 @@ void write_outputs(AuditRun& a) {
   const size_t count_line_end = outcome.summary.find('\n', outcome.summary.find("\n\n") + 2);
   if (std::string nothing = nothing_matched_markdown(a); !nothing.empty())
     outcome.summary.insert(count_line_end + 1, "\n" + nothing);
+  if (std::string interrupted = interrupted_markdown(a.summaries); !interrupted.empty())
+    outcome.summary.insert(count_line_end + 1, "\n" + interrupted);
   outcome.summary += uncounted_calls_markdown(a.nested, a.compile_time);
   outcome.summary += nested_flops_markdown(a.summaries);
   if (!a.sampling.empty()) outcome.summary += snapshots_markdown(a);

@@ -11,6 +11,7 @@ const char* warning_code_name(WarningCode code) {
     case WarningCode::kMixedRuns: return "mixed_runs";
     case WarningCode::kNoCountsRecord: return "no_counts_record";
     case WarningCode::kNoFinalCounts: return "no_final_counts";
+    case WarningCode::kInterrupted: return "interrupted";
     case WarningCode::kTruncatedLastLine: return "truncated_last_line";
     case WarningCode::kEvidenceRejected: return "evidence_rejected";
     case WarningCode::kForeignEvidence: return "foreign_evidence";

@@ -19,6 +19,7 @@ enum class WarningCode {
   kMixedRuns,          // --allow-mixed-runs: several launches summed
   kNoCountsRecord,     // call records without any counts record (killed in its first write): counted from them
   kNoFinalCounts,      // the process did not finish: its last counts used
+  kInterrupted,        // the process was ended by a signal (its final counts written first): the run was cut short
   kTruncatedLastLine,  // a last line cut (killed while writing): skipped
   kEvidenceRejected,   // a snapshot or profile not counted (its reason in rejected_evidence)
   kForeignEvidence,    // files under snapshots/ or profiles/ that no record of this run names

@@ -45,6 +45,10 @@ const std::map<uint32_t, uint64_t>* counts_of(const FileSummary& f, AuditOutcome
     outcome.warnings.push_back(
         {WarningCode::kNoFinalCounts,
          f.path + ": no final counts record (the process did not finish); using its last counts"});
+  } else if (f.interrupted()) {
+    outcome.warnings.push_back({WarningCode::kInterrupted, f.path + ": ended by " + f.ended_by +
+                                                               " (the job was interrupted): its counts are complete "
+                                                               "up to then, the run is not"});
   }
   if (f.truncated_last_line)
     outcome.warnings.push_back(

@@ -83,6 +83,13 @@ std::string str(simdjson::dom::element e) {
   return std::string(v);
 }
 
+// A string field that may be absent: "" then.
+std::string optional_str(simdjson::simdjson_result<simdjson::dom::element> e) {
+  std::string_view v;
+  if (e.get_string().get(v)) return "";
+  return std::string(v);
+}
+
 int64_t num(simdjson::dom::element e) {
   int64_t i;
   if (!e.get_int64().get(i)) return i;
@@ -160,6 +167,7 @@ std::string read_counts_record(simdjson::dom::object obj, FileSummary& f) {
   read_nested_counts(obj["collectives"], f.collectives);
   bool fin = false;
   f.final_counts = !obj["final"].get_bool().get(fin) && fin;
+  f.ended_by = optional_str(obj["ended_by"]);
   f.has_counts = true;
   return "";
 }

@@ -100,6 +100,9 @@ struct FileSummary {
   std::unordered_map<std::string, std::string> signature_json;  // sha256 -> canonical text
   bool has_counts = false;
   bool final_counts = false;
+  std::string ended_by;  // the final counts' "ended_by": "finalize", "exit", a signal's name ("SIGTERM"), or ""
+  // Ended by a signal (a job interrupted: its records up to then are complete).
+  bool interrupted() const { return ended_by.rfind("SIG", 0) == 0; }
   std::map<uint32_t, uint64_t> counts;        // from the last counts record
   std::map<uint32_t, uint64_t> call_records;  // call records per id
   std::map<uint32_t, CallTimes> call_times;   // ids with call records

@@ -98,7 +98,7 @@ void find_ranks(int64_t world_size, const std::vector<const FileSummary*>& rank_
   for (int64_t r = 0; r < world_size && r < 100000; ++r) d.expected.insert(r);
   for (const FileSummary* f : rank_files) {
     d.with_files.insert(f->rank);
-    if (!f->final_counts) d.unfinished.insert(f->rank);
+    if (!f->final_counts || f->interrupted()) d.unfinished.insert(f->rank);
   }
   std::set_difference(d.expected.begin(), d.expected.end(), d.with_files.begin(), d.with_files.end(),
                       std::inserter(d.missing, d.missing.end()));
@@ -326,7 +326,8 @@ RankView rank_view(int64_t world_size, const std::vector<const FileSummary*>& ra
      << "); files from rank(s) " << ranks_text(d.with_files)
      << (d.missing.empty() ? "" : "; **missing: " + ranks_text(d.missing) + "**")
      << (d.unfinished.empty() ? ""
-                              : "; ranks that did not finish (no final counts record): " + ranks_text(d.unfinished))
+                              : "; ranks that did not finish (no final counts record, or ended by a signal): " +
+                                    ranks_text(d.unfinished))
      << ". Time in collectives: " << note << ".\n";
   for (const auto& [stage, group] : d.by_stage) add_stage(stage, group, d, stages, md, timing_md);
   if (d.any_timed || d.from_counts)

@@ -320,6 +320,7 @@ void MetadataWriter::append_counts_record(bool final) {
   }
   text += ",\"dropped\":";
   append_nested_counts(snap.dropped, text);
+  if (final && !ended_by_.empty()) text += ",\"ended_by\":\"" + ended_by_ + '"';  // a fixed word, never escaped
   text += std::string(",\"final\":") + (final ? "true" : "false") + ",\"kind\":\"counts\"";
   if (!snap.nested.empty()) {
     text += ",\"nested\":";
@@ -432,12 +433,13 @@ void MetadataWriter::keep_even_if_empty() {
   has_data_ = true;
 }
 
-void MetadataWriter::finalize() {
+void MetadataWriter::finalize(const std::string& ended_by) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return;
     stop_ = true;
   }
+  ended_by_ = ended_by;  // the writer thread is joined below before the cycle that reads it
   cv_.notify_all();
   flushed_cv_.notify_all();
   if (thread_.joinable()) thread_.join();

@@ -66,9 +66,10 @@ class MetadataWriter {
   void add_record(std::string line);
   // Writes everything buffered now and a counts record; returns when done.
   void flush();
-  // Final drain, final counts ("final":true), fsync, close. Idempotent;
-  // later calls of the other methods do nothing.
-  void finalize();
+  // Final drain, final counts ("final":true, with "ended_by": how the process
+  // ended, when given: "finalize", "exit", "SIGTERM"), fsync, close.
+  // Idempotent; later calls of the other methods do nothing.
+  void finalize(const std::string& ended_by = "");
   // The file is written at finalize even if nothing was recorded (its header
   // and a counts record), so that an audit can say what the process matched.
   void keep_even_if_empty();
@@ -127,6 +128,7 @@ class MetadataWriter {
   mutable std::mutex io_mu_;  // one cycle at a time; guards options_.path and header_json
   int fd_ = -1;
   bool open_failed_ = false;
+  std::string ended_by_;  // set by finalize before its last cycle
   std::atomic<bool> finalized_{false};
   bool has_data_ = false;  // a file is created only once something was recorded (or keep_even_if_empty)
   std::atomic<uint64_t> records_written_{0};

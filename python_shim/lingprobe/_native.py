@@ -84,6 +84,8 @@ def _declare(lib):
     for name in ("lingprobe_start", "lingprobe_stop", "lingprobe_flush", "lingprobe_finalize", "lingprobe_stage_pop"):
         getattr(lib, name).restype = status
         getattr(lib, name).argtypes = []
+    lib.lingprobe_finalize_on_signal.restype = status
+    lib.lingprobe_finalize_on_signal.argtypes = [ctypes.c_int]
     lib.lingprobe_stage_push.restype = status
     lib.lingprobe_stage_push.argtypes = [ctypes.c_char_p]
     lib.lingprobe_set_rank.restype = status

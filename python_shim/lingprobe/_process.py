@@ -68,10 +68,12 @@ def _finalize_if_ending_by_sigint():
     # An unhandled KeyboardInterrupt ends Python with kill(SIGINT) after its
     # finalization, before the C atexit handlers (lingprobe's finalize) run:
     # finalize here, in Python's atexit, for that exit only (others keep
-    # recording until the C atexit, which sees later teardown calls too).
+    # recording until the C atexit, which sees later teardown calls too). The final counts record says SIGINT: the
+    # audit reports the run as interrupted.
     if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
+        import signal
         from . import _native
-        _native.load_library().lingprobe_finalize()
+        _native.load_library().lingprobe_finalize_on_signal(int(signal.SIGINT))
 
 
 def finalize_before_sigint_exit():

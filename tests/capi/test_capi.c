@@ -6,6 +6,7 @@
 #include "lingprobe/status.h"
 #include "lingprobe/version.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -83,8 +84,11 @@ int main(void) {
     o.settings_count = 1;
     EXPECT(lingprobe_init(&o) == LINGPROBE_ERROR_INVALID_CONFIG);
     EXPECT(strstr(lingprobe_last_error(), "the running configuration stays") != NULL);
-    EXPECT(lingprobe_flush() == LINGPROBE_OK); /* still recording */
-    EXPECT(lingprobe_finalize() == LINGPROBE_OK);
+    EXPECT(lingprobe_flush() == LINGPROBE_OK);                                   /* still recording */
+    EXPECT(lingprobe_finalize_on_signal(0) == LINGPROBE_ERROR_INVALID_ARGUMENT); /* nothing done */
+    EXPECT(lingprobe_get_state() == LINGPROBE_STATE_RUNNING);
+    EXPECT(lingprobe_finalize_on_signal(SIGTERM) == LINGPROBE_OK); /* a server's own handler, ending */
+    EXPECT(lingprobe_finalize() == LINGPROBE_OK);                  /* idempotent: the first end stays */
     EXPECT(lingprobe_get_state() == LINGPROBE_STATE_FINALIZED);
     EXPECT(lingprobe_start() == LINGPROBE_ERROR_FINALIZED);
     EXPECT(lingprobe_init(&o) == LINGPROBE_ERROR_FINALIZED);

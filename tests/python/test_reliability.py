@@ -250,6 +250,15 @@ def test_every_ordinary_end_flushes_everything_and_keeps_the_exit_status(build_d
             counts, calls = final_counts(tmp_path / "out")
             assert counts is not None and counts["final"] is True, stderr
             assert sum(counts["calls"].values()) == 1000 and calls == 1000
+            # how it ended: a signal's name where the job was cut short (Python's KeyboardInterrupt too), which the
+            # audit reports; a program's own handler that exits is an exit
+            ended_by = sig.name if sig and end == "wait" else "exit"
+            assert counts.get("ended_by") == ended_by, counts
+            (run_dir,) = metadata.run_dirs(tmp_path / "out")
+            a = subprocess.run([str(build_dir / "lingprobe"), "audit", "--quiet", str(run_dir)], capture_output=True,
+                               text=True, timeout=120)
+            assert a.returncode == 0, a.stderr
+            assert (f"ended by {ended_by} (the job was interrupted)" in a.stderr) == (ended_by != "exit"), a.stderr
     assert statuses[0] == statuses[1], f"exit status without lingprobe {statuses[0]}, with it {statuses[1]}"
     expected = {"return": 0, "exit": 3, "user-sigterm": 7}.get(end, -sig if sig else None)
     if sig == signal.SIGINT:

@@ -254,3 +254,25 @@ TEST_CASE("audit: a run that lost nothing says so in its headline", "[audit][pha
   const std::string& md = stored.outcome.summary;
   CHECK(md.substr(0, md.find('\n', md.find("\n\n") + 2)).find("rank(s); no record lost.") != std::string::npos);
 }
+
+TEST_CASE("audit: a rank ended by a signal makes the run interrupted, in the warnings, the headline and the ranks",
+          "[audit][phases]") {
+  // Four files with final counts, one written by the SIGTERM handler: the audit read it as a finished run (no
+  // warning, "no record lost", and a straggler named among ranks of which one had been killed).
+  StoredRunAudit stored;
+  AuditRun& a = stored.a;
+  REQUIRE(find_inputs(a));
+  REQUIRE(read_inputs(a));
+  for (auto& f : a.summaries) f.ended_by = f.rank == 2 ? "SIGTERM" : "exit";
+  REQUIRE(total_ranks(a));
+  check_evidence(a);
+  build_report(a);
+  write_outputs(a);
+  const auto& warnings = stored.outcome.warnings;
+  const auto interrupted = std::count_if(warnings.begin(), warnings.end(),
+                                         [](const Warning& w) { return w.code == WarningCode::kInterrupted; });
+  CHECK(interrupted == 1);
+  const std::string& md = stored.outcome.summary;
+  CHECK(md.find("**Interrupted:** rank(s) 2 ended by SIGTERM;") != std::string::npos);
+  CHECK(md.find("ranks that did not finish (no final counts record, or ended by a signal): 2") != std::string::npos);
+}

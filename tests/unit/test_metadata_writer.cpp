@@ -312,3 +312,21 @@ TEST_CASE("wakes drain without the counts record; a flush interval, a flush() an
   const auto lines = whole_lines(path);
   CHECK(lines.back().find("final")->as_bool());
 }
+
+TEST_CASE("the final counts record says how the process ended; the earlier ones do not", "[sink]") {
+  // A job cut short by SIGTERM audited exactly as a finished one: nothing in its files said how it ended.
+  const std::string dir = test::temp_dir("lingprobe-writer-");
+  const std::string path = dir + "/m.jsonl";
+  {
+    sink::MetadataWriter w({path, "{\"kind\":\"header\"}", 10000}, [] { return format::CountsSnapshot{}; });
+    w.add_signature(0, "ab", "{\"op\":\"aten.add.Tensor\"}");
+    w.flush();
+    w.finalize("SIGTERM");
+    w.finalize("exit");  // idempotent: the first end stays
+  }
+  std::vector<std::string> ended;
+  for (const auto& r : whole_lines(path))
+    if (r.find("kind")->as_string() == "counts")
+      ended.push_back(r.find("ended_by") ? r.find("ended_by")->as_string() : "-");
+  CHECK(ended == std::vector<std::string>{"-", "SIGTERM"});
+}

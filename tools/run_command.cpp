@@ -173,6 +173,9 @@ int run_command(int argc, char** argv) {
     if (!config_status.ok()) break;
     config_status = api::apply_setting(config, k, v);
   }
+  if (config_status.ok())
+    if (format::Status map = api::check_stage_map(config.stage_map); !map.ok())
+      config_status = format::Status(map.code(), "LINGPROBE_STAGE_MAP: " + map.message());
   if (!config_status.ok()) {
     std::cerr << "lingprobe run: " << config_status.message() << "\n";
     return 2;

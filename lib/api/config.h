@@ -104,6 +104,12 @@ format::Status apply_environment(Config& config, char** environ_ptr, std::vector
 // " (did you mean LINGPROBE_X?)" for a LINGPROBE_* name close to an option's, else "".
 std::string did_you_mean(const std::string& variable);
 
+// LINGPROBE_STAGE_MAP's syntax (stage=Class|pkg.module:function;...), as the shim reads it, checked before a job
+// starts by `lingprobe run` (a wrong separator read as one long class name that never ran, named only at exit). The
+// option itself takes any text: under LD_PRELOAD the shim reports a bad map in one line and recording goes on
+// unstaged. kBadInput naming the bad rule or name.
+format::Status check_stage_map(const std::string& stage_map);
+
 // The table as text (name, type, default, description).
 std::string describe_config_table();
 

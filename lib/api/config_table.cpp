@@ -153,6 +153,48 @@ Status parse_sample_plan(const std::string& v, std::string& out) {
   return Status();
 }
 
+// A class ("WanModel", "wan.modules.model.WanModel") or function ("pkg.module:qualname") name of a stage rule.
+bool stage_rule_target(const std::string& t) {
+  const auto name = [](const std::string& s) {
+    return !s.empty() &&
+           std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '.'; });
+  };
+  const size_t colon = t.find(':');
+  return colon == std::string::npos ? name(t) : name(t.substr(0, colon)) && name(t.substr(colon + 1));
+}
+
+}  // namespace
+
+Status check_stage_map(const std::string& v) {
+  size_t begin = 0;
+  while (begin <= v.size()) {
+    const size_t end = std::min(v.find(';', begin), v.size());
+    const std::string rule = v.substr(begin, end - begin);
+    begin = end + 1;
+    if (rule.find_first_not_of(" \t") == std::string::npos) continue;
+    const size_t eq = rule.find('=');
+    if (eq == std::string::npos || rule.find_first_not_of(" \t") == eq ||
+        rule.find_first_not_of(" \t|", eq + 1) == std::string::npos)
+      return Status(StatusCode::kBadInput, "rule '" + rule + "' is not stage=Class|pkg.module:function");
+    size_t t = eq + 1;
+    while (t <= rule.size()) {
+      const size_t bar = std::min(rule.find('|', t), rule.size());
+      std::string target = rule.substr(t, bar - t);
+      target.erase(0, target.find_first_not_of(" \t"));
+      target.erase(target.find_last_not_of(" \t") + 1);
+      t = bar + 1;
+      if (target.empty() || stage_rule_target(target)) continue;  // an empty one is skipped, as the shim does
+      return Status(StatusCode::kBadInput,
+                    "'" + target + "' is not a class or pkg.module:function name" +
+                        (target.find_first_of(",=") != std::string::npos ? ": rules are separated by ';'" : "") +
+                        " (stage=Class|pkg.module:function;..., e.g. dit=WanModel;vae=WanVAE|Decoder3d)");
+    }
+  }
+  return Status();
+}
+
+namespace {
+
 // The table in five groups, in the order `lingprobe config` prints it: each
 // entry's setter beside its documentation.
 // Whether and what is recorded, and where.
@@ -217,7 +259,7 @@ void writer_entries(std::vector<ConfigEntry>& table) {
            "Python stage rules: stage=ModuleClass|pkg.module:function;... (e.g. "
            "dit=WanModel;vae=WanVAE|Decoder3d;output=wan.utils.utils:save_video).",
            [](Config& c, const std::string& v) {
-             c.stage_map = v;
+             c.stage_map = v;  // checked by `lingprobe run` and the shim (check_stage_map); a bad one records unstaged
              return Status();
            }},
           {"NVTX_MAP", "string", "",

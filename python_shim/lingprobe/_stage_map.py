@@ -15,11 +15,15 @@ import atexit
 import difflib
 import functools
 import os
+import re
 import sys
 import threading
 
 from . import pop_stage, push_stage
 from ._import_hooks import after_import
+
+
+_NAME = re.compile(r"[A-Za-z0-9_.]+(:[A-Za-z0-9_.]+)?")
 
 
 class _Rules:
@@ -34,6 +38,10 @@ class _Rules:
             if not sep or not stage.strip() or not targets.strip():
                 raise ValueError(f"rule '{part}' is not stage=Target|Target")
             for target in filter(None, (t.strip() for t in targets.split("|"))):
+                if not _NAME.fullmatch(target):  # as check_stage_map (lib/api/config_table.cpp) says it
+                    separators = ": rules are separated by ';'" if any(c in target for c in ",=") else ""
+                    raise ValueError(f"'{target}' is not a class or pkg.module:function name{separators} "
+                                     "(stage=Class|pkg.module:function;..., e.g. dit=WanModel;vae=WanVAE|Decoder3d)")
                 if ":" in target:
                     module, _, qualname = target.partition(":")
                     if not module.strip() or not qualname.strip():

@@ -55,6 +55,16 @@ def test_run_refuses_an_op_pattern_that_can_match_nothing_before_starting_the_jo
     assert not marker.exists() and not (tmp_path / "o").exists()
 
 
+def test_run_refuses_a_stage_map_with_a_comma_between_rules_before_starting_the_job(cli, tmp_path):
+    # A new user's 'attn=SPAttention,block=Block' passed the up-front check; the 4-rank job then ran unstaged and
+    # rank 0 named "class 'SPAttention,block=Block'" at its end.
+    marker = tmp_path / "ran"
+    p = lingprobe_run(cli, ["-o", str(tmp_path / "o"), "--stage-map", "attn=SPAttention,block=Block", "--", "touch",
+                            str(marker)])
+    assert p.returncode == 2 and "rules are separated by ';'" in p.stderr, p.stderr
+    assert not marker.exists() and not (tmp_path / "o").exists()
+
+
 def test_run_refuses_an_output_directory_it_cannot_write(cli, tmp_path):
     marker = tmp_path / "ran"
     (tmp_path / "file").write_text("")

@@ -175,3 +175,19 @@ TEST_CASE("config_differences names every option two configurations differ on, i
   b.run_id = "exported-by-the-first-init";  // read back from the environment by a later init: the same run
   CHECK(config_differences(a, b).empty());
 }
+
+TEST_CASE("a stage map's syntax is checked before any job starts, a ',' between rules named", "[config]") {
+  // A new user's 'attn=SPAttention,block=Block' read as one class that never ran, named only at the job's end.
+  std::string err = api::check_stage_map("attn=SPAttention,block=Block").message();
+  CHECK(err.find("'SPAttention,block=Block' is not a class or pkg.module:function name: rules are separated by "
+                 "';'") != std::string::npos);
+  for (const char* bad : {"dit", "=WanModel", "dit=", "dit=Wan Model", "out=pkg.mod:", "out=:save"}) {
+    INFO(bad);
+    CHECK(api::check_stage_map(bad).code() == format::StatusCode::kBadInput);
+  }
+  for (const char* good : {"", "dit=WanModel;vae=WanVAE|Decoder3d;output=wan.utils.utils:save_video",
+                           " dit = wan.modules.model.WanModel ; ", "x=A||B;", "m=pkg.mod:Class.method"}) {
+    INFO(good);
+    CHECK(api::check_stage_map(good).ok());
+  }
+}

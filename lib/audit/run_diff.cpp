@@ -182,6 +182,19 @@ JsonValue entry_json(const Run& a, const Run& b, const DiffEntry* e) {
   return j;
 }
 
+// A pair whose two sides read the same in the table (they differ in what the short text leaves out: strides, an
+// offset, a keyword): what differs, under B's cell. A new user's fp32-against-autocast diff showed a "shape_changed"
+// row with two identical sides; the stride change was in the JSON only.
+std::string hidden_differences(const DiffEntry& e) {
+  if (e.a.size() != 1 || e.b.size() != 1 || e.a[0]->text != e.b[0]->text) return "";
+  std::vector<std::string> d;
+  differences(*e.a[0]->signature, *e.b[0]->signature, "", d);
+  std::string s;
+  for (size_t i = 0; i < d.size() && i < 3; ++i) s += (i ? "; " : "<br>differs in ") + ("`" + d[i] + "`");
+  if (d.size() > 3) s += " and " + std::to_string(d.size() - 3) + " more (--json)";
+  return s;
+}
+
 // One entry's row in the Markdown detail table.
 std::string entry_markdown(const DiffEntry& e) {
   auto cell = [](const std::vector<const DiffRow*>& rows) {
@@ -213,7 +226,7 @@ std::string entry_markdown(const DiffEntry& e) {
   std::ostringstream detail;
   detail << "| " << e.kind << (e.pairing.empty() ? "" : " (by size order)") << " | "
          << human_count(e.flops_b - e.flops_a) << " | " << calls_change_text(e.calls_a, e.calls_b) << per << " | "
-         << cell(e.a) << " | " << cell(e.b) << " |\n";
+         << cell(e.a) << " | " << cell(e.b) << hidden_differences(e) << " |\n";
   return detail.str();
 }
 

@@ -183,3 +183,25 @@ def test_diff_refuses_malformed_input_clearly(cli, tmp_path, seed_situation):
     write_run(bad, None, raw=json.dumps(header()) + "\n" + '{"kind":"counts","calls":{"0":1}}\n')
     p = subprocess.run([cli, "diff", str(bad), str(seed_situation[0])], capture_output=True, text=True)
     assert p.returncode == 1 and "never defines" in p.stderr
+
+
+def one_signature_run(run_dir, stride):
+    import hashlib
+    sig = {"args": [{"dtype": "torch.float32", "shape": [2, 24, 64], "stride": stride}, [0, 0, 0, 0]], "kwargs": {},
+           "op": "aten.pad.default", "output": {"dtype": "torch.float32", "shape": [2, 24, 64], "stride": [1536, 64, 1]},
+           "stage": "unstaged"}
+    text = json.dumps(sig, sort_keys=True, separators=(",", ":"))
+    write_run(run_dir, [header(run_id=run_dir.name),
+                        {"kind": "signature", "id": 0, "sha256": hashlib.sha256(text.encode()).hexdigest(),
+                         "signature_json": text},
+                        {"kind": "counts", "final": True, "calls": {"0": 3}, "dropped": {}}])
+
+
+def test_a_pair_whose_sides_read_the_same_says_what_differs(cli, tmp_path):
+    # A new user's fp32-against-autocast diff: "shape_changed | aten.pad.default(f32[2,24,64], ...) | the same text",
+    # the stride change in the JSON only.
+    a, b = tmp_path / "a", tmp_path / "b"
+    one_signature_run(a, [4608, 192, 1])
+    one_signature_run(b, [1536, 64, 1])
+    row = next(l for l in diff(cli, a, b).stdout.splitlines() if "aten.pad.default" in l)
+    assert "differs in `args[0].stride: [4608,192,1] -> [1536,64,1]`" in row, row

@@ -143,7 +143,9 @@ PickleValue ValueWriter::operator()(const c10::IValue& v, const c10::TypePtr& ty
     for (const auto& x : v.toTupleRef().elements()) items.push_back((*this)(x, nullptr, copied));
     return PickleValue::dict({{"kind", PickleValue::string("tuple")}, {"items", std::move(items)}});
   }
-  if (v.isGenerator()) return PickleValue::dict({{"kind", PickleValue::string("generator")}});
+  if (v.isGenerator())  // its device: the replay passes a generator of its own there (its state is not kept)
+    return PickleValue::dict({{"kind", PickleValue::string("generator")},
+                              {"device", PickleValue::string(v.toGenerator().device().str())}});
   return format::typed_value("unsupported", "<" + v.tagKind() + ">");
 }
 

@@ -34,6 +34,7 @@ void apply_math_policy(const PickleValue* p, std::ostringstream& log) {
   auto& c = at::globalContext();
   for (const auto& [key, value] : p->entries()) {
     if (value.kind() != PickleValue::Kind::String) continue;
+    if (key.rfind("autocast_", 0) == 0) continue;  // entered around the call alone (AutocastScope), logged there
     const std::string& t = value.as_string();
     const bool b = t == "true";
     try {

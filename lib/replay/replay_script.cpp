@@ -70,8 +70,9 @@ def value(v, device):
         return torch.device(device if device and not v["repr"].startswith("cpu") else v["repr"])
     if kind == "tuple":
         return tuple(value(x, device) for x in v["items"])
-    if kind == "generator":
-        return None
+    if kind == "generator":  # the recorded state is not kept: a fresh one where the run's was (random all the same)
+        return torch.Generator(device if device and not v.get("device", "cpu").startswith("cpu") else
+                               v.get("device", "cpu")) if "device" in v else None
     raise SystemExit(f"cannot rebuild a {kind} value ({v.get('repr')})")
 
 

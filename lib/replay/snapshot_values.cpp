@@ -156,7 +156,12 @@ c10::IValue rebuild(RebuildContext& ctx, const PickleValue& v, const c10::TypePt
     for (const auto& x : v.find("items")->items()) items.push_back(rebuild(ctx, x, nullptr));
     return c10::IValue(c10::ivalue::Tuple::create(std::move(items)));
   }
-  if (kind == "generator") return c10::IValue();  // the op falls back to the default generator: nondeterministic
+  if (kind == "generator") {  // the recorded state is not kept: a copy of the device's default (random all the same)
+    const PickleValue* recorded = v.find("device");
+    if (!recorded) return c10::IValue();  // a snapshot from before the device was kept: the default generator
+    const c10::Device device = target_device(recorded->as_string(), ctx.device, ctx.keep_cpu);
+    return c10::IValue(at::globalContext().defaultGenerator(device).clone());
+  }
   throw std::runtime_error("a " + v.find("repr")->as_string() + " argument cannot be rebuilt");
 }
 

@@ -122,6 +122,10 @@ def test_autocast_snapshots_keep_the_region_and_replay_exactly(resnet_run, cli):
     library = pathlib.Path(tv["library"])
     assert library.exists() and library.parent.name == "torchvision" and library.name.startswith("_C"), library
     logs = [p.read_text() for p in (resnet_run / "replays").glob("*/run.log")]
+    # the autocast state is entered around the call, and said so once: it was first called "not settable" (a new
+    # user's run.log: "autocast_cpu=true is not settable in torch 1.13.0", then "autocast: cpu torch.bfloat16")
+    assert not any("autocast_cpu=true is not settable" in t for t in logs), logs[0]
+    assert any("autocast: cpu torch.bfloat16" in t for t in logs)
     (log,) = [t for t in logs if "op torchvision::_cuda_version" in t]
     assert f"loaded {library}, which the recorded process had loaded" in log, log
     assert "library" not in ops["aten.conv2d.default"][0]  # torch's own ops name none

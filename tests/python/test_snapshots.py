@@ -421,3 +421,19 @@ def test_a_dropout_outside_training_replays_exactly_and_one_in_training_is_rando
     assert set(by_train) == {True, False}, by_train
     assert by_train[False]["exact"] is True and "nondeterministic" not in by_train[False]
     assert by_train[True]["nondeterministic"] == "random op"
+
+
+def test_an_op_given_a_generator_replays_with_its_own_signature(build_dir, tmp_path, cli):
+    # A new user's randn(..., generator=g) replayed with the generator as None: "signature differs!" beside the
+    # random op's "nondeterministic". The replay now passes a generator of the recorded device (its state is not
+    # kept: the values stay random by definition), by `lingprobe replay` and by the standalone script.
+    run_job("import torch\ng = torch.Generator().manual_seed(3)\ntorch.randn(2, 3, generator=g)\n", tmp_path,
+            build_dir, LINGPROBE_OPS="aten::randn")
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    r = replay(cli, run)
+    assert r.returncode == 0 and "signature differs" not in r.stdout, r.stdout + r.stderr
+    (d,) = (run / "replays").iterdir()
+    c = json.loads((d / "replay_comparison.json").read_text())
+    assert c["signature_matches"] is True and c["exact"] is None and c["nondeterministic"], c
+    s = subprocess.run([sys.executable, str(d / "replay_operator.py")], capture_output=True, text=True, timeout=300)
+    assert s.returncode == 0, s.stdout + s.stderr  # the generator rebuilt by the script's own code

@@ -144,8 +144,8 @@ PickleValue ValueWriter::operator()(const c10::IValue& v, const c10::TypePtr& ty
     return PickleValue::dict({{"kind", PickleValue::string("tuple")}, {"items", std::move(items)}});
   }
   if (v.isGenerator())  // its device: the replay passes a generator of its own there (its state is not kept)
-    return PickleValue::dict({{"kind", PickleValue::string("generator")},
-                              {"device", PickleValue::string(v.toGenerator().device().str())}});
+    return PickleValue::dict(
+        {{"kind", PickleValue::string("generator")}, {"device", PickleValue::string(v.toGenerator().device().str())}});
   return format::typed_value("unsupported", "<" + v.tagKind() + ">");
 }
 

@@ -246,8 +246,8 @@ int run(int argc, char** argv) {
   std::vector<Target> targets;
   if (is_dir(input)) {
     run_dir = input;
-    if (!is_dir(run_dir + "/metadata")) {
-      std::cerr << "lingprobe replay: " << run_dir << " is not a run directory (no metadata/); give OUT/{run_id}\n";
+    if (std::string why = lingprobe::sink::find_run_directory(run_dir); !why.empty()) {
+      std::cerr << "lingprobe replay: " << why << "\n";
       return 2;
     }
     const std::vector<std::string> files = lingprobe::sink::metadata_files(run_dir);

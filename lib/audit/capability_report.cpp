@@ -315,10 +315,10 @@ std::string capability_section(const std::vector<Job>& jobs, const ReportInputs&
 ReportOutcome run_report(const ReportOptions& options) {
   ReportOutcome out;
   std::string run = options.run_dir;
-  while (run.size() > 1 && run.back() == '/') run.pop_back();
+  const std::string found = sink::find_run_directory(run);
   const std::vector<std::string> files = sink::metadata_files(run);
   if (files.empty()) {
-    std::string why = sink::run_directory_error(run);
+    const std::string& why = found;
     out.status = format::Status(format::StatusCode::kBadInput,
                                 why.empty() ? run + " is not a run directory (no metadata/*.jsonl)" : why);
     return out;

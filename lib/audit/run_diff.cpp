@@ -86,8 +86,8 @@ std::string calls_change_text(uint64_t a, uint64_t b) {
 }
 
 // The run audited in memory: kBadInput (not a run directory), else the audit's failure.
-format::Status load(const std::string& dir, Run& run, std::vector<Warning>& warnings) {
-  if (std::string why = sink::run_directory_error(dir); !why.empty())
+format::Status load(std::string dir, Run& run, std::vector<Warning>& warnings) {
+  if (std::string why = sink::find_run_directory(dir); !why.empty())
     return format::Status(format::StatusCode::kBadInput, why);
   AuditOptions o;
   o.inputs = {dir};

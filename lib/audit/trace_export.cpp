@@ -434,8 +434,7 @@ std::string trace_end(const std::string& run_id, int64_t base, const TraceOutcom
 TraceOutcome write_trace(const TraceOptions& options) {
   TraceOutcome outcome;
   std::string run_dir = options.run_dir;
-  while (run_dir.size() > 1 && run_dir.back() == '/') run_dir.pop_back();
-  if (std::string why = sink::run_directory_error(run_dir); !why.empty()) {
+  if (std::string why = sink::find_run_directory(run_dir); !why.empty()) {
     outcome.status = format::Status(format::StatusCode::kBadInput, why);
     return outcome;
   }

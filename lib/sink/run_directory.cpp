@@ -118,6 +118,32 @@ std::string run_directory_error(const std::string& dir) {
          "newest launch";
 }
 
+std::string find_run_directory(std::string& dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  if (run_directory_error(dir).empty()) return "";
+  std::vector<std::string> launches;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name, path = dir + "/" + name;
+      struct stat st;
+      if (name != "." && name != ".." && ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+          run_directory_error(path).empty())
+        launches.push_back(name);  // not `latest`: a symlink
+    }
+    ::closedir(d);
+  }
+  std::sort(launches.begin(), launches.end());
+  if (launches.size() == 1) {
+    dir += "/" + launches[0];
+    return "";
+  }
+  if (launches.empty()) return run_directory_error(dir);
+  std::string names;
+  for (const auto& n : launches) names += (names.empty() ? "" : ", ") + n;
+  return "'" + dir + "' holds " + std::to_string(launches.size()) + " launches (" + names + "): give one, OUT/{run_id}, " +
+         "or " + dir + "/latest for the newest";
+}
+
 std::string replace_file(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp" + std::to_string(::getpid());
   std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

@@ -36,6 +36,11 @@ int open_directory_beneath(const std::string& run_dir, const std::string& rel_di
 // "" when `dir` is a run directory (it has a metadata/ folder), else what to give instead.
 std::string run_directory_error(const std::string& dir);
 
+// A run directory as a user gives it to any command: OUT/{run_id}, or an OUT holding one launch (what `lingprobe
+// run -o OUT` printed), trailing slashes allowed. "" with `dir` set to the run directory, or what to give instead
+// (a missing path, a folder without metadata/, an OUT of several launches, each named).
+std::string find_run_directory(std::string& dir);
+
 // RUN_DIR/metadata/*.jsonl, sorted (empty when there is none).
 std::vector<std::string> metadata_files(const std::string& run_dir);
 

@@ -147,3 +147,25 @@ def test_summary_leads_with_time_then_flops_then_calls_and_says_plainly_when_not
     assert "| coverage |" not in summary and "No snapshot or counter evidence in this run" in summary
     assert summary.index("## Stage") < summary.index("## Coverage")
     assert "files from rank(s) 0" in summary
+
+
+def test_every_command_takes_an_output_root_holding_one_launch_and_names_them_when_it_holds_more(build_dir, cli,
+                                                                                               tmp_path):
+    # A new user: `lingprobe audit OUT` took the root of one launch, `diff`, `trace` and `replay` refused it.
+    path = tmp_path / "conv.py"
+    path.write_text(CONV)
+    out = tmp_path / "out"
+    env = clean_env(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(out),
+                    LINGPROBE_SNAPSHOTS="1", LINGPROBE_SAMPLE_DEVICES="any", LINGPROBE_OPS="aten::conv2d")
+    commands = [["audit", str(out)], ["report", str(out)], ["trace", str(out), "-o", str(tmp_path / "t.json")],
+                ["diff", str(out) + "/", str(out)], ["replay", str(out), "-o", str(tmp_path / "r")]]
+    for launch in (1, 2):
+        p = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        for command in commands:
+            c = subprocess.run([cli, *command], capture_output=True, text=True, timeout=300)
+            if launch == 1:
+                assert c.returncode == 0, (command, c.stdout, c.stderr)
+            else:
+                runs = sorted(d.name for d in metadata.run_dirs(out))
+                assert c.returncode in (1, 2) and f"holds 2 launches ({', '.join(runs)})" in c.stderr, (command, c.stderr)

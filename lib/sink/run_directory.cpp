@@ -140,8 +140,8 @@ std::string find_run_directory(std::string& dir) {
   if (launches.empty()) return run_directory_error(dir);
   std::string names;
   for (const auto& n : launches) names += (names.empty() ? "" : ", ") + n;
-  return "'" + dir + "' holds " + std::to_string(launches.size()) + " launches (" + names + "): give one, OUT/{run_id}, " +
-         "or " + dir + "/latest for the newest";
+  return "'" + dir + "' holds " + std::to_string(launches.size()) + " launches (" + names +
+         "): give one, OUT/{run_id}, " + "or " + dir + "/latest for the newest";
 }
 
 std::string replace_file(const std::string& path, const std::string& text) {

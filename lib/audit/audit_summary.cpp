@@ -329,6 +329,26 @@ std::string interrupted_markdown(const std::vector<FileSummary>& files) {
   return text + " the job did not run to its end, and these counts are those of the calls made before it.\n\n";
 }
 
+// Ranks written by several processes (SPEC section 4: a restarted process adds its file; the seed's sources had two
+// pids per rank), whose counts are summed: said in the ranks' section. A new user's two launches with the same
+// LINGPROBE_RUN_ID doubled every count without a word.
+std::string several_processes_markdown(const std::vector<FileSummary>& files) {
+  std::map<int64_t, std::vector<int64_t>> pids;
+  for (const FileSummary& f : files)
+    if (f.role != "child" && f.role != "launcher") pids[f.rank].push_back(f.pid);
+  std::string ranks;
+  for (const auto& [rank, list] : pids) {
+    if (list.size() < 2) continue;
+    ranks += (ranks.empty() ? "" : "; ") + ("rank " + std::to_string(rank) + " (pids");
+    for (int64_t pid : list) ranks += " " + std::to_string(pid);
+    ranks += ")";
+  }
+  if (ranks.empty()) return "";
+  return "\nRanks written by several processes, their counts summed: " + ranks +
+         ". A restarted process adds its file to its launch's; so does another launch given the same run id "
+         "(LINGPROBE_RUN_ID), whose calls are then counted here too.\n";
+}
+
 }  // namespace
 
 // 5. The summary, then the files: the report and summary.md (nothing when anything failed before).
@@ -347,6 +367,7 @@ void write_outputs(AuditRun& a) {
   outcome.summary += nested_flops_markdown(a.summaries);
   if (!a.sampling.empty()) outcome.summary += snapshots_markdown(a);
   outcome.summary += a.ranks_view.markdown;
+  outcome.summary += several_processes_markdown(a.summaries);
   outcome.summary += stalls_and_others_markdown(a);
   outcome.run_dir = a.run_dir;
   if (!a.options.write) {

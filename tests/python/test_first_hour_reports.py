@@ -169,3 +169,21 @@ def test_every_command_takes_an_output_root_holding_one_launch_and_names_them_wh
             else:
                 runs = sorted(d.name for d in metadata.run_dirs(out))
                 assert c.returncode in (1, 2) and f"holds 2 launches ({', '.join(runs)})" in c.stderr, (command, c.stderr)
+
+
+def test_two_launches_with_the_same_run_id_are_summed_and_said_so(build_dir, cli, tmp_path):
+    # A new user naming experiments with LINGPROBE_RUN_ID=exp1 ran the job twice: every count doubled, no word.
+    path = tmp_path / "conv.py"
+    path.write_text(CONV)
+    env = clean_env(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "out"),
+                    LINGPROBE_RUN_ID="exp1")
+    for _ in range(2):
+        assert subprocess.run([sys.executable, str(path)], env=env, capture_output=True, timeout=300).returncode == 0
+    run = tmp_path / "out" / "exp1"
+    a = subprocess.run([cli, "audit", "--quiet", str(run)], capture_output=True, text=True, timeout=120)
+    assert a.returncode == 0, a.stderr
+    summary = (run / "reports" / "summary.md").read_text()
+    pids = sorted(int(f.name.split("_pid")[1].split(".")[0]) for f in metadata.files(run))
+    assert f"Ranks written by several processes, their counts summed: rank 0 (pids {pids[0]} {pids[1]})" in summary \
+        or f"rank 0 (pids {pids[1]} {pids[0]})" in summary, summary
+    assert "LINGPROBE_RUN_ID" in summary

@@ -193,7 +193,7 @@ LINGPROBE_API lingprobe_status lingprobe_flush(void) {
 }
 LINGPROBE_API lingprobe_status lingprobe_finalize(void) { LINGPROBE_GUARDED(lingprobe::api::session_finalize()); }
 LINGPROBE_API lingprobe_status lingprobe_finalize_on_signal(int signal_number) {
-  if (signal_number <= 0) return LINGPROBE_ERROR_INVALID_ARGUMENT;
+  if (signal_number <= 0) return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "signal_number must be a signal (> 0)");
   LINGPROBE_GUARDED(lingprobe::api::session_finalize(lingprobe::api::signal_name(signal_number).c_str()))
 }
 LINGPROBE_API lingprobe_status lingprobe_set_rank(int64_t rank, int64_t local_rank, int64_t world_size) {

@@ -156,8 +156,9 @@ Status parse_sample_plan(const std::string& v, std::string& out) {
 // A class ("WanModel", "wan.modules.model.WanModel") or function ("pkg.module:qualname") name of a stage rule.
 bool stage_rule_target(const std::string& t) {
   const auto name = [](const std::string& s) {
-    return !s.empty() &&
-           std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '.'; });
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) {
+      return std::isalnum(c) || c == '_' || c == '.' || c >= 0x80;  // a UTF-8 byte: Python names may have them
+    });
   };
   const size_t colon = t.find(':');
   return colon == std::string::npos ? name(t) : name(t.substr(0, colon)) && name(t.substr(colon + 1));
@@ -171,17 +172,17 @@ Status check_stage_map(const std::string& v) {
     const size_t end = std::min(v.find(';', begin), v.size());
     const std::string rule = v.substr(begin, end - begin);
     begin = end + 1;
-    if (rule.find_first_not_of(" \t") == std::string::npos) continue;
+    if (rule.find_first_not_of(" \t\r\n\v\f") == std::string::npos) continue;
     const size_t eq = rule.find('=');
-    if (eq == std::string::npos || rule.find_first_not_of(" \t") == eq ||
-        rule.find_first_not_of(" \t|", eq + 1) == std::string::npos)
+    if (eq == std::string::npos || rule.find_first_not_of(" \t\r\n\v\f") == eq ||
+        rule.find_first_not_of(" \t\r\n\v\f|", eq + 1) == std::string::npos)
       return Status(StatusCode::kBadInput, "rule '" + rule + "' is not stage=Class|pkg.module:function");
     size_t t = eq + 1;
     while (t <= rule.size()) {
       const size_t bar = std::min(rule.find('|', t), rule.size());
       std::string target = rule.substr(t, bar - t);
-      target.erase(0, target.find_first_not_of(" \t"));
-      target.erase(target.find_last_not_of(" \t") + 1);
+      target.erase(0, target.find_first_not_of(" \t\r\n\v\f"));
+      target.erase(target.find_last_not_of(" \t\r\n\v\f") + 1);
       t = bar + 1;
       if (target.empty() || stage_rule_target(target)) continue;  // an empty one is skipped, as the shim does
       return Status(StatusCode::kBadInput,

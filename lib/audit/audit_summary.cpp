@@ -315,10 +315,10 @@ std::string nothing_matched_markdown(const AuditRun& a) {
 }
 
 // Under the headline, when a process was ended by a signal: the run was cut short, its counts complete up to then.
-std::string interrupted_markdown(const std::vector<FileSummary>& files) {
+std::string interrupted_markdown(const std::vector<const FileSummary*>& rank_files) {
   std::map<std::string, std::set<int64_t>> ranks_by_signal;
-  for (const FileSummary& f : files)
-    if (f.interrupted()) ranks_by_signal[f.ended_by].insert(f.rank);
+  for (const auto& [rank, f] : last_process_per_rank(rank_files))
+    if (f->interrupted()) ranks_by_signal[f->ended_by].insert(rank);
   if (ranks_by_signal.empty()) return "";
   std::string text = "**Interrupted:**";
   for (const auto& [signal, ranks] : ranks_by_signal) {
@@ -332,10 +332,9 @@ std::string interrupted_markdown(const std::vector<FileSummary>& files) {
 // Ranks written by several processes (SPEC section 4: a restarted process adds its file; the seed's sources had two
 // pids per rank), whose counts are summed: said in the ranks' section. A new user's two launches with the same
 // LINGPROBE_RUN_ID doubled every count without a word.
-std::string several_processes_markdown(const std::vector<FileSummary>& files) {
+std::string several_processes_markdown(const std::vector<const FileSummary*>& rank_files) {
   std::map<int64_t, std::vector<int64_t>> pids;
-  for (const FileSummary& f : files)
-    if (f.role != "child" && f.role != "launcher") pids[f.rank].push_back(f.pid);
+  for (const FileSummary* f : rank_files) pids[f->rank].push_back(f->pid);
   std::string ranks;
   for (const auto& [rank, list] : pids) {
     if (list.size() < 2) continue;
@@ -361,13 +360,13 @@ void write_outputs(AuditRun& a) {
   const size_t count_line_end = outcome.summary.find('\n', outcome.summary.find("\n\n") + 2);
   if (std::string nothing = nothing_matched_markdown(a); !nothing.empty())
     outcome.summary.insert(count_line_end + 1, "\n" + nothing);
-  if (std::string interrupted = interrupted_markdown(a.summaries); !interrupted.empty())
+  if (std::string interrupted = interrupted_markdown(a.row_files); !interrupted.empty())
     outcome.summary.insert(count_line_end + 1, "\n" + interrupted);
   outcome.summary += uncounted_calls_markdown(a.nested, a.compile_time);
   outcome.summary += nested_flops_markdown(a.summaries);
   if (!a.sampling.empty()) outcome.summary += snapshots_markdown(a);
   outcome.summary += a.ranks_view.markdown;
-  outcome.summary += several_processes_markdown(a.summaries);
+  outcome.summary += several_processes_markdown(a.row_files);
   outcome.summary += stalls_and_others_markdown(a);
   outcome.run_dir = a.run_dir;
   if (!a.options.write) {

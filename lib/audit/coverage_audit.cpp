@@ -45,10 +45,6 @@ const std::map<uint32_t, uint64_t>* counts_of(const FileSummary& f, AuditOutcome
     outcome.warnings.push_back(
         {WarningCode::kNoFinalCounts,
          f.path + ": no final counts record (the process did not finish); using its last counts"});
-  } else if (f.interrupted()) {
-    outcome.warnings.push_back({WarningCode::kInterrupted, f.path + ": ended by " + f.ended_by +
-                                                               " (the job was interrupted): its counts are complete "
-                                                               "up to then, the run is not"});
   }
   if (f.truncated_last_line)
     outcome.warnings.push_back(
@@ -343,6 +339,11 @@ bool total_ranks(AuditRun& a) {
     add_evidence_and_stalls(a, f);
     add_file_totals(a, f);
   }
+  for (const auto& [rank, f] : last_process_per_rank(a.row_files))
+    if (f->interrupted())
+      a.outcome.warnings.push_back({WarningCode::kInterrupted, f->path + ": ended by " + f->ended_by +
+                                                                   " (the job was interrupted): its counts are "
+                                                                   "complete up to then, the run is not"});
   // Signatures defined but never counted carry no calls: not rows.
   for (auto it = a.sigs.begin(); it != a.sigs.end();) it = it->second.calls ? std::next(it) : a.sigs.erase(it);
   std::vector<RankViewSignature> rank_signatures;

@@ -466,4 +466,13 @@ ReadResult read_metadata_file(const std::string& path, FileSummary& out,
   return r;
 }
 
+std::map<int64_t, const FileSummary*> last_process_per_rank(const std::vector<const FileSummary*>& rank_files) {
+  std::map<int64_t, const FileSummary*> last;
+  for (const FileSummary* f : rank_files) {
+    const FileSummary*& l = last[f->rank];
+    if (!l || f->start_unix_ns >= l->start_unix_ns) l = f;
+  }
+  return last;
+}
+
 }  // namespace lingprobe::audit

@@ -154,4 +154,8 @@ ReadResult stream_metadata_file(const std::string& path, RecordVisitor& visitor,
 ReadResult read_metadata_file(const std::string& path, FileSummary& out,
                               const std::function<void(uint64_t)>& progress = {});
 
+// Each rank's last process among `rank_files` (by its header's start; a restarted process after the one it
+// replaced): a rank was interrupted when that one was, not an elastic restart's first attempt.
+std::map<int64_t, const FileSummary*> last_process_per_rank(const std::vector<const FileSummary*>& rank_files);
+
 }  // namespace lingprobe::audit

@@ -98,8 +98,10 @@ void find_ranks(int64_t world_size, const std::vector<const FileSummary*>& rank_
   for (int64_t r = 0; r < world_size && r < 100000; ++r) d.expected.insert(r);
   for (const FileSummary* f : rank_files) {
     d.with_files.insert(f->rank);
-    if (!f->final_counts || f->interrupted()) d.unfinished.insert(f->rank);
+    if (!f->final_counts) d.unfinished.insert(f->rank);
   }
+  for (const auto& [rank, f] : last_process_per_rank(rank_files))
+    if (f->interrupted()) d.unfinished.insert(rank);
   std::set_difference(d.expected.begin(), d.expected.end(), d.with_files.begin(), d.with_files.end(),
                       std::inserter(d.missing, d.missing.end()));
 }

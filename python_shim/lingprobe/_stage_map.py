@@ -23,7 +23,8 @@ from . import pop_stage, push_stage
 from ._import_hooks import after_import
 
 
-_NAME = re.compile(r"[A-Za-z0-9_.]+(:[A-Za-z0-9_.]+)?")
+_SPACE = " \t\r\n\v\f"
+_NAME = re.compile(r"[A-Za-z0-9_.\u0080-\U0010FFFF]+(:[A-Za-z0-9_.\u0080-\U0010FFFF]+)?")
 
 
 class _Rules:
@@ -33,22 +34,23 @@ class _Rules:
         self.seen_classes = {}  # every module class whose forward ran -> its stage or None
         self.imported = set()   # the function rules' modules that were imported
         self.called = set()     # "module:qualname" of wrapped functions that ran
-        for part in filter(None, (p.strip() for p in spec.split(";"))):
+        # The same rules, and the same whitespace, as check_stage_map (lib/api/config_table.cpp), which `lingprobe
+        # run` applies before the job starts.
+        for part in filter(None, (p.strip(_SPACE) for p in spec.split(";"))):
             stage, sep, targets = part.partition("=")
-            if not sep or not stage.strip() or not targets.strip():
-                raise ValueError(f"rule '{part}' is not stage=Target|Target")
-            for target in filter(None, (t.strip() for t in targets.split("|"))):
-                if not _NAME.fullmatch(target):  # as check_stage_map (lib/api/config_table.cpp) says it
+            if not sep or not stage.strip(_SPACE) or not targets.strip(_SPACE + "|"):
+                raise ValueError(f"rule '{part}' is not stage=Class|pkg.module:function")
+            stage = stage.strip(_SPACE)
+            for target in filter(None, (t.strip(_SPACE) for t in targets.split("|"))):
+                if not _NAME.fullmatch(target):
                     separators = ": rules are separated by ';'" if any(c in target for c in ",=") else ""
                     raise ValueError(f"'{target}' is not a class or pkg.module:function name{separators} "
                                      "(stage=Class|pkg.module:function;..., e.g. dit=WanModel;vae=WanVAE|Decoder3d)")
                 if ":" in target:
                     module, _, qualname = target.partition(":")
-                    if not module.strip() or not qualname.strip():
-                        raise ValueError(f"target '{target}' is not pkg.module:function")
-                    self.functions.setdefault(module, []).append((qualname, stage.strip()))
+                    self.functions.setdefault(module, []).append((qualname, stage))
                 else:
-                    self.classes[target] = stage.strip()
+                    self.classes[target] = stage
 
 
 _local = threading.local()

@@ -259,3 +259,41 @@ def test_the_stage_map_parser_answers_any_text_with_rules_or_a_value_error():
         except ValueError:
             outcomes["ValueError"] += 1
     assert outcomes["rules"] > 1000 and outcomes["ValueError"] > 1000, outcomes
+
+
+def test_lingprobe_run_and_the_shim_agree_on_every_stage_map(cli, tmp_path):
+    """`lingprobe run` checks the map in C++ (api::check_stage_map) before the job; the shim parses it in Python. A
+    map one accepts and the other refuses is a job refused for nothing, or one started to run unstaged. Curated edge
+    cases (a CRLF line's '\\r', a ',' between rules, empty targets, non-ASCII names) and seeded random mutations."""
+    sys.path.insert(0, str(SHIM_DIR))
+    try:
+        from lingprobe._stage_map import _Rules
+    finally:
+        sys.path.remove(str(SHIM_DIR))
+    import random
+    rng = random.Random(29)
+    cases = ["dit=WanModel\r", "dit=WanModel;\n", "x=|", "x=A||B", "attn=A,block=B", " = A", "dit=Wän", "a=B:",
+             "a=:f", "a=m:f:g", "a=m.f:C.g", "a=B\u00a0C", "\t;\t", ""]
+    seeds = ["dit=WanModel;vae=WanVAE|Decoder3d;output=wan.utils.utils:save_video", "a=B", "x=pkg.mod:Cls.method"]
+    for _ in range(150):
+        s = list(rng.choice(seeds))
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randint(0, len(s))
+            if rng.random() < 0.6:
+                s.insert(at, rng.choice("=;|:. _-aZ9\t\ré,"))
+            elif s:
+                del s[min(at, len(s) - 1)]
+        cases.append("".join(s))
+    disagree = []
+    for spec in cases:
+        try:
+            _Rules(spec)
+            shim_ok = True
+        except ValueError:
+            shim_ok = False
+        p = subprocess.run([cli, "run", "-o", str(tmp_path / "o"), "--stage-map", spec, "--", "true"],
+                           capture_output=True, text=True, timeout=60)
+        run_ok = "LINGPROBE_STAGE_MAP" not in p.stderr
+        if run_ok != shim_ok:
+            disagree.append((spec, shim_ok, p.stderr.strip()))
+    assert not disagree, disagree

@@ -424,3 +424,4 @@ def test_an_ignored_hangup_stays_ignored_under_nohup(build_dir, tmp_path):
     assert p.returncode == -signal.SIGTERM
     counts, calls = final_counts(tmp_path / "out")
     assert counts is not None and counts["final"] is True and calls == 1000
+    assert counts.get("ended_by") == "SIGTERM", counts  # finalized on the SIGTERM, not at once as a second signal

@@ -276,3 +276,26 @@ TEST_CASE("audit: a rank ended by a signal makes the run interrupted, in the war
   CHECK(md.find("**Interrupted:** rank(s) 2 ended by SIGTERM;") != std::string::npos);
   CHECK(md.find("ranks that did not finish (no final counts record, or ended by a signal): 2") != std::string::npos);
 }
+
+TEST_CASE("audit: an elastic restart's first attempt, ended by SIGTERM, is not an interrupted run", "[audit][phases]") {
+  // torchrun --max-restarts SIGTERMs every worker of the failed attempt; the next attempt's processes finish into the
+  // same run directory. Each rank is judged by its last process.
+  StoredRunAudit stored;
+  AuditRun& a = stored.a;
+  REQUIRE(find_inputs(a));
+  REQUIRE(read_inputs(a));
+  FileSummary restarted = a.summaries[2];
+  a.summaries[2].ended_by = "SIGTERM";
+  restarted.ended_by = "exit";
+  restarted.pid += 1;
+  restarted.start_unix_ns = a.summaries[2].start_unix_ns + 1;
+  a.summaries.push_back(restarted);
+  REQUIRE(total_ranks(a));
+  check_evidence(a);
+  build_report(a);
+  write_outputs(a);
+  for (const Warning& w : stored.outcome.warnings) CHECK(w.code != WarningCode::kInterrupted);
+  const std::string& md = stored.outcome.summary;
+  CHECK(md.find("Interrupted") == std::string::npos);
+  CHECK(md.find("Ranks written by several processes, their counts summed: rank 2 (pids") != std::string::npos);
+}

@@ -216,14 +216,16 @@ struct Replay {
 
 // The library the recorded process had loaded for an extension's op (the snapshot's "library": torchvision's _C),
 // loaded here once; false when the snapshot names none, it is not on this machine, or it does not load.
-bool load_recorded_library(const PickleValue& doc, std::ostream& log) {
+bool load_recorded_library(const PickleValue& doc, std::ostream& log, std::string& why_not) {
   const PickleValue* library = doc.find("library");
   if (!library || library->kind() != PickleValue::Kind::String || ::access(library->as_string().c_str(), R_OK) != 0)
     return false;
   const std::string& path = library->as_string();
   if (::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) return false;  // loaded, and the op is not its
   if (!::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
-    log << "the recorded library " << path << " does not load here: " << ::dlerror() << "\n";
+    // torch 2.11's torchvision _C links libtorch_python, whose Python symbols a process without Python lacks
+    why_not = "the recorded library " + path + " does not load in this process (" + ::dlerror() + ")";
+    log << why_not << "\n";
     return false;
   }
   log << "loaded " << path << ", which the recorded process had loaded\n";
@@ -246,7 +248,8 @@ Status open_snapshot(Replay& p) {
   p.ctx.log << "snapshot " << p.path << "\nop " << p.full_name() << " stage " << p.r.stage << " rank "
             << doc.find("rank")->as_int() << " seq " << doc.find("seq")->as_int() << "\n";
   p.handle = c10::Dispatcher::singleton().findSchema({p.name, p.overload});
-  if (!p.handle && load_recorded_library(doc, p.ctx.log))
+  std::string library_not_loaded;
+  if (!p.handle && load_recorded_library(doc, p.ctx.log, library_not_loaded))
     p.handle = c10::Dispatcher::singleton().findSchema({p.name, p.overload});
   if (p.handle) return Status();
   const std::string ns = p.name.substr(0, p.name.find("::"));
@@ -261,6 +264,10 @@ Status open_snapshot(Replay& p) {
   const std::string finder = identifier ? "; a Python package's _C extension: python3 -c \"import " + ns +
                                               ", glob; print(*glob.glob(" + ns + ".__path__[0] + '/_C*.so'))\""
                                         : "";
+  if (!library_not_loaded.empty())  // a Python extension: python3 has what it needs
+    return Status(StatusCode::kUnsupported,
+                  "op " + p.full_name() + " not registered in this process: " + library_not_loaded +
+                      "; replay it in python3, where importing its package loads it (docs/SNAPSHOTS.md's script)");
   return Status(StatusCode::kUnsupported, "op " + p.full_name() +
                                               " not registered in this process (load its library with --load-library "
                                               "LIB.so" +

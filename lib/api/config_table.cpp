@@ -164,6 +164,9 @@ bool stage_rule_target(const std::string& t) {
   return colon == std::string::npos ? name(t) : name(t.substr(0, colon)) && name(t.substr(colon + 1));
 }
 
+// Python's str.strip() whitespace, which the shim's parser strips (_SPACE in python_shim/lingprobe/_stage_map.py).
+constexpr const char* kSpace = " \t\r\n\v\f";
+
 }  // namespace
 
 Status check_stage_map(const std::string& v) {
@@ -172,17 +175,17 @@ Status check_stage_map(const std::string& v) {
     const size_t end = std::min(v.find(';', begin), v.size());
     const std::string rule = v.substr(begin, end - begin);
     begin = end + 1;
-    if (rule.find_first_not_of(" \t\r\n\v\f") == std::string::npos) continue;
+    if (rule.find_first_not_of(kSpace) == std::string::npos) continue;
     const size_t eq = rule.find('=');
-    if (eq == std::string::npos || rule.find_first_not_of(" \t\r\n\v\f") == eq ||
-        rule.find_first_not_of(" \t\r\n\v\f|", eq + 1) == std::string::npos)
+    if (eq == std::string::npos || rule.find_first_not_of(kSpace) == eq ||
+        rule.find_first_not_of(std::string(kSpace) + "|", eq + 1) == std::string::npos)
       return Status(StatusCode::kBadInput, "rule '" + rule + "' is not stage=Class|pkg.module:function");
     size_t t = eq + 1;
     while (t <= rule.size()) {
       const size_t bar = std::min(rule.find('|', t), rule.size());
       std::string target = rule.substr(t, bar - t);
-      target.erase(0, target.find_first_not_of(" \t\r\n\v\f"));
-      target.erase(target.find_last_not_of(" \t\r\n\v\f") + 1);
+      target.erase(0, target.find_first_not_of(kSpace));
+      target.erase(target.find_last_not_of(kSpace) + 1);
       t = bar + 1;
       if (target.empty() || stage_rule_target(target)) continue;  // an empty one is skipped, as the shim does
       return Status(StatusCode::kBadInput,

@@ -67,9 +67,7 @@ bool find_inputs(AuditRun& a) {
     } else if (is_dir(in) && basename(in) == "metadata") {
       add_run(parent(in));
     } else if (is_dir(in)) {
-      std::vector<std::string> launches;
-      for (const auto& name : list_dir(in))
-        if (!is_symlink(in + "/" + name) && is_dir(in + "/" + name + "/metadata")) launches.push_back(name);
+      const std::vector<std::string> launches = sink::launches_in(in);
       if (launches.size() > 1 && !options.allow_mixed_runs) {
         std::string names;
         for (size_t i = 0; i < launches.size(); ++i) names += (i ? ", " : "") + launches[i];

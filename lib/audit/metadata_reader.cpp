@@ -77,14 +77,8 @@ class SummaryVisitor final : public RecordVisitor {
   std::vector<CallTimes> times_;
 };
 
-std::string str(simdjson::dom::element e) {
-  std::string_view v;
-  if (e.get_string().get(v)) return "";
-  return std::string(v);
-}
-
-// A string field that may be absent: "" then.
-std::string optional_str(simdjson::simdjson_result<simdjson::dom::element> e) {
+// A string field, or "" where it is absent or not a string.
+std::string str(simdjson::simdjson_result<simdjson::dom::element> e) {
   std::string_view v;
   if (e.get_string().get(v)) return "";
   return std::string(v);
@@ -167,7 +161,7 @@ std::string read_counts_record(simdjson::dom::object obj, FileSummary& f) {
   read_nested_counts(obj["collectives"], f.collectives);
   bool fin = false;
   f.final_counts = !obj["final"].get_bool().get(fin) && fin;
-  f.ended_by = optional_str(obj["ended_by"]);
+  f.ended_by = str(obj["ended_by"]);
   f.has_counts = true;
   return "";
 }

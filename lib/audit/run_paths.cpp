@@ -12,11 +12,6 @@ bool is_dir(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-bool is_symlink(const std::string& p) {
-  struct stat st;
-  return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
-}
-
 std::pair<uint64_t, uint64_t> file_identity(const std::string& p) {
   struct stat st;
   if (::stat(p.c_str(), &st) != 0) return {0, 0};

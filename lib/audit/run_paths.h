@@ -10,7 +10,6 @@
 namespace lingprobe::audit {
 
 bool is_dir(const std::string& path);
-bool is_symlink(const std::string& path);
 // The file `path` names, symlinks followed (device and inode): two paths to one file compare equal. {0, 0} when
 // it cannot be read.
 std::pair<uint64_t, uint64_t> file_identity(const std::string& path);

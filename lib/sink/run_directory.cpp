@@ -118,21 +118,25 @@ std::string run_directory_error(const std::string& dir) {
          "newest launch";
 }
 
-std::string find_run_directory(std::string& dir) {
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  if (run_directory_error(dir).empty()) return "";
+std::vector<std::string> launches_in(const std::string& out_root) {
   std::vector<std::string> launches;
-  if (DIR* d = ::opendir(dir.c_str())) {
+  if (DIR* d = ::opendir(out_root.c_str())) {
     while (const dirent* e = ::readdir(d)) {
-      const std::string name = e->d_name, path = dir + "/" + name;
+      const std::string name = e->d_name, path = out_root + "/" + name;
       struct stat st;
-      if (name != "." && name != ".." && ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
-          run_directory_error(path).empty())
-        launches.push_back(name);  // not `latest`: a symlink
+      if (name[0] != '.' && ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && run_directory_error(path).empty())
+        launches.push_back(name);
     }
     ::closedir(d);
   }
   std::sort(launches.begin(), launches.end());
+  return launches;
+}
+
+std::string find_run_directory(std::string& dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  if (run_directory_error(dir).empty()) return "";
+  const std::vector<std::string> launches = launches_in(dir);
   if (launches.size() == 1) {
     dir += "/" + launches[0];
     return "";

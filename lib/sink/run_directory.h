@@ -36,6 +36,10 @@ int open_directory_beneath(const std::string& run_dir, const std::string& rel_di
 // "" when `dir` is a run directory (it has a metadata/ folder), else what to give instead.
 std::string run_directory_error(const std::string& dir);
 
+// The launches an OUT holds: its subfolders that are run directories, sorted by name (not `latest`, a symlink,
+// nor hidden folders).
+std::vector<std::string> launches_in(const std::string& out_root);
+
 // A run directory as a user gives it to any command: OUT/{run_id}, or an OUT holding one launch (what `lingprobe
 // run -o OUT` printed), trailing slashes allowed. "" with `dir` set to the run directory, or what to give instead
 // (a missing path, a folder without metadata/, an OUT of several launches, each named).

@@ -64,13 +64,21 @@ def watch_init_process_group(c10d):
         dist.init_process_group = init_process_group
 
 
+def _interactive():
+    """An interpreter that shows an exception and goes on (python -i, a REPL, IPython and Jupyter kernels): its
+    sys.last_value is the last statement's, never the cause of its exit."""
+    ipython = sys.modules.get("IPython")
+    return bool(sys.flags.interactive or hasattr(sys, "ps1") or
+                (ipython is not None and getattr(ipython, "get_ipython", lambda: None)() is not None))
+
+
 def _finalize_if_ending_by_sigint():
     # An unhandled KeyboardInterrupt ends Python with kill(SIGINT) after its
     # finalization, before the C atexit handlers (lingprobe's finalize) run:
     # finalize here, in Python's atexit, for that exit only (others keep
     # recording until the C atexit, which sees later teardown calls too). The final counts record says SIGINT: the
     # audit reports the run as interrupted.
-    if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
+    if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt) and not _interactive():
         import signal
         from . import _native
         _native.load_library().lingprobe_finalize_on_signal(int(signal.SIGINT))

@@ -407,7 +407,7 @@ Status write_replay_files(Replay& p) {
       {"replay_comparison.json", format::pretty_json(p.r.comparison) + "\n"},
       {"identity.json", format::pretty_json(identity_json(p.device_str, rel, snapshot_sha)) + "\n"},
       {"run.log", p.ctx.log.str()},
-      {"replay_operator.py", replay_operator_script(p.path)},
+      {"replay_operator.py", replay_operator_script(p.path, dir)},
   };
   JsonValue manifest = JsonValue::object();
   JsonValue sums = JsonValue::object();

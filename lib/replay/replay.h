@@ -51,7 +51,8 @@ ReplayResult replay_snapshot(const std::string& path, const ReplayOptions& optio
 std::string nondeterminism(const std::string& op_name, const std::string& device_type, bool cudnn_benchmark,
                            bool deterministic_algorithms, bool has_generator, bool training_off);
 
-// The standalone plain-PyTorch replay script (torch.load + torch.ops) for a snapshot.
-std::string replay_operator_script(const std::string& snapshot_path);
+// The standalone plain-PyTorch replay script (torch.load + torch.ops) for a snapshot, to be written into
+// `script_dir` (which exists): it finds the snapshot relative to its own directory.
+std::string replay_operator_script(const std::string& snapshot_path, const std::string& script_dir);
 
 }  // namespace lingprobe::replay

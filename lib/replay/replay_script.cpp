@@ -3,13 +3,42 @@
 // call by hand or under Nsight Compute, without lingprobe.
 #include "replay/replay.h"
 
+#include <cstdlib>
+
 #include "format/canonical_json.h"
 
 namespace lingprobe::replay {
 
-std::string replay_operator_script(const std::string& snapshot_path) {
-  std::string quoted;
-  format::write_json_string(snapshot_path, quoted);  // a valid Python string literal for any path
+namespace {
+
+// `to` as a path relative to the directory `from`, both resolved (symlinks such as OUT/latest followed); `to`
+// itself, made absolute, where either cannot be resolved.
+std::string relative_path(const std::string& from, const std::string& to) {
+  char* from_real = ::realpath(from.c_str(), nullptr);
+  char* to_real = ::realpath(to.c_str(), nullptr);
+  std::string result = to;
+  if (from_real && to_real) {
+    const std::string a = std::string(from_real) + "/", b = to_real;
+    size_t common = 0;  // the length of the directories both share, up to a '/'
+    for (size_t i = 0; i < a.size() && i < b.size() && a[i] == b[i]; ++i)
+      if (a[i] == '/') common = i + 1;
+    result.clear();
+    for (size_t i = common; i < a.size(); ++i)
+      if (a[i] == '/') result += "../";
+    result += b.substr(common);
+  } else if (to_real) {
+    result = to_real;
+  }
+  std::free(from_real);
+  std::free(to_real);
+  return result;
+}
+
+}  // namespace
+
+std::string replay_operator_script(const std::string& snapshot_path, const std::string& script_dir) {
+  std::string quoted;  // a valid Python string literal for any path
+  format::write_json_string(relative_path(script_dir, snapshot_path), quoted);
   return R"PY(#!/usr/bin/env python3
 """Replays one lingprobe snapshot with plain PyTorch: torch.load + torch.ops.
 
@@ -22,8 +51,10 @@ recorded autocast region, calls the op and compares with the recorded output
 call N more times (for profilers: ncu --nvtx --nvtx-include lingprobe_replay/)."""
 import argparse, contextlib, json, math, os, torch
 
-SNAPSHOT = )PY" +
-         quoted + R"PY(
+# the snapshot this was written for, relative to this script's directory: the script runs from anywhere, and a run
+# directory moved whole keeps its replays
+SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), )PY" +
+         quoted + R"PY()
 
 
 def span(shape, stride):

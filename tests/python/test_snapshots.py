@@ -131,6 +131,21 @@ def test_the_standalone_replay_script_replays_exactly(ops_run, cli):
         assert json.loads(p.stdout.strip().splitlines()[-1])["exact"] is True, (d.name, p.stdout)
 
 
+def test_the_standalone_replay_script_runs_from_its_own_directory(ops_run, cli, tmp_path):
+    """A run and replay directory given relative and through a `latest` symlink, as a user types them: the script
+    finds its snapshot from wherever it is run (it was written with the path as typed, relative to the replay's
+    working directory, and failed from its own)."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "latest").symlink_to(ops_run)
+    r = subprocess.run([cli, "replay", "out/latest", "-o", "mine"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = sorted((tmp_path / "mine" / "replays").iterdir())[0]
+    p = subprocess.run([sys.executable, "replay_operator.py"], cwd=d, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.strip().splitlines()[-1])["exact"] is True, p.stdout
+
+
 def test_audit_counts_only_this_runs_evidence(ops_run, cli, tmp_path):
     import shutil
     run = tmp_path / "copy"

@@ -250,7 +250,7 @@ lingprobe_status same_configuration(const Config& running, const Config& asked, 
   const std::string differ = config_differences(running, asked);
   if (differ.empty()) return LINGPROBE_OK;
   error = "lingprobe is already initialised with other options (" + differ +
-          " differ); the first configuration stays (the first init's, or the environment's under LD_PRELOAD or "
+          "); the first configuration stays (the first init's, or the environment's under LD_PRELOAD or "
           "`lingprobe run`): pass the same options to go on with it";
   return LINGPROBE_ERROR_ALREADY_INITIALIZED;
 }

@@ -13,6 +13,8 @@ call_records=False, flush_interval_ms=100, ...). The library is found through
 LINGPROBE_LIBRARY (a path) or next to this package. Failed calls raise
 LingprobeError carrying lingprobe's status text.
 """
+import os
+
 from ._errors import LingprobeError
 # ctypes and the bindings load on first use: sitecustomize imports this package
 # in every Python process the preload stub is in, most of which never use it.
@@ -21,7 +23,6 @@ __all__ = ["LingprobeError", "start", "stop", "flush", "finalize", "stage", "pus
            "stats", "set_rank", "metadata_path", "run_dir", "version"]
 
 _lib = None
-_initialised_here = False  # this module's start() initialised lingprobe (else the preload stub or the host did)
 _NOT_INITIALIZED = 3  # LINGPROBE_ERROR_NOT_INITIALIZED
 _ALREADY_INITIALIZED = 12  # LINGPROBE_ERROR_ALREADY_INITIALIZED
 _STATES = {0: "fresh", 1: "running", 2: "finalized", 3: "forked_child"}
@@ -41,11 +42,18 @@ def check(lib, status):
     native_check(lib, status)
 
 
+_RULE_LISTS = ("ops", "sample_ops")  # OPS syntax: a list's items are rules, each with its stage or for every stage
+
+
+def _joined(name, items):
+    return (";" if name.lower() in _RULE_LISTS else ",").join(items)
+
+
 def _setting(name, value):
     if isinstance(value, bool):
         value = "1" if value else "0"
     elif isinstance(value, (list, tuple)):
-        value = ",".join(value)
+        value = _joined(name, value)
     return f"{name}={value}".encode()
 
 
@@ -57,12 +65,11 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
     configuration was invalid, the next one initialises with its own. Raises
     LingprobeError with the reason when the configuration is invalid (an output
     directory this process cannot write, a bad option) or after finalize()."""
-    global _initialised_here
     import ctypes
     from ._native import Options
     lib = _library()
     settings = [_setting(k, v) for k, v in options.items()]
-    ops_text = ",".join(ops) if isinstance(ops, (list, tuple)) else ops
+    ops_text = _joined("ops", ops) if isinstance(ops, (list, tuple)) else ops
     fresh = lib.lingprobe_get_state() == 0
     if fresh or options or out_dir or ops:
         # The library decides: a first init (or one after a failed init) configures; the same configuration
@@ -74,19 +81,22 @@ def start(out_dir=None, ops=None, use_environment=True, **options):
         status = lib.lingprobe_init(ctypes.byref(opts))
         if status == _ALREADY_INITIALIZED:
             raise LingprobeError(status, _already_initialised(lib))
-        _initialised_here = _initialised_here or fresh
-        check(lib, status)
         from . import _process
+        _process.initialised_by_start = _process.initialised_by_start or fresh
+        check(lib, status)
         _process.after_init()
     check(lib, lib.lingprobe_start())
 
 
 def _already_initialised(lib):
     """The library's line (it names the options that differ) and what to do about it from Python."""
+    from . import _process
     message = lib.lingprobe_last_error().decode(errors="replace")
-    if not _initialised_here:
-        return (message + "; from Python: it was initialised at load (LD_PRELOAD or `lingprobe run`), from the "
-                "environment: call start() without options to record as configured there")
+    if not _process.initialised_by_start:
+        by = ("at load (LD_PRELOAD or `lingprobe run`), from the environment" if "lingprobe_preload" in
+              os.environ.get("LD_PRELOAD", "") else "by the host's own lingprobe_init (C, or ctypes)")
+        return (message + f"; from Python: it was initialised {by}: call start() without options to record as "
+                "configured there")
     return (message + "; from Python: options apply only to the first start() of a process: call start() without "
             "options (or with the first start()'s own) to resume the same run")
 

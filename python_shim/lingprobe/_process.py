@@ -90,6 +90,9 @@ def finalize_before_sigint_exit():
 
 
 _after_init_done = False
+# lingprobe.start() made the process's first init (else the preload stub or the host did). Here, not in the package:
+# a notebook's importlib.reload(lingprobe) (%autoreload) re-runs the package's code, not this module's.
+initialised_by_start = False
 
 
 def after_init():

@@ -47,6 +47,62 @@ def test_start_stage_stats_stop(build_dir, tmp_path):
     assert header["role"] == "single" and header["rank"] == 0 and header["world_size"] == 1
 
 
+def test_ops_given_as_a_list_of_per_stage_rules(build_dir, tmp_path):
+    """A list may mix per-stage rules ('dit:aten::mm') with rules for every stage: each item is a rule of its own
+    (joined with ',' it read as one stage rule whose second pattern has a ':' and was refused)."""
+    code = f"""
+        import torch, lingprobe
+        lingprobe.start(out_dir={str(tmp_path)!r}, ops=["dit:aten::mm", "aten::add*"],
+                        sample_ops=["dit:aten::mm", "vae:aten::add*"])
+        x = torch.ones(4, 4)
+        with lingprobe.stage("dit"):
+            torch.mm(x, x); torch.add(x, x)
+        with lingprobe.stage("vae"):
+            torch.mm(x, x); torch.add(x, x)
+        lingprobe.finalize()
+        print(lingprobe.metadata_path())
+    """
+    p = run_py(code, build_dir)
+    assert p.returncode == 0, p.stderr.decode()
+    header, sigs, counts, calls, last = metadata.summarize(p.stdout.decode().split()[-1])
+    got = {(sigs[i]["stage"], sigs[i]["op"]): n for i, n in counts.items()}
+    assert got == {("dit", "aten.mm.default"): 1, ("dit", "aten.add.Tensor"): 1, ("vae", "aten.add.Tensor"): 1}
+
+
+def test_a_refused_restart_says_who_initialised_it(build_dir, tmp_path):
+    """After importlib.reload(lingprobe) (a notebook's %autoreload) the refusal blamed LD_PRELOAD, as it did after
+    the host's own lingprobe_init through ctypes; neither had happened."""
+    code = f"""
+        import importlib, torch, lingprobe
+        from lingprobe import _native
+        lingprobe.start(out_dir={str(tmp_path / "a")!r})
+        lingprobe = importlib.reload(lingprobe)
+        try:
+            lingprobe.start(out_dir={str(tmp_path / "a")!r}, snapshots=True)
+        except lingprobe.LingprobeError as e:
+            print("RELOADED", e)
+    """
+    p = run_py(code, build_dir)
+    assert p.returncode == 0, p.stderr.decode()
+    out = p.stdout.decode()
+    assert "RELOADED" in out and "options apply only to the first start()" in out and "initialised at load" not in out, out
+    code = f"""
+        import ctypes, torch, lingprobe
+        from lingprobe import _native
+        lib = _native.load_library()
+        opts = _native.Options(ctypes.sizeof(_native.Options), 1, {str(tmp_path / "b")!r}.encode(), None, None, 0)
+        assert lib.lingprobe_init(ctypes.byref(opts)) == 0
+        try:
+            lingprobe.start(out_dir={str(tmp_path / "c")!r})
+        except lingprobe.LingprobeError as e:
+            print("HOST", e)
+    """
+    p = run_py(code, build_dir)
+    assert p.returncode == 0, p.stderr.decode()
+    out = p.stdout.decode()
+    assert "HOST" in out and "by the host's own lingprobe_init" in out and "initialised at load" not in out, out
+
+
 def test_bad_option_raises_with_status_text_and_host_runs_on(build_dir, tmp_path):
     code = f"""
         import torch, lingprobe
@@ -232,7 +288,7 @@ def test_a_notebook_cell_run_twice_resumes_the_run_and_other_options_still_raise
     """, build_dir)
     assert p.returncode == 0, p.stderr.decode()
     error, path = p.stdout.decode().strip().split("\n")
-    assert "already initialised with other options (LINGPROBE_SNAPSHOTS differ)" in error, error
+    assert "already initialised with other options (LINGPROBE_SNAPSHOTS)" in error, error
     assert "options apply only to the first start() of a process" in error, error
     _, sigs, counts, calls, _ = metadata.summarize(path)
     assert len(calls) == 3 and len(metadata.run_dirs(tmp_path)) == 1

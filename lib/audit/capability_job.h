@@ -27,9 +27,10 @@ struct Job {
   double cast_us = 0;          // of time_us, autocast's casts of the inputs (copy kernels in an arithmetic op's window)
   double recoverable_us = -1;  // est_us x (1 - the bounding roof's fraction); -1: no roof known
   uint64_t calls = 0;
-  std::string label;    // the op
-  std::string shape;    // its first tensor argument's shape ("[1,4680,5120]"), "" if none
-  bool passed = false;  // only passed jobs' figures enter the totals and the roofline
+  std::string label;       // the op
+  std::string shape;       // its first tensor argument's shape ("[1,4680,5120]"), "" if none
+  bool passed = false;     // only passed jobs' figures enter the totals and the roofline
+  bool over_roof = false;  // a fraction of a roof over 1: a defect (its status says so; its fractions are not shown)
 };
 
 // A profile or snapshot record of a counted file: the signature and the evidence it names.

@@ -294,7 +294,9 @@ std::string capability_section(const std::vector<Job>& jobs, const ReportInputs&
        << "|---|---|---|---|---|---|---|---|---|---|\n";
     for (size_t i = 0; i < jobs.size() && i < 10; ++i) {
       const Job& j = jobs[i];
-      auto pct = [](double f) { return f >= 0 ? std::to_string(static_cast<int>(std::lround(100 * f))) + "%" : "-"; };
+      auto pct = [&j](double f) {
+        return j.over_roof ? std::string("over roof") : f >= 0 ? std::to_string(std::lround(100 * f)) + "%" : "-";
+      };
       char row[640];
       char share[32] = "-";
       if (j.passed && t.est_us > 0) std::snprintf(share, sizeof share, "%.1f%%", 100 * j.est_us / t.est_us);

@@ -7,6 +7,7 @@ import os
 import sys
 import json
 import pathlib
+import re
 import shutil
 import subprocess
 import tarfile
@@ -297,6 +298,43 @@ def test_the_roofline_is_a_picture_people_can_read(cli, run, tmp_path):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+def add_timed_call(run, job, scale):
+    """A kernel_timing record for the job's signature, its kernels' times `scale` times the counter window's."""
+    sha = job["signature_sha256"]
+    f = next(p for p in sorted((run / "metadata").glob("*.jsonl")) if sha in p.read_text())
+    sig_id = next(json.loads(l)["id"] for l in f.read_text().splitlines()
+                  if '"kind":"signature"' in l and json.loads(l)["sha256"] == sha)
+    kernels = [{"name": k["name"], "metrics": {"gpu__time_duration.sum": {
+        "value": k["metrics"]["gpu__time_duration.sum"]["value"] * scale, "unit": "us"}}} for k in job["kernels"]]
+    timing = {"id": sig_id, "kind": "kernel_timing", "seq": 999999, "status": "passed", "window_s": 0.001,
+              "kernels": kernels}
+    lines = f.read_text().splitlines()
+    last = max(i for i, l in enumerate(lines) if '"kind":"counts"' in l)  # before the final counts, as written
+    lines.insert(last, json.dumps(timing, sort_keys=True, separators=(",", ":")))
+    f.write_text("\n".join(lines) + "\n")
+
+
+def test_a_job_above_its_roof_is_a_defect_not_a_figure(cli, run):
+    """A kernel time too short for the FLOPs (here a timed call at a thousandth of the window's) puts a job above
+    its roof: it is no longer 'passed', and neither the JSON nor the summary prints its fraction (it read
+    'passed' at 1003% of the roof)."""
+    report(cli, run)
+    top = load(run)["jobs"][0]
+    add_timed_call(run, top, 0.001)
+    p = report(cli, run)
+    assert "over 100%: its math mode or its kernel time is wrong" in p.stderr, p.stderr
+    doc = load(run)
+    job = next(j for j in doc["jobs"] if j["signature_sha256"] == top["signature_sha256"])
+    assert job["over_roof"] and job["status"] == "over_roof" and doc["status"] == "partial", job["status"]
+    assert job["fraction_of_peak_flops"] is None and job["share_of_estimated_gpu_time"] is None
+    assert job["over_roof_fraction"] > 1
+    summary = (run / "reports" / "summary.md").read_text()
+    assert "(29 passed, 1 over_roof)" in summary or "(1 over_roof, 29 passed)" in summary
+    assert all(int(x) <= 100 for x in re.findall(r"\| (\d+)% \|", summary))
+    for row in (l for l in summary.splitlines() if top["signature_sha256"][:12] in l):  # listed: without a figure
+        assert "| passed |" not in row and ("| over_roof |" not in row or "| over roof |" in row), row
+
+
 def test_a_timed_call_gives_the_kernel_time_and_the_flop_rate(cli, run):
     """LINGPROBE_PROFILE_TIMING: a key's next call after its counters is timed by CUPTI Activity alone (a
     kernel_timing record). The report's kernel time, FLOP rate and estimate come from it; the DRAM rate stays the
@@ -306,17 +344,7 @@ def test_a_timed_call_gives_the_kernel_time_and_the_flop_rate(cli, run):
     counters_us = before["kernel_time_us_per_call"]
     assert before["kernel_time_source"] == "counters" and before["timed_call"] is None
     sha = before["signature_sha256"]
-    f = next(p for p in sorted((run / "metadata").glob("*.jsonl")) if sha in p.read_text())
-    sig_id = next(json.loads(l)["id"] for l in f.read_text().splitlines()
-                  if '"kind":"signature"' in l and json.loads(l)["sha256"] == sha)
-    kernels = [{"name": k["name"], "metrics": {"gpu__time_duration.sum": {
-        "value": k["metrics"]["gpu__time_duration.sum"]["value"] * 0.9, "unit": "us"}}} for k in before["kernels"]]
-    timing = {"id": sig_id, "kind": "kernel_timing", "seq": 999999, "status": "passed", "window_s": 0.001,
-              "kernels": kernels}
-    lines = f.read_text().splitlines()
-    last = max(i for i, l in enumerate(lines) if '"kind":"counts"' in l)  # before the final counts, as written
-    lines.insert(last, json.dumps(timing, sort_keys=True, separators=(",", ":")))
-    f.write_text("\n".join(lines) + "\n")
+    add_timed_call(run, before, 0.9)
     report(cli, run)
     job = next(j for j in load(run)["jobs"] if j["signature_sha256"] == sha)
     assert job["kernel_time_source"] == "activity" and job["timed_call"]["seq"] == 999999

@@ -227,6 +227,16 @@ def test_construction_left_the_budgets_to_the_compute(model_run):
     reasons = {r["reason"] for r in refusals}
     print(f"{name}: refusal reasons {sorted(reasons)}")
     assert audit.returncode == 0, audit.stdout + audit.stderr
+    # the model was built (and initialised at random) in the process: no byte budget ran out, construction's
+    # calls held to their share (setup_share), and the compute's GEMMs have their snapshots
+    assert not {r for r in reasons if r.startswith("budget_")}, sorted(reasons)
+    snapshotted = set()
+    for f in metadata.files(run):
+        records = metadata.read(f)
+        sha_of = {r["id"]: r["sha256"] for r in records if r["kind"] == "signature"}
+        snapshotted |= {sha_of[r["id"]] for r in records if r["kind"] == "snapshot"}
+    gemms = [j for j in capability(run)["jobs"] if j["signature"]["op"] in ("aten.linear.default", "aten.conv2d.default")]
+    assert all(j["signature_sha256"] in snapshotted for j in gemms), [j["signature"]["op"] for j in gemms]
 
 
 MM_ON_THREE_DEVICES = textwrap.dedent("""

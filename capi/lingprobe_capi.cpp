@@ -136,7 +136,9 @@ LINGPROBE_API lingprobe_status lingprobe_init(const lingprobe_options* options) 
   LINGPROBE_NOT_IN_FORKED_CHILD();
   try {
     if (options && options->struct_size < sizeof(size_t) + sizeof(int))
-      return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "lingprobe_options.struct_size must be sizeof(lingprobe_options)");
+      return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "lingprobe_options.struct_size is " +
+                                                        std::to_string(options->struct_size) +
+                                                        ": set it to sizeof(lingprobe_options)");
     const lingprobe_state state = lingprobe::api::session_state();  // running: session_init compares the options
     if (state == LINGPROBE_STATE_FINALIZED)
       return fail(LINGPROBE_ERROR_FINALIZED,
@@ -223,7 +225,10 @@ LINGPROBE_API lingprobe_status lingprobe_stage_pop(void) {
 LINGPROBE_API lingprobe_status lingprobe_get_stats(lingprobe_stats* out) {
   constexpr size_t kFirstVersion = offsetof(lingprobe_stats, world_size) + sizeof(int64_t);
   if (!out || out->struct_size < kFirstVersion)
-    return fail(LINGPROBE_ERROR_INVALID_ARGUMENT, "lingprobe_stats.struct_size must be sizeof(lingprobe_stats)");
+    return fail(LINGPROBE_ERROR_INVALID_ARGUMENT,
+                "lingprobe_stats.struct_size is " + std::to_string(out ? out->struct_size : 0) +
+                    ": set it to sizeof(lingprobe_stats) (at least " + std::to_string(kFirstVersion) +
+                    ", the fields through world_size)");
   try {
     lingprobe_stats full;
     std::memset(&full, 0, sizeof full);

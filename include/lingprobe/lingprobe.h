@@ -31,8 +31,11 @@ LINGPROBE_API lingprobe_status lingprobe_hash_signature(const char* json, size_t
  * fresh --init--> running --finalize--> finalized. init is idempotent (a
  * second call with the same configuration returns LINGPROBE_OK and changes
  * nothing; with another, LINGPROBE_ERROR_ALREADY_INITIALIZED); an init that
- * failed leaves recording off, and the next init tries again; calls after finalize
- * do nothing and return LINGPROBE_ERROR_FINALIZED. finalize runs at exit by
+ * failed leaves recording off, and the next init tries again; after finalize,
+ * init, start, stop, flush and set_rank do nothing and return
+ * LINGPROBE_ERROR_FINALIZED, a second finalize returns LINGPROBE_OK, and the
+ * stage stack, stats, run directory and state work as in every state (their
+ * own comments say so). finalize runs at exit by
  * itself (atexit). The writer thread and the files start on first use. A
  * child forked from a process that had initialised (running or finalized)
  * is LINGPROBE_STATE_FORKED_CHILD: it records nothing, its stats are 0. */

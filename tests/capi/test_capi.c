@@ -59,6 +59,9 @@ int main(void) {
     EXPECT(lingprobe_stage_pop() == LINGPROBE_OK);
     memset(&st, 0, sizeof st);
     EXPECT(lingprobe_get_stats(&st) == LINGPROBE_ERROR_INVALID_ARGUMENT); /* struct_size unset */
+    st.struct_size = 16; /* below the first version: what was wrong, and the smallest size taken */
+    EXPECT(lingprobe_get_stats(&st) == LINGPROBE_ERROR_INVALID_ARGUMENT);
+    EXPECT(strstr(lingprobe_last_error(), "struct_size is 16: set it to sizeof(lingprobe_stats) (at least") != NULL);
     st.struct_size = sizeof st;
     EXPECT(lingprobe_get_stats(&st) == LINGPROBE_OK && st.state == LINGPROBE_STATE_FRESH);
 

@@ -103,6 +103,31 @@ def test_a_refused_restart_says_who_initialised_it(build_dir, tmp_path):
     assert "HOST" in out and "by the host's own lingprobe_init" in out and "initialised at load" not in out, out
 
 
+def test_a_stage_left_pushed_is_named_at_stop_and_finalize(build_dir, tmp_path):
+    """A push whose pop a raise skipped put every later call into that stage without a word."""
+    code = f"""
+        import torch, lingprobe
+        lingprobe.start(out_dir={str(tmp_path)!r})
+        try:
+            with lingprobe.stage("fine"):       # the shim's block pops when it raises
+                raise ValueError
+        except ValueError:
+            pass
+        lingprobe.stop()
+        lingprobe.start()
+        lingprobe.push_stage("broken")
+        torch.ones(2) + 1
+        lingprobe.stop()
+        lingprobe.finalize()
+    """
+    p = run_py(code, build_dir)
+    err = p.stderr.decode()
+    assert p.returncode == 0, err
+    lines = [l for l in err.splitlines() if "still pushed on this thread" in l]
+    assert len(lines) == 2 and "stop with stage(s) 'broken'" in lines[0] and "finalize with" in lines[1], err
+    assert "'fine'" not in err
+
+
 def test_bad_option_raises_with_status_text_and_host_runs_on(build_dir, tmp_path):
     code = f"""
         import torch, lingprobe

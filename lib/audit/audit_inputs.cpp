@@ -141,6 +141,7 @@ bool read_inputs(AuditRun& a) {
                                   ", LINGPROBE_FOLD_SCALARS=1) and with their values: the same call has a different "
                                   "signature in each; audit them apart");
   outcome.fold_scalars = folded > 0;
+  if (!summaries.empty()) outcome.ops = summaries.front().ops, outcome.ops_deny = summaries.front().ops_deny;
   if (run_ids.size() > 1) {
     std::string ids;
     for (const auto& id : run_ids) ids += (ids.empty() ? "'" : ", '") + id + "'";

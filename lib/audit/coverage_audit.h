@@ -33,6 +33,7 @@ struct AuditOutcome {
   std::string run_dir;        // the run directory the evidence paths are relative to
   format::JsonValue report;   // coverage_audit.json's document
   bool fold_scalars = false;  // the run's signatures have their scalar values folded (LINGPROBE_FOLD_SCALARS)
+  std::string ops, ops_deny;  // the run's op selection (LINGPROBE_OPS, LINGPROBE_OPS_DENY; "": every op), its first's
 };
 
 AuditOutcome run_audit(const AuditOptions& options);

@@ -182,6 +182,7 @@ void read_header(simdjson::dom::object obj, FileSummary& f) {
   if (!obj["config"].get_object().get(config)) {
     std::string_view ops;
     if (!config["ops"].get_string().get(ops)) f.ops = std::string(ops);
+    if (!config["ops_deny"].get_string().get(ops)) f.ops_deny = std::string(ops);
     bool flag = false;
     f.fold_scalars = !config["fold_scalars"].get_bool().get(flag) && flag;
     f.nested_calls = !config["nested"].get_bool().get(flag) && flag;

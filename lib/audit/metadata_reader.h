@@ -94,6 +94,7 @@ struct FileSummary {
   int64_t rank = 0, world_size = 0, pid = -1, parent_pid = -1;
   int64_t start_unix_ns = -1, start_mono_ns = -1;               // the header's clocks (-1: absent)
   std::string ops;                                              // the header's config: LINGPROBE_OPS ("" all)
+  std::string ops_deny;                                         // ... LINGPROBE_OPS_DENY
   bool fold_scalars = false;                                    // ... LINGPROBE_FOLD_SCALARS
   bool nested_calls = false;                                    // ... LINGPROBE_NESTED
   std::unordered_map<uint32_t, std::string> signature_sha;      // file-local id -> sha256

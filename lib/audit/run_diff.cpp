@@ -19,6 +19,7 @@
 #include "format/canonical_json.h"
 #include "format/json_parse.h"
 #include "format/glob.h"
+#include "format/op_selection.h"
 #include "sink/run_directory.h"
 
 namespace lingprobe::audit {
@@ -31,6 +32,8 @@ struct Run {
   std::string dir, run_id;
   int64_t world_size = 0;
   bool fold_scalars = false;
+  std::string ops, ops_deny;  // its op selection
+  format::OpSelection selection;
   JsonValue report;
   std::vector<DiffRow> rows;
 };
@@ -97,6 +100,9 @@ format::Status load(std::string dir, Run& run, std::vector<Warning>& warnings) {
   if (!out.status.ok()) return format::Status(out.status.code(), dir + ": " + out.status.message());
   run.dir = out.run_dir;
   run.fold_scalars = out.fold_scalars;
+  run.ops = out.ops;
+  run.ops_deny = out.ops_deny;
+  run.selection.parse(run.ops, run.ops_deny);  // checked when the run was recorded
   run.report = std::move(out.report);
   if (const JsonValue* r = run.report.find("run")) {
     if (const JsonValue* id = r->find("run_id")) run.run_id = id->as_string();
@@ -236,8 +242,41 @@ JsonValue side_json(const Run& r) {
   return JsonValue::object({{"run_dir", JsonValue::string(r.dir)},
                             {"run_id", JsonValue::string(r.run_id)},
                             {"world_size", JsonValue::integer(r.world_size)},
+                            {"ops", JsonValue::string(r.ops)},
+                            {"ops_deny", JsonValue::string(r.ops_deny)},
                             {"signatures", JsonValue::integer(static_cast<int64_t>(r.rows.size()))},
                             {"calls", JsonValue::integer(static_cast<int64_t>(calls))}});
+}
+
+// "aten.relu.default" as an op selection matches it: the name and the name with its overload ("aten::relu",
+// "aten::relu"; "aten.to.dtype": "aten::to", "aten::to.dtype").
+bool records(const Run& run, const std::string& op, const std::string& stage) {
+  const size_t ns = op.find('.'), overload = op.find('.', ns == std::string::npos ? ns : ns + 1);
+  if (ns == std::string::npos) return run.selection.selected(op, op, stage);
+  const std::string name = op.substr(0, ns) + "::" + op.substr(ns + 1, overload - ns - 1);
+  const std::string rest = overload == std::string::npos ? "" : op.substr(overload + 1);
+  return run.selection.selected(name, rest.empty() || rest == "default" ? name : name + "." + rest, stage);
+}
+
+// A row only in one run whose op the other run's selection does not record is no change of the program:
+// not_recorded_in_a / not_recorded_in_b instead of only_in_b / only_in_a.
+void mark_unrecorded(Pairing& pairing, const Run& a, const Run& b) {
+  for (DiffEntry& e : pairing.entries) {
+    if (e.kind == "only_in_a" && !records(b, e.op, e.stage)) e.kind = "not_recorded_in_b";
+    if (e.kind == "only_in_b" && !records(a, e.op, e.stage)) e.kind = "not_recorded_in_a";
+  }
+}
+
+// Under the head, when the runs recorded different ops: what each recorded.
+std::string selections_markdown(const Run& a, const Run& b) {
+  if (a.ops == b.ops && a.ops_deny == b.ops_deny) return "";
+  auto text = [](const Run& r) {
+    return (r.ops.empty() ? std::string("every op") : "LINGPROBE_OPS='" + r.ops + "'") +
+           (r.ops_deny.empty() ? "" : ", LINGPROBE_OPS_DENY='" + r.ops_deny + "'");
+  };
+  return "**The runs recorded different ops** (A: " + text(a) + "; B: " + text(b) +
+         "): a row only in one run whose op the other did not record is `not_recorded_in_a` or `not_recorded_in_b`, "
+         "not counted as only in A or B.\n\n";
 }
 
 // The Markdown's head: the two runs, how they are paired, and the overview table's header.
@@ -251,6 +290,7 @@ std::string markdown_head(const Run& a, const Run& b, const JsonValue& ja, const
      << "Signatures are paired when identical; else when they changed only in shapes (same stage, op, dtypes, tensor "
         "ranks, list lengths, scalars, and weight/bias shapes); else when they changed only in dtypes (a run against "
         "its autocast twin). Sorted by FLOPs moved.\n\n"
+     << selections_markdown(a, b)
      << "| stage | unchanged | calls changed | shape changed (1:1) | dtype changed (1:1) | paired as groups | only in "
         "A | only in B | FLOPs A | FLOPs B |\n"
      << "|---|---|---|---|---|---|---|---|---|---|\n";
@@ -280,14 +320,16 @@ JsonValue stage_json(const std::string& stage, const std::vector<const DiffEntry
                      StageTotals& t, const Run& a, const Run& b) {
   JsonValue list = JsonValue::array();
   for (const DiffEntry* e : group) list.push_back(entry_json(a, b, e));
-  JsonValue counts =
-      JsonValue::object({{"unchanged", JsonValue::integer(static_cast<int64_t>(unchanged))},
-                         {"calls_changed", JsonValue::integer(static_cast<int64_t>(t.kinds["same_signature"]))},
-                         {"shape_changed", JsonValue::integer(static_cast<int64_t>(t.kinds["shape_changed"]))},
-                         {"dtype_changed", JsonValue::integer(static_cast<int64_t>(t.kinds["dtype_changed"]))},
-                         {"paired_groups", JsonValue::integer(static_cast<int64_t>(t.groups))},
-                         {"only_in_a", JsonValue::integer(static_cast<int64_t>(t.kinds["only_in_a"]))},
-                         {"only_in_b", JsonValue::integer(static_cast<int64_t>(t.kinds["only_in_b"]))}});
+  JsonValue counts = JsonValue::object(
+      {{"unchanged", JsonValue::integer(static_cast<int64_t>(unchanged))},
+       {"calls_changed", JsonValue::integer(static_cast<int64_t>(t.kinds["same_signature"]))},
+       {"shape_changed", JsonValue::integer(static_cast<int64_t>(t.kinds["shape_changed"]))},
+       {"dtype_changed", JsonValue::integer(static_cast<int64_t>(t.kinds["dtype_changed"]))},
+       {"paired_groups", JsonValue::integer(static_cast<int64_t>(t.groups))},
+       {"only_in_a", JsonValue::integer(static_cast<int64_t>(t.kinds["only_in_a"]))},
+       {"only_in_b", JsonValue::integer(static_cast<int64_t>(t.kinds["only_in_b"]))},
+       {"not_recorded_in_a", JsonValue::integer(static_cast<int64_t>(t.kinds["not_recorded_in_a"]))},
+       {"not_recorded_in_b", JsonValue::integer(static_cast<int64_t>(t.kinds["not_recorded_in_b"]))}});
   return JsonValue::object({{"stage", JsonValue::string(stage)},
                             {"counts", std::move(counts)},
                             {"flops_a", json_number(t.flops_a)},
@@ -351,6 +393,7 @@ DiffOutcome diff_runs(const DiffOptions& options) {
   if (!outcome.status.ok()) return outcome;
 
   Pairing pairing = pair_rows(a.rows, b.rows, options.stage);
+  mark_unrecorded(pairing, a, b);
   // 3. The document, by stage.
   std::map<std::string, std::vector<const DiffEntry*>> by_stage;
   for (const DiffEntry& e : pairing.entries) by_stage[e.stage].push_back(&e);

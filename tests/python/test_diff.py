@@ -185,16 +185,21 @@ def test_diff_refuses_malformed_input_clearly(cli, tmp_path, seed_situation):
     assert p.returncode == 1 and "never defines" in p.stderr
 
 
-def one_signature_run(run_dir, stride):
+def signatures_run(run_dir, sigs, **header_fields):
     import hashlib
-    sig = {"args": [{"dtype": "torch.float32", "shape": [2, 24, 64], "stride": stride}, [0, 0, 0, 0]], "kwargs": {},
-           "op": "aten.pad.default", "output": {"dtype": "torch.float32", "shape": [2, 24, 64], "stride": [1536, 64, 1]},
-           "stage": "unstaged"}
-    text = json.dumps(sig, sort_keys=True, separators=(",", ":"))
-    write_run(run_dir, [header(run_id=run_dir.name),
-                        {"kind": "signature", "id": 0, "sha256": hashlib.sha256(text.encode()).hexdigest(),
-                         "signature_json": text},
-                        {"kind": "counts", "final": True, "calls": {"0": 3}, "dropped": {}}])
+    records = [header(run_id=run_dir.name, **header_fields)]
+    for i, sig in enumerate(sigs):
+        text = json.dumps(sig, sort_keys=True, separators=(",", ":"))
+        records.append({"kind": "signature", "id": i, "sha256": hashlib.sha256(text.encode()).hexdigest(),
+                        "signature_json": text})
+    records.append({"kind": "counts", "final": True, "calls": {str(i): 3 for i in range(len(sigs))}, "dropped": {}})
+    write_run(run_dir, records)
+
+
+def one_signature_run(run_dir, stride):
+    signatures_run(run_dir, [{"args": [{"dtype": "torch.float32", "shape": [2, 24, 64], "stride": stride}, [0, 0, 0, 0]],
+                              "kwargs": {}, "op": "aten.pad.default", "stage": "unstaged",
+                              "output": {"dtype": "torch.float32", "shape": [2, 24, 64], "stride": [1536, 64, 1]}}])
 
 
 def test_a_pair_whose_sides_read_the_same_says_what_differs(cli, tmp_path):
@@ -205,3 +210,27 @@ def test_a_pair_whose_sides_read_the_same_says_what_differs(cli, tmp_path):
     one_signature_run(b, [1536, 64, 1])
     row = next(l for l in diff(cli, a, b).stdout.splitlines() if "aten.pad.default" in l)
     assert "differs in `args[0].stride: [4608,192,1] -> [1536,64,1]`" in row, row
+
+
+def test_rows_the_other_run_did_not_record_are_not_changes(cli, tmp_path):
+    """A new user's run of every op against one with LINGPROBE_OPS='aten::linear': every relu read 'only_in_a',
+    as if the model had stopped calling it, and nothing said the runs recorded different ops."""
+    t = {"dtype": "torch.float32", "shape": [1, 8], "stride": [8, 1]}
+    w = {"dtype": "torch.float32", "shape": [8, 8], "stride": [8, 1]}
+    linear = {"args": [t, w], "kwargs": {}, "op": "aten.linear.default", "output": t, "stage": "s"}
+    relu = {"args": [t], "kwargs": {}, "op": "aten.relu.default", "output": t, "stage": "s"}
+    gone = dict(linear, args=[dict(t, shape=[2, 8], stride=[8, 1]), w], stage="other")  # a real change: A records it
+    a, b = tmp_path / "a", tmp_path / "b"
+    signatures_run(a, [linear, relu, gone], config={"ops": "", "ops_deny": ""})
+    signatures_run(b, [linear], config={"ops": "aten::linear", "ops_deny": ""})
+    p = diff(cli, a, b)
+    assert "**The runs recorded different ops** (A: every op; B: LINGPROBE_OPS='aten::linear')" in p.stdout, p.stdout
+    row = next(l for l in p.stdout.splitlines() if "aten.relu.default" in l)
+    assert row.startswith("| not_recorded_in_b |"), row
+    doc = json.loads(diff(cli, a, b, "--json").stdout)
+    counts = {s["stage"]: s["counts"] for s in doc["stages"]}
+    assert counts["s"]["not_recorded_in_b"] == 1 and counts["s"]["only_in_a"] == 0, counts
+    assert counts["other"]["only_in_a"] == 1 and counts["other"]["not_recorded_in_b"] == 0, counts
+    assert doc["b"]["ops"] == "aten::linear" and doc["a"]["ops"] == ""
+    same = diff(cli, a, a)
+    assert "recorded different ops" not in same.stdout

@@ -294,6 +294,7 @@ void add_stage(const std::string& stage, const std::vector<const RankViewSignatu
   st.set("timing", std::move(timing.json));
   st.set("straggler", std::move(straggler.json));
   stages.push_back(std::move(st));
+  if (d.with_files.size() <= 1) return;  // one rank: nothing to compare between ranks (the JSON keeps the stage)
   md << "\n- stage `" << stage << "`: ranks " << ranks_text(ran);
   if (rank_local) md << " only (rank-local: one rank runs it by design, not an imbalance)";
   if (!never_ran.empty()) md << "; **never on rank(s) " << ranks_text(never_ran) << "**";

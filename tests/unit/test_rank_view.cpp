@@ -69,3 +69,18 @@ TEST_CASE("no verdict while a rank of the stage has not finished", "[audit][rank
   CHECK(stage_straggler(v).is_null());
   CHECK(v.markdown.find("not judged: rank(s) 1 did not finish") != std::string::npos);
 }
+
+TEST_CASE("one rank: each stage in the JSON, no per-stage line comparing ranks in the Markdown", "[audit][rank_view]") {
+  // A notebook's one-process run read "stage `x`: ranks 0; 0 signature(s) whose calls differ between its ranks" for
+  // every stage.
+  audit::FileSummary f = rank_file(0, 0, 0);
+  f.role = "single";
+  f.world_size = 1;
+  f.collectives.clear();
+  const auto view = audit::rank_view(
+      1, {&f},
+      {{"a", "backbone", "aten.conv2d.default", "", {{0, 3}}}, {"b", "post", "aten.add.Tensor", "", {{0, 1}}}});
+  CHECK(view.json.find("stages")->items().size() == 2);
+  CHECK(view.markdown.find("- stage `") == std::string::npos);
+  CHECK(view.markdown.find("Expected 1 rank(s)") != std::string::npos);
+}

@@ -1,8 +1,10 @@
 #include "api/exit_report.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "api/log.h"
 #include "capture/stages.h"
@@ -65,6 +67,36 @@ ExitReport exit_report(const Config& config, const Identity& identity, bool conf
   return r;
 }
 
+namespace {
+
+bool executable(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
+
+// How to run the CLI from the user's shell: `lingprobe` where it is on PATH, else the one beside this library (a
+// build tree's build/lingprobe; an install's PREFIX/bin/lingprobe from PREFIX/lib or PREFIX/lib/<multiarch>).
+std::string cli_command() {
+  const char* env_path = std::getenv("PATH");
+  const std::string path = env_path ? env_path : "";
+  for (size_t begin = 0; begin < path.size();) {
+    const size_t end = std::min(path.find(':', begin), path.size());
+    if (end > begin && executable(path.substr(begin, end - begin) + "/lingprobe")) return "lingprobe";
+    begin = end + 1;
+  }
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void*>(&cli_command), &info) || !info.dli_fname) return "lingprobe";
+  std::string lib_dir = info.dli_fname;
+  lib_dir = lib_dir.find('/') == std::string::npos ? "." : lib_dir.substr(0, lib_dir.find_last_of('/'));
+  for (const char* relative : {"/lingprobe", "/../bin/lingprobe", "/../../bin/lingprobe"}) {
+    if (!executable(lib_dir + relative)) continue;
+    char* real = ::realpath((lib_dir + relative).c_str(), nullptr);
+    std::string found = real ? real : lib_dir + relative;
+    std::free(real);
+    return found;
+  }
+  return "lingprobe";
+}
+
+}  // namespace
+
 void say_exit_report(const ExitReport& r, const Config& config, const std::string& metadata_path,
                      const std::string& run_dir, std::optional<uint64_t> snapshots) {
   if (!r.speaks) return;
@@ -94,7 +126,7 @@ void say_exit_report(const ExitReport& r, const Config& config, const std::strin
   if (::access(metadata_path.c_str(), F_OK) != 0) return;  // never name what was not written
   log_info("recorded " + std::to_string(r.stats.calls_recorded) + " calls, " + std::to_string(r.stats.signatures) +
            " signatures" + (snapshots ? ", " + std::to_string(*snapshots) + " snapshots" : "") + " into " + run_dir +
-           "; next: lingprobe audit " + run_dir);
+           "; next: " + cli_command() + " audit " + run_dir);
 }
 
 }  // namespace lingprobe::api

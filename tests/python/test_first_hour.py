@@ -155,7 +155,12 @@ def test_a_plain_preload_run_says_where_its_records_went_and_the_next_command(bu
     assert p.returncode == 0, p.stderr
     (run_dir,) = metadata.run_dirs(out)
     (line,) = p.stderr.splitlines()
-    assert line.startswith("[lingprobe] info: recorded ") and f"into {run_dir}; next: lingprobe audit {run_dir}" in line
+    assert line.startswith("[lingprobe] info: recorded ") and f"into {run_dir}; next: " in line, line
+    # the next command runs as printed: `lingprobe` where it is on PATH, else the one beside the library
+    command = line.split("; next: ", 1)[1].split()
+    assert command[1:] == ["audit", str(run_dir)] and (command[0] == "lingprobe" or os.access(command[0], os.X_OK))
+    if command[0] != "lingprobe":
+        assert subprocess.run(command, capture_output=True, timeout=120).returncode == 0
     quiet = preloaded(build_dir, tmp_path, tmp_path / "q", LINGPROBE_LOG_LEVEL="warn")
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 

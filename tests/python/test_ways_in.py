@@ -55,7 +55,8 @@ def only_the_exit_line(stderr, out):
     """A run that went well says one thing at exit: where its records went and the next command (issue 28)."""
     (line,) = without_python_resource_tracker_warnings(stderr).splitlines()
     (run_dir,) = metadata.run_dirs(out)
-    assert line.startswith("[lingprobe") and f"into {run_dir}; next: lingprobe audit {run_dir}" in line, stderr
+    assert line.startswith("[lingprobe") and f"into {run_dir}; next: " in line, stderr
+    assert line.endswith(f"lingprobe audit {run_dir}"), stderr  # `lingprobe`, or its path where PATH lacks it
 
 
 def headers(out):

@@ -263,6 +263,17 @@ std::string stalls_and_others_markdown(const AuditRun& a) {
   return md;
 }
 
+// Where the run has counters and `lingprobe report` has not run on it: the section the report will fill, saying so.
+std::string capability_placeholder(const AuditRun& a) {
+  size_t profiled = 0;
+  for (const Signature* s : a.all) profiled += !s->profiles.empty();
+  if (!profiled) return "";
+  return std::string(kCapabilityHeading) + "\n\n" + std::to_string(profiled) +
+         " signature(s) have counter evidence: `lingprobe report " + a.run_dir +
+         "` puts here what each achieved against the device's roofs, and the GPU time left on the table.\n\n" +
+         kCapabilityEnd + "\n";
+}
+
 // The report and summary.md written (outcome.status kIoFailed when a file cannot be written).
 void write_files(AuditRun& a) {
   AuditOutcome& outcome = a.outcome;
@@ -276,7 +287,9 @@ void write_files(AuditRun& a) {
     std::ifstream old_summary(outcome.summary_path, std::ios::binary);
     std::stringstream text;
     text << old_summary.rdbuf();
-    summary_file = compose_summary({outcome.summary, split_summary(text.str()).capability});
+    std::string capability = split_summary(text.str()).capability;
+    if (capability.empty()) capability = capability_placeholder(a);
+    summary_file = compose_summary({outcome.summary, capability});
   }
   for (const auto& [path, text] : {std::make_pair(outcome.report_path, format::pretty_json(a.report) + "\n"),
                                    std::make_pair(outcome.summary_path, summary_file)})

@@ -194,6 +194,18 @@ def test_a_job_that_did_not_pass_is_listed_but_not_counted(cli, run):
         "(1 contaminated, 29 passed)" in (run / "reports" / "summary.md").read_text()
 
 
+def test_an_audit_of_a_profiled_run_points_to_the_report(cli, run):
+    """`audit` alone left summary.md without the capability section and without a word of how to get it."""
+    (run / "reports" / "summary.md").unlink(missing_ok=True)
+    subprocess.run([cli, "audit", "--quiet", str(run)], check=True, capture_output=True)
+    summary = (run / "reports" / "summary.md").read_text()
+    assert f"30 signature(s) have counter evidence: `lingprobe report {run}` puts here" in summary, summary[:2000]
+    report(cli, run)
+    summary = (run / "reports" / "summary.md").read_text()
+    assert "have counter evidence" not in summary and "### Left on the table" in summary
+    assert summary.count("## Capability (inline counters)") == 1
+
+
 def test_run_without_profiles_and_not_a_run(cli, run, tmp_path):
     shutil.rmtree(run / "profiles")
     report(cli, run)

@@ -224,12 +224,12 @@ LINGPROBE_API lingprobe_status lingprobe_stage_pop(void) {
 
 LINGPROBE_API lingprobe_status lingprobe_get_stats(lingprobe_stats* out) {
   constexpr size_t kFirstVersion = offsetof(lingprobe_stats, world_size) + sizeof(int64_t);
-  if (!out || out->struct_size < kFirstVersion)
-    return fail(LINGPROBE_ERROR_INVALID_ARGUMENT,
-                "lingprobe_stats.struct_size is " + std::to_string(out ? out->struct_size : 0) +
-                    ": set it to sizeof(lingprobe_stats) (at least " + std::to_string(kFirstVersion) +
-                    ", the fields through world_size)");
   try {
+    if (!out || out->struct_size < kFirstVersion)
+      return fail(LINGPROBE_ERROR_INVALID_ARGUMENT,
+                  "lingprobe_stats.struct_size is " + std::to_string(out ? out->struct_size : 0) +
+                      ": set it to sizeof(lingprobe_stats) (at least " + std::to_string(kFirstVersion) +
+                      ", the fields through world_size)");
     lingprobe_stats full;
     std::memset(&full, 0, sizeof full);
     lingprobe::api::session_stats(full);

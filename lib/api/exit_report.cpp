@@ -1,6 +1,7 @@
 #include "api/exit_report.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,7 +70,11 @@ ExitReport exit_report(const Config& config, const Identity& identity, bool conf
 
 namespace {
 
-bool executable(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
+// A program file (a folder named lingprobe, a checkout's, is none).
+bool executable(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
 
 // How to run the CLI from the user's shell: `lingprobe` where it is on PATH, else the one beside this library (a
 // build tree's build/lingprobe; an install's PREFIX/bin/lingprobe from PREFIX/lib or PREFIX/lib/<multiarch>).

@@ -17,9 +17,10 @@ bool hash_signature_json(std::string_view json, std::string& hex);
 // The calling thread's stage stack (SPEC section 5).
 void push_stage(const char* name);
 bool pop_stage();  // false on an empty stack
-// One warning line naming the stages still pushed on the calling thread when it stops or finalizes (`when`): a push
-// without its pop (a raise between them) puts every later call of the thread into that stage. Nothing when empty.
-void warn_stages_left_pushed(const char* when);
+// One warning line naming the stages still pushed on the calling thread at finalize: a push without its pop (a raise
+// between them) put every later call of the thread into that stage. Nothing when empty. (Not at stop: a pause
+// inside a stage, or inside an NVTX range the stage map follows, is no mistake.)
+void warn_stages_left_pushed_at_finalize();
 
 // NVTX ranges of the calling thread, as the NVTX injection sees them.
 void nvtx_range_push(const char* name);

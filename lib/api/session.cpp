@@ -369,7 +369,6 @@ lingprobe_status session_flush(std::string& error) {
 
 lingprobe_status session_stop(std::string& error) {
   if (auto st = session_set_recording(false, error); st != LINGPROBE_OK) return st;
-  warn_stages_left_pushed("stop");
   if (session_flush(error) == LINGPROBE_ERROR_FINALIZED) error.clear();  // finalized meanwhile: written, and stopped
   return LINGPROBE_OK;
 }
@@ -393,7 +392,7 @@ lingprobe_status session_finalize(const char* ended_by) {
   // the writer. Every other call sees FINALIZED under s.mu and touches neither.
   capture::set_recording(false);
   capture::uninstall_recorder();
-  warn_stages_left_pushed("finalize");
+  warn_stages_left_pushed_at_finalize();
   const ExitReport report = exit_report(s.config, s.identity, s.config_ok);
   if (report.keep_empty && s.writer) s.writer->keep_even_if_empty();
   if (s.sampling) s.sampling->finalize();  // its snapshot records go into the metadata file first

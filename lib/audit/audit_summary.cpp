@@ -263,12 +263,17 @@ std::string stalls_and_others_markdown(const AuditRun& a) {
   return md;
 }
 
+// Marks the section below as the audit's own, rewritten by each audit until `lingprobe report` replaces it.
+constexpr const char* kPlaceholderMark = "<!-- the audit's placeholder -->";
+
 // Where the run has counters and `lingprobe report` has not run on it: the section the report will fill, saying so.
 std::string capability_placeholder(const AuditRun& a) {
   size_t profiled = 0;
-  for (const Signature* s : a.all) profiled += !s->profiles.empty();
+  for (const Signature* s : a.all)
+    profiled +=
+        std::any_of(s->profiles.begin(), s->profiles.end(), [](const Evidence& p) { return p.status == "passed"; });
   if (!profiled) return "";
-  return std::string(kCapabilityHeading) + "\n\n" + std::to_string(profiled) +
+  return std::string(kCapabilityHeading) + "\n" + kPlaceholderMark + "\n\n" + std::to_string(profiled) +
          " signature(s) have counter evidence: `lingprobe report " + a.run_dir +
          "` puts here what each achieved against the device's roofs, and the GPU time left on the table.\n\n" +
          kCapabilityEnd + "\n";
@@ -288,7 +293,8 @@ void write_files(AuditRun& a) {
     std::stringstream text;
     text << old_summary.rdbuf();
     std::string capability = split_summary(text.str()).capability;
-    if (capability.empty()) capability = capability_placeholder(a);
+    if (capability.empty() || capability.find(kPlaceholderMark) != std::string::npos)
+      capability = capability_placeholder(a);
     summary_file = compose_summary({outcome.summary, capability});
   }
   for (const auto& [path, text] : {std::make_pair(outcome.report_path, format::pretty_json(a.report) + "\n"),

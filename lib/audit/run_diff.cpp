@@ -265,6 +265,9 @@ void mark_unrecorded(Pairing& pairing, const Run& a, const Run& b) {
     if (e.kind == "only_in_a" && !records(b, e.op, e.stage)) e.kind = "not_recorded_in_b";
     if (e.kind == "only_in_b" && !records(a, e.op, e.stage)) e.kind = "not_recorded_in_a";
   }
+  // after the program's changes in each stage's table, however many FLOPs they hold
+  std::stable_partition(pairing.entries.begin(), pairing.entries.end(),
+                        [](const DiffEntry& e) { return e.kind.rfind("not_recorded_in_", 0) != 0; });
 }
 
 // Under the head, when the runs recorded different ops: what each recorded.

@@ -12,7 +12,7 @@ namespace lingprobe::replay {
 namespace {
 
 // `to` as a path relative to the directory `from`, both resolved (symlinks such as OUT/latest followed); `to`
-// itself, made absolute, where either cannot be resolved.
+// resolved where `from` cannot be, and `to` as given where it cannot.
 std::string relative_path(const std::string& from, const std::string& to) {
   char* from_real = ::realpath(from.c_str(), nullptr);
   char* to_real = ::realpath(to.c_str(), nullptr);

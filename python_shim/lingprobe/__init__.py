@@ -46,7 +46,13 @@ _RULE_LISTS = ("ops", "sample_ops")  # OPS syntax: a list's items are rules, eac
 
 
 def _joined(name, items):
-    return (";" if name.lower() in _RULE_LISTS else ",").join(items)
+    """A list option's text: OPS syntax joins rules with ';' where an item names its stage ('dit:aten::linear'),
+    else, as every other list, patterns with ',' (the same text as the environment's, so that a start() with the
+    options LD_PRELOAD configured resumes)."""
+    name = name.lower()
+    name = name[len("lingprobe_"):] if name.startswith("lingprobe_") else name
+    staged = name in _RULE_LISTS and any(":" in item.replace("::", "") for item in items)
+    return (";" if staged else ",").join(items)
 
 
 def _setting(name, value):

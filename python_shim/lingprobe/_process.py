@@ -77,11 +77,18 @@ def _finalize_if_ending_by_sigint():
     # finalization, before the C atexit handlers (lingprobe's finalize) run:
     # finalize here, in Python's atexit, for that exit only (others keep
     # recording until the C atexit, which sees later teardown calls too). The final counts record says SIGINT: the
-    # audit reports the run as interrupted.
-    if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt) and not _interactive():
-        import signal
-        from . import _native
-        _native.load_library().lingprobe_finalize_on_signal(int(signal.SIGINT))
+    # audit reports the run as interrupted. An interactive interpreter's sys.last_value is its last shown exception,
+    # which may be long past; but where its last statement was interrupted, its end of input (Ctrl-D) exits by
+    # SIGINT too: its run is finalized here as any orderly one ("finalize"), not as interrupted.
+    if not isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
+        return
+    import signal
+    from . import _native
+    lib = _native.load_library()
+    if _interactive():
+        lib.lingprobe_finalize()
+    else:
+        lib.lingprobe_finalize_on_signal(int(signal.SIGINT))
 
 
 def finalize_before_sigint_exit():

@@ -199,7 +199,7 @@ def test_counters_cover_the_flops_by_default(model_run):
 def test_no_job_stands_above_its_roof(model_run):
     name, run, replay, report, audit = model_run
     jobs = capability(run)["jobs"]
-    over = [(j["signature"]["op"], j["math_mode"], j["fraction_of_peak_flops"]) for j in jobs if j.get("over_roof")]
+    over = [(j["signature"]["op"], j["math_mode"], j["over_roof_fraction"]) for j in jobs if j.get("over_roof")]
     assert not over, over
     gemms = [j for j in jobs if j["signature"]["op"] in ("aten.linear.default", "aten.conv2d.default")
              and j["status"] == "passed"]
@@ -229,13 +229,15 @@ def test_construction_left_the_budgets_to_the_compute(model_run):
     assert audit.returncode == 0, audit.stdout + audit.stderr
     # the model was built (and initialised at random) in the process: no byte budget ran out, construction's
     # calls held to their share (setup_share), and the compute's GEMMs have their snapshots
-    assert not {r for r in reasons if r.startswith("budget_")}, sorted(reasons)
+    # (budget_profile is the counter windows' stall budget: a decode loop's new shapes spend it, by design)
+    assert not reasons & {"budget_process", "budget_run", "budget_device"}, sorted(reasons)
     snapshotted = set()
     for f in metadata.files(run):
         records = metadata.read(f)
         sha_of = {r["id"]: r["sha256"] for r in records if r["kind"] == "signature"}
         snapshotted |= {sha_of[r["id"]] for r in records if r["kind"] == "snapshot"}
     gemms = [j for j in capability(run)["jobs"] if j["signature"]["op"] in ("aten.linear.default", "aten.conv2d.default")]
+    assert gemms or name == "nn_transformer", name  # its GEMMs run inside the fused encoder-layer op
     assert all(j["signature_sha256"] in snapshotted for j in gemms), [j["signature"]["op"] for j in gemms]
 
 

@@ -3,7 +3,6 @@
 #include <cstdint>
 
 #include "api/log.h"
-
 #include "capture/nvtx_stages.h"
 #include "capture/stages.h"
 #include "format/canonical_json.h"

@@ -69,6 +69,15 @@ def test_ops_given_as_a_list_of_per_stage_rules(build_dir, tmp_path):
     assert got == {("dit", "aten.mm.default"): 1, ("dit", "aten.add.Tensor"): 1, ("vae", "aten.add.Tensor"): 1}
 
 
+def refusal_printed(build_dir, code, tag):
+    """What the job printed after `tag` (its refused start()), which must not blame LD_PRELOAD."""
+    p = run_py(code, build_dir)
+    assert p.returncode == 0, p.stderr.decode()
+    out = p.stdout.decode()
+    assert tag in out and "initialised at load" not in out, out
+    return out
+
+
 def test_a_refused_restart_says_who_initialised_it(build_dir, tmp_path):
     """After importlib.reload(lingprobe) (a notebook's %autoreload) the refusal blamed LD_PRELOAD, as it did after
     the host's own lingprobe_init through ctypes; neither had happened."""
@@ -82,10 +91,7 @@ def test_a_refused_restart_says_who_initialised_it(build_dir, tmp_path):
         except lingprobe.LingprobeError as e:
             print("RELOADED", e)
     """
-    p = run_py(code, build_dir)
-    assert p.returncode == 0, p.stderr.decode()
-    out = p.stdout.decode()
-    assert "RELOADED" in out and "options apply only to the first start()" in out and "initialised at load" not in out, out
+    assert "options apply only to the first start()" in refusal_printed(build_dir, code, "RELOADED")
     code = f"""
         import ctypes, torch, lingprobe
         from lingprobe import _native
@@ -97,10 +103,7 @@ def test_a_refused_restart_says_who_initialised_it(build_dir, tmp_path):
         except lingprobe.LingprobeError as e:
             print("HOST", e)
     """
-    p = run_py(code, build_dir)
-    assert p.returncode == 0, p.stderr.decode()
-    out = p.stdout.decode()
-    assert "HOST" in out and "by the host's own lingprobe_init" in out and "initialised at load" not in out, out
+    assert "by the host's own lingprobe_init" in refusal_printed(build_dir, code, "HOST")
 
 
 def test_a_stage_left_pushed_is_named_at_finalize(build_dir, tmp_path):

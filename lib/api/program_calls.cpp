@@ -31,6 +31,7 @@ void warn_stages_left_pushed_at_finalize() {
            "put every later call of the thread into that stage; pair each push with its pop (the shim's `with "
            "lingprobe.stage(...)` pops when its block raises)");
 }
+
 void nvtx_range_push(const char* name) { capture::nvtx_range_push(name); }
 void nvtx_range_pop() { capture::nvtx_range_pop(); }
 

@@ -180,9 +180,8 @@ void read_header(simdjson::dom::object obj, FileSummary& f) {
   if (!obj["parent_pid"].get_int64().get(parent)) f.parent_pid = parent;
   simdjson::dom::object config;
   if (!obj["config"].get_object().get(config)) {
-    std::string_view ops;
-    if (!config["ops"].get_string().get(ops)) f.ops = std::string(ops);
-    if (!config["ops_deny"].get_string().get(ops)) f.ops_deny = std::string(ops);
+    f.ops = str(config["ops"]);
+    f.ops_deny = str(config["ops_deny"]);
     bool flag = false;
     f.fold_scalars = !config["fold_scalars"].get_bool().get(flag) && flag;
     f.nested_calls = !config["nested"].get_bool().get(flag) && flag;

@@ -42,12 +42,6 @@ std::string milliseconds(const JsonValue* us) {
   return !us || us->is_null() ? "-" : short_decimal(us->as_float() / 1e3);
 }
 
-// "aten.uniform_" -> "aten::uniform_", as format::result_by_definition takes it.
-std::string schema_name(const std::string& dotted) {
-  const size_t dot = dotted.find('.');
-  return dot == std::string::npos ? dotted : dotted.substr(0, dot) + "::" + dotted.substr(dot + 1);
-}
-
 // Where ops random or uninitialised by definition (initialisation, most often: normal_, uniform_, empty) hold 1%
 // or more of the stage's host time: one line saying so, and what keeps model construction apart.
 std::string set_up_line(const std::vector<JsonValue>& items) {
@@ -92,6 +86,11 @@ std::string raised_line(const std::vector<JsonValue>& items) {
 }
 
 }  // namespace
+
+std::string schema_name(const std::string& dotted) {
+  const size_t dot = dotted.find('.');
+  return dot == std::string::npos ? dotted : dotted.substr(0, dot) + "::" + dotted.substr(dot + 1);
+}
 
 std::string operator_of(const std::string& op) {
   const size_t first = op.find('.');

@@ -15,6 +15,9 @@ namespace lingprobe::audit {
 
 // "aten.conv2d.default" -> "aten.conv2d": the operator without its overload.
 std::string operator_of(const std::string& op);
+// "aten.uniform_" -> "aten::uniform_": an operator as its schema names it (as op selections and
+// format::result_by_definition take it).
+std::string schema_name(const std::string& dotted);
 
 // One object per operator, the largest first (by host time where the stage has call records, else by FLOPs, then
 // by calls): operator, signatures, calls, host_time_us and host_time_share (null without call records), flops

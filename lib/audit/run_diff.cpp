@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "audit/coverage_audit.h"
+#include "audit/operator_table.h"
 #include "audit/signature_text.h"
 #include "format/canonical_json.h"
 #include "format/json_parse.h"
@@ -251,11 +252,9 @@ JsonValue side_json(const Run& r) {
 // "aten.relu.default" as an op selection matches it: the name and the name with its overload ("aten::relu",
 // "aten::relu"; "aten.to.dtype": "aten::to", "aten::to.dtype").
 bool records(const Run& run, const std::string& op, const std::string& stage) {
-  const size_t ns = op.find('.'), overload = op.find('.', ns == std::string::npos ? ns : ns + 1);
-  if (ns == std::string::npos) return run.selection.selected(op, op, stage);
-  const std::string name = op.substr(0, ns) + "::" + op.substr(ns + 1, overload - ns - 1);
-  const std::string rest = overload == std::string::npos ? "" : op.substr(overload + 1);
-  return run.selection.selected(name, rest.empty() || rest == "default" ? name : name + "." + rest, stage);
+  const std::string op_name = operator_of(op), name = schema_name(op_name);
+  const std::string overload = op.size() > op_name.size() ? op.substr(op_name.size() + 1) : "";
+  return run.selection.selected(name, overload.empty() || overload == "default" ? name : name + "." + overload, stage);
 }
 
 // A row only in one run whose op the other run's selection does not record is no change of the program:

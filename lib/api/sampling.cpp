@@ -143,15 +143,20 @@ class CudaAccess : public capture::DeviceAccess {
 class Broker : public capture::ClaimBroker, public capture::RunBudget {
  public:
   Broker(sink::Claims* claims, uint64_t run_limit) : claims_(claims), run_limit_(run_limit) {}
-  Outcome claim_key(const std::string& sha) override {
-    switch (claims_->claim_key(sha)) {
+  Outcome claim_key(const std::string& sha, uint8_t& still_missing) override {
+    switch (claims_->claim_key(sha, still_missing)) {
       case sink::Claims::Outcome::Owned: return Outcome::Owned;
       case sink::Claims::Outcome::Held: return Outcome::HeldElsewhere;
       default: return Outcome::Unavailable;
     }
   }
-  void release_key(const std::string& sha, bool failed, uint64_t bytes) override {
-    claims_->release_key(sha, failed, bytes);
+  void release_key(const std::string& sha, Release how, uint64_t bytes, uint8_t missing) override {
+    using Claimed = sink::Claims::Release;
+    claims_->release_key(sha,
+                         how == Release::Done      ? Claimed::Done
+                         : how == Release::Partial ? Claimed::Partial
+                                                   : Claimed::Failed,
+                         bytes, missing);
   }
   KeyProgress key_progress(const std::string& sha) override {
     switch (claims_->key_state(sha)) {

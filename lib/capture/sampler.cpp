@@ -160,6 +160,16 @@ bool Sampler::due(SampleKey* k) {
   return true;
 }
 
+// A claim just taken (under mu_): the key now wants only what the claim it
+// took over left missing (another process's partial claim). False where
+// that leaves this process nothing to take (the caller lets the claim go).
+bool Sampler::take_over(SampleKey* k, uint8_t still_missing) {
+  const uint8_t left = k->missing.fetch_and(still_missing, std::memory_order_relaxed) & still_missing;
+  if (left == 0 && k->taken == 0) return false;
+  k->holds_claim = true;
+  return true;
+}
+
 bool Sampler::take(SampleKey* k) {
   bool expected = false;
   if (!k->in_flight.compare_exchange_strong(expected, true)) return false;
@@ -171,11 +181,17 @@ bool Sampler::take(SampleKey* k) {
         next = KeyState::OtherRank;
     } else if (options_.coordination == Coordination::Claims && broker_) {
       lock.unlock();  // file I/O off the sampler's lock
-      const auto outcome = broker_->claim_key(k->input_sha);
+      uint8_t still_missing = 0xff;
+      const auto outcome = broker_->claim_key(k->input_sha, still_missing);
       lock.lock();
       if (outcome == ClaimBroker::Outcome::HeldElsewhere) next = KeyState::HeldElsewhere;
-      if (outcome == ClaimBroker::Outcome::Owned) k->holds_claim = true;
       if (outcome == ClaimBroker::Outcome::Unavailable) next = KeyState::Owned;  // no directory: sample here
+      if (outcome == ClaimBroker::Outcome::Owned && !take_over(k, still_missing)) {
+        next = KeyState::Done;
+        lock.unlock();
+        broker_->release_key(k->input_sha, ClaimBroker::Release::Done, 0, 0);
+        lock.lock();
+      }
     }
     if (k->state == KeyState::Candidate) set_state(k, next);
   }
@@ -223,19 +239,29 @@ void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, Sample
       set_state(k, KeyState::Stopped);
     } else if (k->taken == 0 && result == SampleResult::Refused) {
       set_state(k, KeyState::Candidate);  // a later call claims it again (others may take it meanwhile)
+    } else if (k->holds_claim && (missing & ~kTiming) &&
+               (result == SampleResult::Refused || result == SampleResult::Kept)) {
+      // Kept in part, or refused after a part: the snapshot or counters still
+      // missing (this process's own byte budget spent, say) are left to any
+      // process, this one included, that claims the key at a later call.
+      set_state(k, KeyState::Candidate);
     }
   }
-  // The claim is released when the key is settled here (done or stopped), or
-  // when a refused key gives it up (failed: others may try it).
-  // A key kept with evidence still missing gives its claim up as done too: its owner goes on asking its own later
-  // calls, while no other process waits on a claim that a spent budget might hold for ever.
+  // The claim is released when the key is settled here (done or stopped),
+  // when a refused key gives it up (failed: others may try it), when a part
+  // is left to others (partial), or when only the timing is left: that follows
+  // the counters in the process that took them, so the key is done for others.
   const bool release = k->holds_claim && ((k->state != KeyState::Owned && k->state != KeyState::Reopened) ||
                                           result == SampleResult::Kept);
-  const bool failed = k->taken == 0;
+  ClaimBroker::Release how = ClaimBroker::Release::Done;
+  if (k->state == KeyState::Candidate)
+    how = missing != options_.evidence ? ClaimBroker::Release::Partial : ClaimBroker::Release::Failed;
+  else if (k->taken == 0)
+    how = ClaimBroker::Release::Failed;
   if (release) k->holds_claim = false;
   const std::string input = k->input_sha;
   lock.unlock();
-  if (release && broker_) broker_->release_key(input, failed, bytes);
+  if (release && broker_) broker_->release_key(input, how, bytes, missing);
 }
 
 void Sampler::reopen(SampleKey* k) {

@@ -85,12 +85,17 @@ class ClaimBroker {
  public:
   virtual ~ClaimBroker() = default;
   enum class Outcome { Owned, HeldElsewhere, Unavailable };
-  // The calling thread, once per key and process (file I/O).
-  virtual Outcome claim_key(const std::string& input_sha) = 0;
-  // The owner is done with the key (failed: others may claim it again).
-  virtual void release_key(const std::string& input_sha, bool failed, uint64_t bytes) = 0;
+  // The calling thread, once per key and taken attempt (file I/O). Owned:
+  // `still_missing` holds the Evidence bits that the claim taken over left
+  // (another process's partial one), else every bit.
+  virtual Outcome claim_key(const std::string& input_sha, uint8_t& still_missing) = 0;
+  // The owner lets the key go: done (others leave it), partial (others may
+  // take the `missing` evidence, which this process could not: its own byte
+  // budget spent, say), failed (nothing taken: others may try it all).
+  enum class Release { Done, Partial, Failed };
+  virtual void release_key(const std::string& input_sha, Release how, uint64_t bytes, uint8_t missing) = 0;
   // The writer thread's poll: where the key's claim stands in the launch.
-  enum class KeyProgress { InProgress, Done, Free };  // Free: its claimer failed or died
+  enum class KeyProgress { InProgress, Done, Free };  // Free: its claimer failed, died or left it partial
   virtual KeyProgress key_progress(const std::string& input_sha) = 0;
   // A sample of this signature (sha256 hex) exists in the launch.
   virtual bool signature_sampled(const std::string& signature_sha) = 0;
@@ -202,6 +207,7 @@ class Sampler {
   void back_off(SampleKey* key, uint64_t call);
   static bool has_unsampled_signature(const SampleKey& key);  // under mu_
   void reopen(SampleKey* key);  // under mu_: sampled again for a signature it has no sample of
+  bool take_over(SampleKey* key, uint8_t still_missing);  // under mu_
   // Records "evidence:reason" on the key (under mu_); true the first time.
   bool first_refusal(SampleKey* key, uint8_t evidence, const std::string& reason);
   void report(const SampleKey& key, uint8_t evidence, const std::string& reason);

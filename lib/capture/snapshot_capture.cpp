@@ -7,7 +7,6 @@
 #include <ATen/record_function.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/version.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <exception>
@@ -19,6 +18,7 @@
 #include "capture/tensor_copy.h"
 #include "capture/cuda_stream.h"
 #include "capture/signature_builder.h"
+#include "capture/snapshot_document.h"
 #include "format/float_repr.h"
 #include "format/op_traits.h"
 #include "format/scope_guard.h"
@@ -373,42 +373,24 @@ format::PickleValue SnapshotCapture::snapshot_document(Pending& p, c10::ArrayRef
     else
       args.push_back(std::move(v));
   }
-  const auto& returns = p.schema->returns();
-  PickleValue output;
-  if (outputs.size() == 1) {
-    output = write(outputs[0], returns.size() == 1 ? returns[0].real_type() : nullptr, nullptr);
-  } else {
-    output = PickleValue::list();
-    for (size_t i = 0; i < outputs.size(); ++i)
-      output.push_back(write(outputs[i], returns.size() == outputs.size() ? returns[i].real_type() : nullptr, nullptr));
-  }
+  PickleValue output = write.outputs(outputs, p.schema->returns());
   std::ostringstream schema_text;
   schema_text << *p.schema;
-  PickleValue doc = PickleValue::dict();
-  doc.set("format", PickleValue::string(format::kSnapshotFormat));
-  doc.set("op", PickleValue::string(p.op));
-  doc.set("name", PickleValue::string(p.schema->name()));
-  doc.set("overload", PickleValue::string(p.schema->overload_name()));
-  doc.set("schema", PickleValue::string(schema_text.str()));
-  doc.set("input_sha256", PickleValue::string(p.key ? p.key->input_sha : ""));
-  doc.set("stage", PickleValue::string(stage_name(p.stage)));
-  doc.set("rank", PickleValue::integer(rank_.load()));
-  doc.set("seq", PickleValue::integer(static_cast<int64_t>(seq)));
-  doc.set("run_id", PickleValue::string(options_.run_id));
-  doc.set("pid", PickleValue::integer(::getpid()));
-  doc.set("torch_version", PickleValue::string(TORCH_VERSION));
-  doc.set("math_policy", p.math_policy);
-  doc.set("setup_call", PickleValue::boolean(p.setup));
-  if (options_.fold_scalars) doc.set("fold_scalars", PickleValue::boolean(true));  // the replay's signature folds too
-  PickleValue written = PickleValue::list();
-  for (int64_t w : p.written) written.push_back(PickleValue::integer(w));
-  doc.set("written_args", std::move(written));
-  doc.set("captured", PickleValue::string("written_args copied before the op; every other argument and the output "
-                                          "after it (the op does not write them)"));
-  doc.set("args", std::move(args));
-  doc.set("kwargs", std::move(kwargs));
-  doc.set("output", std::move(output));
-  return doc;
+  SnapshotFacts facts{p.op,
+                      p.schema->name(),
+                      p.schema->overload_name(),
+                      schema_text.str(),
+                      p.key ? p.key->input_sha : "",
+                      stage_name(p.stage),
+                      options_.run_id,
+                      TORCH_VERSION};
+  facts.rank = rank_.load();
+  facts.seq = seq;
+  facts.math_policy = p.math_policy;
+  facts.setup_call = p.setup;
+  facts.fold_scalars = options_.fold_scalars;
+  facts.written_args = p.written;
+  return capture::snapshot_document(facts, std::move(args), std::move(kwargs), std::move(output));
 }
 
 void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob job, uint32_t signature_id,
@@ -443,7 +425,8 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
           static_cast<uint8_t>((snapshot_kept ? kSnapshot : 0) |
                                (counters_passed && (kept & runtime::SnapshotJob::kKeptProfile) ? kCounters : 0) |
                                (timing_kept ? kTiming : 0));
-      sampler->finished(key, signature_id, sha, SampleResult::Kept, snapshot_kept ? reserved : 0, got, settled);
+      sampler->finished(key, signature_id, sha, SampleResult::Kept, snapshot_kept ? reserved : 0, got,
+                        settled | self->elsewhere(kept));
       return;
     }
     self->budgets_.give_back(reserved, setup);
@@ -460,6 +443,22 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
     }
   };
   sink_->submit(std::move(job));
+}
+
+// The kinds of evidence of a kept job that another process of the launch had
+// already (counted as duplicates; settled for the key: its counters' process
+// times it too).
+uint8_t SnapshotCapture::elsewhere(uint8_t kept) {
+  uint8_t settled = 0;
+  if (kept & runtime::SnapshotJob::kDuplicateSnapshot) {
+    count_drop("duplicate_signature");
+    settled |= kSnapshot;
+  }
+  if (kept & runtime::SnapshotJob::kDuplicateProfile) {
+    count_profile("duplicate_signature", kCounters);
+    settled |= kCounters | kTiming;
+  }
+  return settled;
 }
 
 // The call's counter or timing window (capture/call_window says when none opens).

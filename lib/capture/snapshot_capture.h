@@ -93,6 +93,7 @@ class SnapshotCapture : public SampledCallHooks {
   void refuse(Pending& p, uint8_t evidence, const std::string& reason);
   // Nothing of this call is kept: the key waits for a later call.
   void give_up(std::unique_ptr<Pending> p);
+  uint8_t elsewhere(uint8_t kept);  // the kinds a kept job's launch had already (Evidence bits)
   // What the call took, undone: its bytes given back, its window closed and charged. Whether a window was open.
   bool undo(Pending& p);
   // As give_up, after undo, counted under `why` ("abandoned": its end never came; "raised": the op threw).

@@ -149,4 +149,13 @@ PickleValue ValueWriter::operator()(const c10::IValue& v, const c10::TypePtr& ty
   return format::typed_value("unsupported", "<" + v.tagKind() + ">");
 }
 
+format::PickleValue ValueWriter::outputs(c10::ArrayRef<const c10::IValue> values,
+                                         const std::vector<c10::Argument>& returns) {
+  if (values.size() == 1) return (*this)(values[0], returns.size() == 1 ? returns[0].real_type() : nullptr, nullptr);
+  format::PickleValue list = format::PickleValue::list();
+  for (size_t i = 0; i < values.size(); ++i)
+    list.push_back((*this)(values[i], returns.size() == values.size() ? returns[i].real_type() : nullptr, nullptr));
+  return list;
+}
+
 }  // namespace lingprobe::capture

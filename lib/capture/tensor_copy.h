@@ -97,6 +97,8 @@ struct ValueWriter {
   format::PickleValue tensor(CopiedTensor c);
   // `copied`: tensors already copied (written arguments), taken in order before copying any other.
   format::PickleValue operator()(const c10::IValue& v, const c10::TypePtr& type, std::vector<CopiedTensor>* copied);
+  // An op's outputs against its schema's returns: the one value, or a list of them.
+  format::PickleValue outputs(c10::ArrayRef<const c10::IValue> values, const std::vector<c10::Argument>& returns);
 };
 
 }  // namespace lingprobe::capture

@@ -43,9 +43,11 @@ struct SnapshotJob {
   std::function<ProfileData()> complete_timing;
   uint64_t bytes = 0;  // of the tensors
   // Called once, on the writer thread: kept (path relative to the run
-  // directory; `kept` says which files: kKeptSnapshot, kKeptProfile, kKeptTiming), a
+  // directory; `kept` says which files: kKeptSnapshot, kKeptProfile, kKeptTiming,
+  // and which kinds the launch had already: kDuplicateSnapshot, kDuplicateProfile), a
   // duplicate of a signature sampled elsewhere, or dropped (reason; kept 0).
-  static constexpr uint8_t kKeptSnapshot = 1, kKeptProfile = 2, kKeptTiming = 4;
+  static constexpr uint8_t kKeptSnapshot = 1, kKeptProfile = 2, kKeptTiming = 4, kDuplicateSnapshot = 8,
+                           kDuplicateProfile = 16;
   std::function<void(Result, const std::string& path_or_reason, const std::string& signature_sha, uint8_t kept)> done;
 };
 

@@ -87,13 +87,15 @@ std::string Claims::read_claim(const std::string& name) {
 }
 
 bool Claims::write_claim(const std::string& path, const std::string& input_sha, const char* state, uint64_t bytes,
-                         bool exclusive) {
+                         bool exclusive, int missing) {
   char line[512];
+  const std::string missing_field = missing < 0 ? "" : "\"missing\":" + std::to_string(missing) + ",";
   std::snprintf(line, sizeof line,
-                "{\"bytes\":%llu,\"host\":\"%s\",\"input_sha256\":\"%s\",\"pid\":%d,\"rank\":%lld,\"start_ticks\":%llu,"
-                "\"state\":\"%s\"}\n",
-                static_cast<unsigned long long>(bytes), host_.c_str(), input_sha.c_str(), static_cast<int>(getpid()),
-                static_cast<long long>(rank_), static_cast<unsigned long long>(start_ticks_), state);
+                "{\"bytes\":%llu,\"host\":\"%s\",\"input_sha256\":\"%s\",%s\"pid\":%d,\"rank\":%lld,"
+                "\"start_ticks\":%llu,\"state\":\"%s\"}\n",
+                static_cast<unsigned long long>(bytes), host_.c_str(), input_sha.c_str(), missing_field.c_str(),
+                static_cast<int>(getpid()), static_cast<long long>(rank_),
+                static_cast<unsigned long long>(start_ticks_), state);
   const std::string target = exclusive ? path : path + ".tmp" + std::to_string(getpid());
   if (!exclusive) ::unlinkat(dir_fd_, target.c_str(), 0);  // a leftover of a pid this one reuses
   const int fd = ::openat(dir_fd_, target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -111,7 +113,7 @@ bool Claims::owner_gone(const std::string& claim_name) {
   const std::string c = read_claim(claim_name);
   if (c.empty()) return ::time(nullptr) - st.st_mtime > 60;  // created, never written: its owner died at once
   const std::string state = field(c, "state");
-  if (state == "failed") return true;
+  if (state == "failed" || state == "partial") return true;
   if (state == "done" || field(c, "host") != host_) return false;  // another host's process: cannot tell
   const long pid = std::strtol(field(c, "pid").c_str(), nullptr, 10);
   if (pid <= 0) return false;
@@ -120,12 +122,15 @@ bool Claims::owner_gone(const std::string& claim_name) {
   return ticks && process_start_ticks(pid) != ticks;  // the pid was reused
 }
 
-Claims::Outcome Claims::claim_key(const std::string& sha) {
+Claims::Outcome Claims::claim_key(const std::string& sha, uint8_t& still_missing) {
   std::lock_guard<std::mutex> lock(mu_);
+  still_missing = kAllEvidence;
   if (!ensure_dir()) return Outcome::Error;
-  // The newest claim decides: free (none), taken, or its owner failed or died.
+  // The newest claim decides: free (none), taken, or its owner failed, died or left it partial.
   const std::string newest = newest_claim(sha);
   if (!newest.empty() && !owner_gone(newest)) return Outcome::Held;
+  const std::string left = newest.empty() ? "" : field(read_claim(newest), "missing");
+  if (!left.empty()) still_missing = static_cast<uint8_t>(std::strtoul(left.c_str(), nullptr, 10));
   const int n = newest.empty() ? 0 : std::atoi(newest.substr(newest.rfind('.') + 1).c_str()) + 1;
   const std::string path = "key-" + sha.substr(0, 16) + "." + std::to_string(n);
   if (!write_claim(path, sha, "claimed", 0, true)) return errno == EEXIST ? Outcome::Held : Outcome::Error;
@@ -133,13 +138,14 @@ Claims::Outcome Claims::claim_key(const std::string& sha) {
   return Outcome::Owned;
 }
 
-void Claims::release_key(const std::string& sha, bool failed, uint64_t bytes) {
+void Claims::release_key(const std::string& sha, Release how, uint64_t bytes, uint8_t missing) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = mine_.find(sha);
   if (it == mine_.end()) return;
   if (!ensure_dir()) return;
-  write_claim("key-" + sha.substr(0, 16) + "." + std::to_string(it->second), sha, failed ? "failed" : "done", bytes,
-              false);
+  const char* state = how == Release::Done ? "done" : how == Release::Partial ? "partial" : "failed";
+  write_claim("key-" + sha.substr(0, 16) + "." + std::to_string(it->second), sha, state, bytes, false,
+              how == Release::Partial ? missing : -1);
 }
 
 std::string Claims::newest_claim(const std::string& sha) {
@@ -159,10 +165,18 @@ Claims::KeyState Claims::key_state(const std::string& sha) {
   return field(read_claim(claim), "state") == "done" ? KeyState::Done : KeyState::InProgress;
 }
 
-bool Claims::claim_signature(const std::string& sha, const std::string& path) {
+namespace {
+
+std::string signature_claim_name(const std::string& sha, Claims::SignatureEvidence kind) {
+  return (kind == Claims::SignatureEvidence::Snapshot ? "sig-" : "prof-") + sha.substr(0, 16);
+}
+
+}  // namespace
+
+bool Claims::claim_signature(const std::string& sha, SignatureEvidence kind, const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!ensure_dir()) return true;  // no coordination possible: keep the sample
-  const std::string p = "sig-" + sha.substr(0, 16);
+  const std::string p = signature_claim_name(sha, kind);
   const int fd = ::openat(dir_fd_, p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return errno != EEXIST;
   const std::string line = path + "\n";
@@ -171,15 +185,18 @@ bool Claims::claim_signature(const std::string& sha, const std::string& path) {
   return true;
 }
 
-void Claims::unclaim_signature(const std::string& sha) {
+void Claims::unclaim_signature(const std::string& sha, SignatureEvidence kind) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (ensure_dir()) ::unlinkat(dir_fd_, ("sig-" + sha.substr(0, 16)).c_str(), 0);
+  if (ensure_dir()) ::unlinkat(dir_fd_, signature_claim_name(sha, kind).c_str(), 0);
 }
 
 bool Claims::signature_claimed(const std::string& sha) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!ensure_dir()) return false;
   struct stat st;
-  return ensure_dir() && ::fstatat(dir_fd_, ("sig-" + sha.substr(0, 16)).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+  for (SignatureEvidence kind : {SignatureEvidence::Snapshot, SignatureEvidence::Profile})
+    if (::fstatat(dir_fd_, signature_claim_name(sha, kind).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return true;
+  return false;
 }
 
 bool Claims::reserve_bytes(uint64_t bytes, uint64_t limit) {

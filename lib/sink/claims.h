@@ -2,12 +2,15 @@
 // ranks share: RUN_DIR/claims/ holds
 //   key-{h16}.{n}  claim number n of an input key (exclusive create), its
 //                  owner and state: {"host","pid","rank","start_ticks",
-//                  "state": "claimed"|"done"|"failed","bytes","input_sha256"};
+//                  "state": "claimed"|"done"|"partial"|"failed","bytes",
+//                  "input_sha256"} (a partial claim adds "missing": the
+//                  evidence bits its owner could not take);
 //                  a claim whose owner failed, or died (same host: no such
-//                  pid, or another process under it), is taken over by
-//                  creating claim n+1;
-//   sig-{h16}      a sample of this signature exists in the launch (the
-//                  snapshot's path);
+//                  pid, or another process under it), or left it partial,
+//                  is taken over by creating claim n+1 (which then wants only
+//                  what the partial one still missed);
+//   sig-{h16}      a snapshot of this signature exists in the launch (its
+//                  path); prof-{h16} likewise its counters (the profile's);
 //   bytes          the launch's sampled bytes so far (flock), the run budget.
 // Every file is opened, created (O_EXCL), renamed and removed relative to the
 // claims directory's own descriptor, opened once without following a
@@ -27,15 +30,25 @@ class Claims {
   Claims(std::string run_dir, int64_t rank);
   ~Claims();
   enum class Outcome { Owned, Held, Error };
-  Outcome claim_key(const std::string& input_sha);
-  void release_key(const std::string& input_sha, bool failed, uint64_t bytes);
+  // Owned: `still_missing` is what the claim taken over left (its "missing"
+  // bits), or kAllEvidence where the claim is the key's first, or a failed or
+  // dead owner's.
+  static constexpr uint8_t kAllEvidence = 0xff;
+  Outcome claim_key(const std::string& input_sha, uint8_t& still_missing);
+  // How an owner lets its claim go: done (others leave the key), partial
+  // (others may take the `missing` evidence bits), failed (others may try).
+  enum class Release { Done, Partial, Failed };
+  void release_key(const std::string& input_sha, Release how, uint64_t bytes, uint8_t missing);
   // The key's current claim: none, in progress (its owner alive), done, or
-  // free again (its owner failed or died: it may be claimed again).
+  // free again (its owner failed, died or left it partial: it may be claimed again).
   enum class KeyState { None, InProgress, Done, Free };
   KeyState key_state(const std::string& input_sha);
-  // Exclusive: false when another sample of the signature exists already.
-  bool claim_signature(const std::string& signature_sha, const std::string& path);
-  void unclaim_signature(const std::string& signature_sha);
+  // Exclusive, per kind of evidence: false when the launch has that evidence
+  // of the signature already.
+  enum class SignatureEvidence { Snapshot, Profile };
+  bool claim_signature(const std::string& signature_sha, SignatureEvidence kind, const std::string& path);
+  void unclaim_signature(const std::string& signature_sha, SignatureEvidence kind);
+  // Either kind of evidence of the signature exists in the launch.
   bool signature_claimed(const std::string& signature_sha);
   // The run budget: adds `bytes` to the launch's total unless it would pass `limit`.
   bool reserve_bytes(uint64_t bytes, uint64_t limit);
@@ -46,7 +59,7 @@ class Claims {
  private:
   bool ensure_dir();
   bool write_claim(const std::string& name, const std::string& input_sha, const char* state, uint64_t bytes,
-                   bool exclusive);
+                   bool exclusive, int missing = -1);
   bool owner_gone(const std::string& claim_name);
   std::string newest_claim(const std::string& input_sha);  // a name in the directory, "" if none
   std::string read_claim(const std::string& name);

@@ -4,9 +4,10 @@
 // {stage}_{who}_{h16}[_s{seq}], who: rank{R} or child{PID}) through
 // temporary names, fsyncs and renames them, and only then queues their
 // "snapshot" and "profile" records into the metadata file, so nothing
-// half-written is ever named. One
-// sample per signature per launch: the signature's claim is taken before
-// writing (a second process's sample of it is a counted duplicate). A full
+// half-written is ever named. One snapshot and one profile per signature per
+// launch: each kind's claim is taken before writing it (a second process's
+// sample of a kind the launch has is a counted duplicate, and the other kind
+// is still written). A full
 // disk pauses evidence for kDiskFullPauseSeconds at a time. Starts
 // lazily; finalize() drains the queue (before the metadata writer's final
 // flush). Knows nothing of the dispatcher.
@@ -54,6 +55,8 @@ class SnapshotWriter {
     std::string snapshot_rel;  // snapshots/{stem}.pt, "" without a snapshot
   };
   void write_one(runtime::SnapshotJob& job);
+  uint8_t claim_evidence(runtime::SnapshotJob& job, const Evidence& e);
+  void unclaim(const std::string& sha, Claims::SignatureEvidence kind);
   std::string file_stem(const runtime::SnapshotJob& job, const std::string& who, const std::string& sha,
                         bool already_mine) const;
   format::Status keep_snapshot(runtime::SnapshotJob& job, const Evidence& e, uint64_t& bytes);
@@ -75,7 +78,7 @@ class SnapshotWriter {
   bool busy_ = false, stop_ = false, started_ = false;
   std::thread thread_;
   std::unordered_map<uint32_t, std::pair<std::string, std::string>> signatures_;  // id -> (sha, text)
-  std::set<std::string> mine_;  // signatures this process holds the claim of
+  std::set<std::string> mine_snapshots_, mine_profiles_;  // signatures whose evidence of that kind this process wrote
   uint64_t written_ = 0, profiles_written_ = 0, bytes_ = 0;
   int64_t disk_full_until_ = 0;  // CLOCK_MONOTONIC seconds; the writer thread's alone
   bool said_disk_full_ = false;  // the writer thread's alone

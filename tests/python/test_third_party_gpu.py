@@ -319,6 +319,52 @@ def test_two_ranks_share_the_claims_and_cover_the_flops(build_dir, cli, tmp_path
     assert share >= 0.95, whole
 
 
+# Two processes of one launch, one after the other: rank 0's own byte budget takes no snapshot, so its keys get their
+# counters only; rank 1, with bytes to spare, takes their snapshots and opens no counter window for them.
+MLP = textwrap.dedent("""
+    import torch
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 512)).cuda()
+    x = torch.randn(64, 512, device="cuda")
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        for _ in range(3):
+            y = m(x)
+    torch.cuda.synchronize()
+    print("ok")
+""")
+
+
+def evidence_by_signature(path):
+    records = metadata.read(path)
+    sha_of = {r["id"]: r["sha256"] for r in records if r["kind"] == "signature"}
+    return ({sha_of[r["id"]] for r in records if r["kind"] == "snapshot"},
+            {sha_of[r["id"]] for r in records if r["kind"] == "profile"})
+
+
+def test_a_key_whose_snapshot_one_rank_could_not_take_gets_it_from_another(build_dir, cli, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(MLP)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
+    common = dict(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "out"),
+                  LINGPROBE_SNAPSHOTS="1", LINGPROBE_PROFILE="1", LINGPROBE_RUN_ID="partial", LINGPROBE_WORLD_SIZE="2")
+    for rank, extra in ((0, {"LINGPROBE_SAMPLE_BUDGET_PROCESS": "1"}), (1, {})):
+        p = subprocess.run([sys.executable, str(script)], env={**clean, **common, "LINGPROBE_RANK": str(rank), **extra},
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0 and "ok" in p.stdout, p.stderr[-3000:]
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    by_rank = {metadata.read(f)[0]["rank"]: evidence_by_signature(f) for f in metadata.files(run)}
+    (snapshots0, profiles0), (snapshots1, profiles1) = by_rank[0], by_rank[1]
+    print(f"rank 0: {len(snapshots0)} snapshots, {len(profiles0)} profiles; "
+          f"rank 1: {len(snapshots1)} snapshots, {len(profiles1)} profiles")
+    assert not snapshots0 and profiles0, (snapshots0, profiles0)
+    assert profiles0 <= snapshots1, profiles0 - snapshots1  # before: rank 0's claims were done, rank 1 took nothing
+    assert not profiles1 & profiles0, profiles1 & profiles0  # no second counter window for a signature
+    report = subprocess.run([cli, "report", str(run)], capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stdout + report.stderr
+    whole = capability(run)["whole_run"]
+    assert whole["attributed_flops"] / whole["flops"] >= 0.95, whole
+
+
 # A Llama forward large enough for kernels of 20 us and more, run twice: under lingprobe with counters, and without
 # lingprobe under torch.profiler. Each key's timed call (its second, LINGPROBE_PROFILE_TIMING: CUPTI Activity alone)
 # against the same call's kernels in the trace; a key called once, its profiled call (the counters' own time).

@@ -19,14 +19,22 @@ struct FakeBroker : ClaimBroker {
   std::map<std::string, KeyProgress> progress;
   std::set<std::string> signatures;
   int me = 1;
-  Outcome claim_key(const std::string& sha) override {
+  std::map<std::string, uint8_t> left;  // a partial release's missing evidence
+  std::vector<Release> releases;
+  Outcome claim_key(const std::string& sha, uint8_t& still_missing) override {
+    still_missing = 0xff;
     auto it = owner.find(sha);
-    if (it != owner.end() && it->second != me) return Outcome::HeldElsewhere;
+    const bool free = progress.count(sha) && progress[sha] == KeyProgress::Free;
+    if (it != owner.end() && it->second != me && !free) return Outcome::HeldElsewhere;
+    if (left.count(sha)) still_missing = left[sha];
     owner[sha] = me;
+    progress[sha] = KeyProgress::InProgress;
     return Outcome::Owned;
   }
-  void release_key(const std::string& sha, bool failed, uint64_t) override {
-    progress[sha] = failed ? KeyProgress::Free : KeyProgress::Done;
+  void release_key(const std::string& sha, Release how, uint64_t, uint8_t missing) override {
+    releases.push_back(how);
+    progress[sha] = how == Release::Done ? KeyProgress::Done : KeyProgress::Free;
+    if (how == Release::Partial) left[sha] = missing;
   }
   KeyProgress key_progress(const std::string& sha) override {
     auto it = progress.find(sha);
@@ -244,13 +252,42 @@ TEST_CASE("sampler: a key keeps asking for the evidence a call did not give, and
   CHECK(s.wanted(k) == (kSnapshot | kCounters));
   s.finished(k, 1, "sig", SampleResult::Kept, 10, kCounters);  // counters kept; the snapshot refused by a budget
   CHECK(k->active.load());
-  CHECK(b.progress[kKey] == ClaimBroker::KeyProgress::Done);  // no other process waits on it; this one asks on
-  REQUIRE(decide(s, k));  // call 2 (the refusal at call 1 put the next try at call 2)
+  CHECK(b.releases.back() == ClaimBroker::Release::Partial);  // the snapshot left to any process, this one too
+  CHECK(b.left[kKey] == kSnapshot);
+  REQUIRE(decide(s, k));  // call 2 (the refusal at call 1 put the next try at call 2): claimed again
   CHECK(s.wanted(k) == kSnapshot);
   s.finished(k, 1, "sig", SampleResult::Kept, 10, kSnapshot);
   CHECK_FALSE(k->active.load());
   CHECK(b.progress[kKey] == ClaimBroker::KeyProgress::Done);
   CHECK(s.unsampled_reasons().empty());
+}
+
+TEST_CASE("sampler: a part one process could not take goes to another process, which takes only that part",
+          "[sampler]") {
+  SamplingOptions o = on();
+  o.evidence = kSnapshot | kCounters | kTiming;
+  FakeBroker b;  // the launch's claims, shared by two processes
+  Sampler rank0, rank1;
+  rank0.configure(o, &b, 0, 2);
+  rank1.configure(o, &b, 1, 2);
+  SampleKey* k0 = rank0.key_for(kKey, "aten::mm", "aten::mm", "dit");
+  SampleKey* k1 = rank1.key_for(kKey, "aten::mm", "aten::mm", "dit");
+  b.me = 0;
+  REQUIRE(decide(rank0, k0));
+  b.me = 1;
+  CHECK_FALSE(decide(rank1, k1));  // held by rank 0
+  CHECK(k1->state.load() == KeyState::HeldElsewhere);
+  // rank 0's own byte budget is spent: its counters are kept, its snapshot refused
+  rank0.finished(k0, 1, "sig", SampleResult::Kept, 0, kCounters);
+  CHECK(b.releases.back() == ClaimBroker::Release::Partial);
+  rank1.poll();  // rank 1 sees the claim free again
+  CHECK(k1->state.load() == KeyState::Candidate);
+  for (int call = 2; call <= 3 && !rank1.take(k1); ++call) rank1.due(k1);
+  CHECK(k1->state.load() == KeyState::Owned);
+  CHECK(rank1.wanted(k1) == (kSnapshot | kTiming));  // not the counters again: rank 0 has them
+  rank1.finished(k1, 1, "sig", SampleResult::Kept, 10, kSnapshot | kTiming);
+  CHECK_FALSE(k1->active.load());
+  CHECK(b.releases.back() == ClaimBroker::Release::Done);
 }
 
 TEST_CASE("sampler: a key's timing comes from its next call after its counters, and is no sample", "[sampler]") {

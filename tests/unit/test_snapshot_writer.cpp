@@ -182,7 +182,8 @@ TEST_CASE("a timed call that also took a snapshot keeps its timing when another 
   REQUIRE(std::system(("mkdir -p " + run + "/metadata " + run + "/snapshots").c_str()) == 0);
   const std::string sha(64, 'c');
   sink::Claims other(run, 1), mine(run, 0);
-  REQUIRE(other.claim_signature(sha, "snapshots/elsewhere.pt"));  // rank 1 wrote this signature's snapshot first
+  REQUIRE(other.claim_signature(sha, sink::Claims::SignatureEvidence::Snapshot,
+                                "snapshots/elsewhere.pt"));  // rank 1 wrote this signature's snapshot first
   sink::MetadataWriter metadata({run + "/metadata/m.jsonl", "{\"kind\":\"header\"}", 10000, {}, run},
                                 [] { return format::CountsSnapshot{}; });
   sink::SnapshotWriter writer(run, "rank0", &metadata, &mine);
@@ -208,4 +209,43 @@ TEST_CASE("a timed call that also took a snapshot keeps its timing when another 
   bool timing = false;
   while (std::getline(in, line)) timing = timing || line.find("\"kind\":\"kernel_timing\"") != std::string::npos;
   CHECK(timing);  // before the fix it was written only after the claim, and so never
+}
+
+TEST_CASE("one process's counters of a signature leave its snapshot to another process", "[sink][snapshot]") {
+  const std::string run = test::temp_dir("lingprobe-evidence-");
+  REQUIRE(std::system(("mkdir -p " + run + "/metadata " + run + "/snapshots " + run + "/profiles").c_str()) == 0);
+  const std::string sha(64, 'd');
+  sink::Claims claims0(run, 0), claims1(run, 1);
+  sink::MetadataWriter metadata({run + "/metadata/m.jsonl", "{\"kind\":\"header\"}", 10000, {}, run},
+                                [] { return format::CountsSnapshot{}; });
+  auto job_of = [](bool snapshot, uint8_t& kept) {
+    runtime::SnapshotJob job;
+    job.signature_id = 1;
+    job.stage = "dit";
+    job.snapshot = snapshot;
+    job.document = format::PickleValue::dict();
+    job.profiled = true;
+    job.profile.status = "passed";
+    job.done = [&kept](runtime::SnapshotJob::Result r, const std::string&, const std::string&, uint8_t which) {
+      kept = r == runtime::SnapshotJob::Result::Kept ? which : 0xff;
+    };
+    return job;
+  };
+  uint8_t kept0 = 0, kept1 = 0;
+  sink::SnapshotWriter rank0(run, "rank0", &metadata, &claims0);
+  rank0.add_signature(1, sha, "{\"op\":\"aten.mm.default\"}");
+  rank0.submit(job_of(false, kept0));  // its snapshot refused by its own byte budget: counters only
+  rank0.finalize();
+  sink::SnapshotWriter rank1(run, "rank1", &metadata, &claims1);
+  rank1.add_signature(1, sha, "{\"op\":\"aten.mm.default\"}");
+  rank1.submit(job_of(true, kept1));
+  rank1.finalize();
+  metadata.finalize();
+  CHECK(kept0 == runtime::SnapshotJob::kKeptProfile);
+  // before: a duplicate of rank 0's counters (0xff here), and so no snapshot of the signature in the launch
+  CHECK(kept1 == (runtime::SnapshotJob::kKeptSnapshot | runtime::SnapshotJob::kDuplicateProfile));
+  CHECK(exists(run + "/snapshots/dit_rank1_" + sha.substr(0, 16) + ".pt"));
+  CHECK_FALSE(exists(run + "/profiles/dit_rank1_" + sha.substr(0, 16)));
+  CHECK(rank1.written() == 1);
+  CHECK(rank1.profiles_written() == 0);
 }

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "capture/tensor_copy.h"
@@ -30,6 +31,23 @@ bool writes_with_scalars_only(const SampledCall& call, const std::string& name) 
       other_tensor = other_tensor || (t.defined() && !t.unsafeGetTensorImpl()->is_wrapped_number());
     });
   return !other_tensor;
+}
+
+// Tensors, or a target device, on more than one device: a move (to(device), .cpu()) or a copy_ from another device.
+bool crosses_devices(const SampledCall& call) {
+  std::optional<c10::Device> first;
+  bool crosses = false;
+  auto see = [&](const c10::Device& d) {
+    if (!first) first = d;
+    crosses = crosses || d != *first;
+  };
+  for (const auto& v : call.inputs) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (t.defined()) see(t.device());
+    });
+    if (v.isDevice()) see(v.toDevice());
+  }
+  return crosses;
 }
 
 }  // namespace
@@ -60,6 +78,9 @@ bool is_setup_call(const SampledCall& call) {
   const bool fills = name == "aten::copy_" || name == "aten::fill_" || name == "aten::zero_" || name == "aten::set_" ||
                      (matches && writes_with_scalars_only(call, name));
   const bool moves = name == "aten::to" || name == "aten::_to_copy";
+  // Across devices, whatever the tensor: a frozen model's weights (requires_grad_(False), as inference pipelines
+  // do) look like any other tensor, and module.to(device) or loading them onto the GPU is set-up all the same.
+  if ((moves || name == "aten::copy_") && crosses_devices(call)) return true;
   bool setup = false;
   for (size_t i = 0; i < call.inputs.size() && !setup; ++i) {
     const bool written = fills && matches && is_written(params[i]);

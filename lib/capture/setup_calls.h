@@ -10,7 +10,8 @@ namespace lingprobe::capture {
 // result is random or uninitialised by definition (init, to_empty), or it
 // writes a parameter (a leaf that requires grad: init, load_state_dict's
 // copy_, trunc_normal_'s in-place steps with scalars only) or moves one
-// (module.to(device)). View-only calls count with them
+// (module.to(device)), or it moves or copies any tensor across devices (a
+// frozen model's weights to the GPU). View-only calls count with them
 // (their schema says every result aliases an input without writing it:
 // detach, view, t, expand... no kernel runs): Parameter() detaches every
 // new weight, and such a snapshot costs the whole tensor twice.

@@ -19,6 +19,7 @@
 
 #include "capture/autocast_state.h"
 #include "capture/math_policy.h"
+#include "capture/setup_calls.h"
 #include "capture/snapshot_capture.h"
 #include "capture/tensor_copy.h"
 #include "runtime/snapshot_job.h"
@@ -173,6 +174,28 @@ TEST_CASE("capture: view-only calls count as set-up; copying ones and an optimiz
   Call step = call_of("aten::add_", {weight, at::ones({256, 256}), 1.0});
   CHECK(rig.run(key('h'), step, {weight}));  // an optimizer's write to a parameter: compute
   CHECK(rig.refusals == std::vector<std::string>{"aten::detach snapshot setup_share"});
+}
+
+TEST_CASE("capture: a move or copy across devices is set-up, a frozen weight's too; a cast on one device is not",
+          "[capture]") {
+  auto setup = [](Call& c) {
+    SampledCall call;
+    call.schema = c.schema;
+    call.inputs = c10::ArrayRef<const c10::IValue>(c.inputs.data(), c.inputs.size());
+    call.op_dotted = &c.dotted;
+    return is_setup_call(call);
+  };
+  at::Tensor frozen = at::ones({64, 64});  // requires_grad_(False): a frozen model's weight, as any tensor
+  const c10::IValue float32(static_cast<int64_t>(at::kFloat)), bf16(static_cast<int64_t>(at::kBFloat16));
+  Call to_gpu = call_of("aten::to", {frozen, c10::Device("cuda:0"), float32, false, false, c10::IValue()}, "device");
+  CHECK(setup(to_gpu));  // before: compute, and a frozen model's move to the GPU spent the compute's budget
+  Call cast = call_of("aten::to", {frozen, bf16, false, false, c10::IValue()}, "dtype");
+  CHECK_FALSE(setup(cast));  // an activation's cast looks the same: compute
+  at::Tensor on_meta = at::empty({64, 64}, at::TensorOptions().device(at::kMeta));
+  Call load = call_of("aten::copy_", {on_meta, frozen, false});
+  CHECK(setup(load));  // a checkpoint's tensor copied into a weight on another device
+  Call same = call_of("aten::copy_", {frozen, at::zeros({64, 64}), false});
+  CHECK_FALSE(setup(same));  // a copy on one device into a tensor that is no parameter: compute
 }
 
 TEST_CASE("capture: trunc_normal_'s in-place steps on a parameter are set-up; the same on an activation is not",

@@ -360,9 +360,49 @@ def test_a_key_whose_snapshot_one_rank_could_not_take_gets_it_from_another(build
     assert profiles0 <= snapshots1, profiles0 - snapshots1  # before: rank 0's claims were done, rank 1 took nothing
     assert not profiles1 & profiles0, profiles1 & profiles0  # no second counter window for a signature
     report = subprocess.run([cli, "report", str(run)], capture_output=True, text=True, timeout=300)
-    assert report.returncode == 0, report.stdout + report.stderr
+    audit = subprocess.run([cli, "audit", str(run)], capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0 and audit.returncode == 0, report.stdout + report.stderr + audit.stdout + audit.stderr
     whole = capability(run)["whole_run"]
     assert whole["attributed_flops"] / whole["flops"] >= 0.95, whole
+    rows = json.loads((run / "reports" / "coverage_audit.json").read_text())["rows"]
+    split = [r for r in rows if r["signature_sha256"] in profiles0]
+    assert split and all(r["snapshot"] and r["profile"] for r in split), split  # one row: rank 1's file, rank 0's
+
+
+# A frozen model, as inference pipelines hold one (requires_grad_(False)), built on the CPU and moved to the GPU,
+# with a byte budget its move alone would spend: each weight's `to` took a snapshot of compute before 2026-12-07.
+FROZEN = textwrap.dedent("""
+    import torch, torchvision
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10).eval().requires_grad_(False).cuda()
+    x = torch.randn(2, 3, 64, 64, device="cuda")
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        for _ in range(2):
+            y = model(x)
+    torch.cuda.synchronize()
+    print("ok")
+""")
+
+
+def test_a_frozen_models_move_to_the_gpu_leaves_the_budget_to_the_compute(build_dir, tmp_path):
+    if not has("torchvision"):
+        pytest.skip("torchvision is not installed here")
+    script = tmp_path / "job.py"
+    script.write_text(FROZEN)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
+    env.update(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "out"),
+               LINGPROBE_SNAPSHOTS="1", LINGPROBE_SAMPLE_BUDGET_PROCESS=str(64 * 2**20))
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "ok" in p.stdout, p.stderr[-3000:]
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    (f,) = metadata.files(run)
+    records = metadata.read(f)
+    refusals = {(r["op"], r["reason"]) for r in records if r["kind"] == "refusal"}
+    print("frozen resnet18: refusals", sorted(refusals))
+    assert not {reason for _, reason in refusals} & {"budget_process", "budget_run", "budget_device"}, sorted(refusals)
+    ops = {r["id"]: json.loads(r["signature_json"])["op"] for r in records if r["kind"] == "signature"}
+    snapshotted = {ops[r["id"]] for r in records if r["kind"] == "snapshot"}
+    assert {"aten.conv2d.default", "aten.linear.default"} <= snapshotted, sorted(snapshotted)
 
 
 # A Llama forward large enough for kernels of 20 us and more, run twice: under lingprobe with counters, and without

@@ -278,7 +278,7 @@ std::string selections_markdown(const Run& a, const Run& b) {
   };
   return "**The runs recorded different ops** (A: " + text(a) + "; B: " + text(b) +
          "): a row only in one run whose op the other did not record is `not_recorded_in_a` or `not_recorded_in_b`, "
-         "not counted as only in A or B.\n\n";
+         "not counted as only in A or B, and its FLOPs are in neither column.\n\n";
 }
 
 // The Markdown's head: the two runs, how they are paired, and the overview table's header.
@@ -306,13 +306,14 @@ struct StageTotals {
   long double flops_a = 0, flops_b = 0;
 };
 
+// FLOPs of the ops both runs record: a row whose op the other run did not record counts in neither column.
 StageTotals stage_totals(const std::string& stage, const std::vector<const DiffEntry*>& group, const Run& a,
                          const Run& b) {
   StageTotals t;
   for (const DiffRow& r : a.rows)
-    if (r.stage == stage) t.flops_a += r.flops_total();
+    if (r.stage == stage && records(b, r.op, stage)) t.flops_a += r.flops_total();
   for (const DiffRow& r : b.rows)
-    if (r.stage == stage) t.flops_b += r.flops_total();
+    if (r.stage == stage && records(a, r.op, stage)) t.flops_b += r.flops_total();
   for (const DiffEntry* e : group) ++t.kinds[e->kind];
   t.groups = t.kinds["one_to_many"] + t.kinds["many_to_one"] + t.kinds["many_to_many"];
   return t;

@@ -219,9 +219,10 @@ def test_rows_the_other_run_did_not_record_are_not_changes(cli, tmp_path):
     w = {"dtype": "torch.float32", "shape": [8, 8], "stride": [8, 1]}
     linear = {"args": [t, w], "kwargs": {}, "op": "aten.linear.default", "output": t, "stage": "s"}
     relu = {"args": [t], "kwargs": {}, "op": "aten.relu.default", "output": t, "stage": "s"}
+    mm = {"args": [w, w], "kwargs": {}, "op": "aten.mm.default", "output": w, "stage": "s"}
     gone = dict(linear, args=[dict(t, shape=[2, 8], stride=[8, 1]), w], stage="other")  # a real change: A records it
     a, b = tmp_path / "a", tmp_path / "b"
-    signatures_run(a, [linear, relu, gone], config={"ops": "", "ops_deny": ""})
+    signatures_run(a, [linear, relu, mm, gone], config={"ops": "", "ops_deny": ""})
     signatures_run(b, [linear], config={"ops": "aten::linear", "ops_deny": ""})
     p = diff(cli, a, b)
     assert "**The runs recorded different ops** (A: every op; B: LINGPROBE_OPS='aten::linear')" in p.stdout, p.stdout
@@ -229,8 +230,10 @@ def test_rows_the_other_run_did_not_record_are_not_changes(cli, tmp_path):
     assert row.startswith("| not_recorded_in_b |"), row
     doc = json.loads(diff(cli, a, b, "--json").stdout)
     counts = {s["stage"]: s["counts"] for s in doc["stages"]}
-    assert counts["s"]["not_recorded_in_b"] == 1 and counts["s"]["only_in_a"] == 0, counts
+    assert counts["s"]["not_recorded_in_b"] == 2 and counts["s"]["only_in_a"] == 0, counts
     assert counts["other"]["only_in_a"] == 1 and counts["other"]["not_recorded_in_b"] == 0, counts
+    flops = {s["stage"]: (s["flops_a"], s["flops_b"]) for s in doc["stages"]}
+    assert flops["s"][0] == flops["s"][1] > 0, flops  # the mm B did not record counts in neither column
     assert doc["b"]["ops"] == "aten::linear" and doc["a"]["ops"] == ""
     same = diff(cli, a, a)
     assert "recorded different ops" not in same.stdout

@@ -1,7 +1,7 @@
 """Inline kernel time against the real execution, call by call.
 
     lingprobe validate RUN_DIR --against-trace TRACE.json[.gz] [--min-kernel-us 20] [--tolerance 0.03]
-                       [--rank R] [--noise-trace TRACE2.json[.gz]] [--json OUT]
+                       [--rank R] [--noise-trace TRACE2.json[.gz]] [--min-share 0.01] [--json OUT]
 
 RUN_DIR is a run recorded with LINGPROBE_PROFILE=1 (call records on, the
 default). TRACE is torch.profiler's Chrome trace (`prof.export_chrome_trace`)
@@ -31,7 +31,11 @@ sides are a key's first call in its process where the profiled call was, and
 its second where the timed call was. --noise-trace, a second trace of the
 same program without lingprobe, shows the method's own noise: the same
 gated kernels in the two traces, and how many are within the tolerance of
-each other (a gate the program's own spread cannot meet is no gate)."""
+each other (a gate the program's own spread cannot meet is no gate).
+The signatures whose matched calls hold at least --min-share (default 1%) of
+the trace's kernel time are listed with whether any process of the run has
+their counters (`heavy_keys`, `heavy_keys_without_counters`): what dominates,
+measured without lingprobe, and whether the capability report can place it."""
 import argparse
 import bisect
 import difflib
@@ -66,7 +70,8 @@ def run_calls(run_dir, rank=0):
         raise BadInput(f"{run_dir} is not a run directory (no metadata/*.jsonl)")
     threads, profiles, timings, passed, first_t0, chosen = {}, {}, {}, {}, {}, None
     for f in files:
-        names, header, calls, file_profiles, file_timings, timed_ids, file_passed = {}, None, {}, {}, {}, set(), {}
+        names, shas, header, calls, file_profiles, file_timings, timed_ids, file_passed = {}, {}, None, {}, {}, {}, \
+            set(), {}
         for line in f.read_text().splitlines():
             try:
                 r = json.loads(line)
@@ -77,6 +82,7 @@ def run_calls(run_dir, rank=0):
                 header = r
             elif kind == "signature":
                 names[r["id"]] = json.loads(r["signature_json"])["op"]
+                shas[r["id"]] = r["sha256"]
             elif kind == "call" and r["depth"] == 0:
                 calls.setdefault(r["tid"], []).append((r["id"], r["seq"], r["t0_ns"]))
             elif kind == "profile":
@@ -91,7 +97,7 @@ def run_calls(run_dir, rank=0):
             continue
         chosen, profiles, timings, passed = f.name, file_profiles, file_timings, file_passed
         for tid, cs in calls.items():
-            threads[tid] = [[aten_name(names.get(i, "?")), seq] for i, seq, _ in cs]
+            threads[tid] = [[aten_name(names.get(i, "?")), seq, shas.get(i)] for i, seq, _ in cs]
             first_t0[tid] = cs[0][2]
         break
     if chosen is None:
@@ -99,6 +105,39 @@ def run_calls(run_dir, rank=0):
     if not any(threads.values()):
         raise BadInput(f"{run_dir} has no call records (LINGPROBE_CALL_RECORDS=0?): calls cannot be matched by order")
     return chosen, [threads[t] for t in sorted(threads, key=lambda t: first_t0[t])], profiles, timings, passed
+
+
+def signatures_with_counters(run_dir):
+    """The signatures (sha256) with passed counters in any process of the run: claims give each key to one rank."""
+    found = set()
+    for f in (run_dir / "metadata").glob("*.jsonl"):
+        sha_of, passed = {}, set()
+        for line in f.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if r.get("kind") == "signature":
+                sha_of[r["id"]] = r["sha256"]
+            elif r.get("kind") == "profile" and r.get("status") == "passed":
+                passed.add(r["id"])
+        found |= {sha_of[i] for i in passed if i in sha_of}
+    return found
+
+
+def heavy_keys(run_dir, matched_calls, trace, min_share):
+    """Each signature whose matched calls' kernels hold at least `min_share` of the trace's kernel time, and whether
+    the run has its counters: the time of what dominates, measured without lingprobe."""
+    total = sum(float(k["dur"]) for top in trace for c in top for k in c["kernels"])
+    by_sha = {}
+    for (op, _, sha), traced in matched_calls:
+        if sha is not None:
+            entry = by_sha.setdefault(sha, {"op": op, "signature_sha256": sha, "trace_us": 0.0})
+            entry["trace_us"] += sum(float(k["dur"]) for k in traced["kernels"])
+    with_counters = signatures_with_counters(run_dir)
+    heavy = [dict(e, share=e["trace_us"] / total, counters=e["signature_sha256"] in with_counters)
+             for e in by_sha.values() if total > 0 and e["trace_us"] >= min_share * total]
+    return sorted(heavy, key=lambda e: -e["trace_us"])
 
 
 def aten_name(op):
@@ -293,7 +332,7 @@ def add_method_noise(report, row_calls, noise_path, tolerance):
                        "within": within, "fraction_within": within / compared if compared else None}
 
 
-def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0, noise_path=None):
+def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0, noise_path=None, min_share=0.01):
     fname, run_threads, profiles, timings, passed = run_calls(run_dir, rank)
     timed_ids = {t["id"] for t in timings.values()}
     trace, has_kernels = trace_calls(load_json(trace_path))
@@ -305,6 +344,7 @@ def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0, noise_pat
     report = {"run": str(run_dir), "trace": str(trace_path), "file": fname, "min_kernel_us": min_us,
               "tolerance": tolerance, "threads": [], "calls": [], "kernel_count_mismatches": []}
     row_calls = []  # per row of report["calls"]: its trace thread and call index (for the method's noise)
+    matched_calls = []  # (run call, trace call) of every matched pair
     for calls, top in pair_threads(run_threads, trace):
         pairs = align([c[0] for c in calls], [c["name"] for c in top])
         matched = {j for _, j in pairs}
@@ -315,6 +355,7 @@ def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0, noise_pat
         report["threads"].append({"file": fname, "run_calls": len(calls), "trace_calls": len(top),
                                   "matched": len(pairs), "edge_calls_read_as_nested": len(edges)})
         for i, j in pairs:
+            matched_calls.append((calls[i], top[j]))
             inline, source, reported = inline_kernels(run_dir, calls[i][1], profiles, timings, timed_ids)
             if inline is None:
                 continue
@@ -334,6 +375,9 @@ def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0, noise_pat
     report["within"] = sum(r["within"] for r in gated)
     report["fraction_within"] = report["within"] / len(gated) if gated else None
     report["gate"] = bool(gated) and report["within"] >= 0.9 * len(gated)
+    report["min_share"] = min_share
+    report["heavy_keys"] = heavy_keys(run_dir, matched_calls, trace, min_share)
+    report["heavy_keys_without_counters"] = sum(not k["counters"] for k in report["heavy_keys"])
     if noise_path is not None:
         add_method_noise(report, row_calls, noise_path, tolerance)
     return report
@@ -364,6 +408,12 @@ def print_report(rep, out=sys.stdout):
         print(f"\n{rep['within']} of {rep['gated_kernels']} kernels >= {rep['min_kernel_us']:g} us within "
               f"{100 * rep['tolerance']:g}% ({100 * rep['fraction_within']:.1f}%): gate "
               f"{'passed' if rep['gate'] else 'failed'} (90%)", file=out)
+    heavy = rep["heavy_keys"]
+    print(f"{len(heavy) - rep['heavy_keys_without_counters']} of the {len(heavy)} signatures with at least "
+          f"{100 * rep['min_share']:g}% of the trace's kernel time have counters", file=out)
+    for k in heavy:
+        if not k["counters"]:
+            print(f"  without counters: {k['op']} {k['signature_sha256'][:16]} ({100 * k['share']:.1f}%)", file=out)
     if noise:
         n = rep["noise"]
         share = "-" if n["fraction_within"] is None else f"{100 * n['fraction_within']:.1f}%"
@@ -385,10 +435,12 @@ def main(argv=None):
     ap.add_argument("--rank", type=int, default=0, help="the rank whose calls the trace's process made (default 0)")
     ap.add_argument("--noise-trace", type=pathlib.Path,
                     help="a second trace of the same program without lingprobe: shows the method's own noise")
+    ap.add_argument("--min-share", type=float, default=0.01,
+                    help="list the signatures with at least this share of the trace's kernel time (default 0.01)")
     ap.add_argument("--json", type=pathlib.Path)
     a = ap.parse_args(argv)
     try:
-        rep = validate(a.run_dir, a.against_trace, a.min_kernel_us, a.tolerance, a.rank, a.noise_trace)
+        rep = validate(a.run_dir, a.against_trace, a.min_kernel_us, a.tolerance, a.rank, a.noise_trace, a.min_share)
     except (BadInput, OSError, ValueError, KeyError) as e:
         print(f"lingprobe validate: {e}", file=sys.stderr)
         return 2

@@ -70,6 +70,29 @@ def test_each_profiled_call_against_the_same_call_in_the_trace(cli, tmp_path, li
     assert rows["aten::relu"]["trace_us"] == 10.0 and not rows["aten::relu"]["gated"]  # under 20 us: shown, not gated
 
 
+def test_the_signatures_that_dominate_the_trace_are_listed_with_their_counters(cli, tmp_path):
+    """Issue 26's corpus: every key with at least 1% of the kernel time torch.profiler measured in an unprofiled run
+    has counters. The relu's 10 us are 9% of the trace's 110: listed, and named when the run has no counters of it."""
+    run, trace = fake_run(tmp_path, 101.0), fake_trace(tmp_path)
+    out = tmp_path / "report.json"
+    p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace), "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert "2 of the 2 signatures with at least 1% of the trace's kernel time have counters" in p.stdout, p.stdout
+    rep = json.loads(out.read_text())
+    assert [(k["op"], round(k["share"], 3), k["counters"]) for k in rep["heavy_keys"]] == \
+        [("aten::linear", 0.909, True), ("aten::relu", 0.091, True)]
+    meta = run / "metadata" / "metadata_rank0_pid1.jsonl"
+    meta.write_text("".join(l + "\n" for l in meta.read_text().splitlines() if '"profiles/relu"' not in l))
+    p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace), "--min-share", "0.1", "--json",
+                        str(out)], capture_output=True, text=True, timeout=120)
+    assert "1 of the 1 signatures with at least 10% of the trace's kernel time have counters" in p.stdout, p.stdout
+    p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace), "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert "1 of the 2 signatures with at least 1% of the trace's kernel time have counters" in p.stdout, p.stdout
+    assert "without counters: aten::relu 0000000000000000 (9.1%)" in p.stdout, p.stdout
+    assert json.loads(out.read_text())["heavy_keys_without_counters"] == 1
+
+
 def test_a_timed_call_is_what_the_gate_counts(cli, tmp_path):
     """LINGPROBE_PROFILE_TIMING: linear's first call has its counters (their kernel replay reads 110 us), its second
     is timed by CUPTI Activity alone (101 us, a kernel_timing record). The gate counts the time the report shows:

@@ -164,22 +164,49 @@ def recorded(name, build_dir, tmp):
     return run
 
 
+# The same program without lingprobe under torch.profiler: what its kernels really took.
+TRACED = textwrap.dedent("""
+    import runpy, sys
+    from torch.profiler import profile, ProfilerActivity
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        runpy.run_path(sys.argv[1], run_name="__main__")
+    prof.export_chrome_trace(sys.argv[2])
+""")
+
+
+def against_trace(name, run, cli, tmp):
+    """validate --against-trace of the run, against the same program traced without lingprobe: its JSON."""
+    (tmp / "traced.py").write_text(TRACED)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
+    p = subprocess.run([sys.executable, str(tmp / "traced.py"), str(tmp / "job.py"), str(tmp / "trace.json")],
+                       env={**clean, **MODELS[name][2]}, capture_output=True, text=True, timeout=540)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = tmp / "against_trace.json"
+    v = subprocess.run([cli, "validate", str(run), "--against-trace", str(tmp / "trace.json"), "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert out.exists(), v.stdout[-2000:] + v.stderr[-2000:]
+    return v.stdout, json.loads(out.read_text())
+
+
 @pytest.fixture(scope="module", params=sorted(MODELS))
 def model_run(request, build_dir, cli, tmp_path_factory):
-    run = recorded(request.param, build_dir, tmp_path_factory.mktemp(request.param))
+    tmp = tmp_path_factory.mktemp(request.param)
+    run = recorded(request.param, build_dir, tmp)
     replay = subprocess.run([cli, "replay", str(run)], capture_output=True, text=True, timeout=540)
     report = subprocess.run([cli, "report", str(run)], capture_output=True, text=True, timeout=300)
     audit = subprocess.run([cli, "audit", str(run)], capture_output=True, text=True, timeout=300)
+    traced_text, traced = against_trace(request.param, run, cli, tmp)
     keep = os.environ.get("LPTEST_KEEP")
     if keep:
         import shutil
         dest = os.path.join(keep, "third_party", request.param)
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(run / "reports", dest)
-        for name, p in (("replay", replay), ("report", report), ("audit", audit)):
+        for name, text in (("replay", replay.stdout + replay.stderr), ("report", report.stdout + report.stderr),
+                           ("audit", audit.stdout + audit.stderr), ("against_trace", traced_text)):
             with open(os.path.join(dest, name + ".log"), "w") as f:
-                f.write(p.stdout + p.stderr)
-    return request.param, run, replay, report, audit
+                f.write(text)
+    return request.param, run, replay, report, audit, traced
 
 
 def capability(run):
@@ -188,7 +215,7 @@ def capability(run):
 
 
 def test_counters_cover_the_flops_by_default(model_run):
-    name, run, replay, report, audit = model_run
+    name, run, replay, report, audit, traced = model_run
     assert report.returncode == 0, report.stdout + report.stderr
     whole = capability(run)["whole_run"]
     share = whole["attributed_flops"] / whole["flops"]
@@ -196,8 +223,16 @@ def test_counters_cover_the_flops_by_default(model_run):
     assert share >= 0.95, whole
 
 
+def test_counters_cover_every_key_that_dominates_the_real_kernel_time(model_run):
+    name, run, replay, report, audit, traced = model_run
+    heavy = traced["heavy_keys"]
+    print(f"{name}: {len(heavy) - traced['heavy_keys_without_counters']} of {len(heavy)} keys with >= 1% of the "
+          f"unprofiled run's kernel time have counters")
+    assert heavy and not traced["heavy_keys_without_counters"], [k for k in heavy if not k["counters"]]
+
+
 def test_no_job_stands_above_its_roof(model_run):
-    name, run, replay, report, audit = model_run
+    name, run, replay, report, audit, traced = model_run
     jobs = capability(run)["jobs"]
     over = [(j["signature"]["op"], j["math_mode"], j["over_roof_fraction"]) for j in jobs if j.get("over_roof")]
     assert not over, over
@@ -209,7 +244,7 @@ def test_no_job_stands_above_its_roof(model_run):
 
 
 def test_every_snapshot_replays_exactly(model_run):
-    name, run, replay, report, audit = model_run
+    name, run, replay, report, audit, traced = model_run
     n = len(list((run / "snapshots").glob("*.pt")))
     assert n > 0
     assert replay.returncode == 0, replay.stdout[-3000:] + replay.stderr[-2000:]
@@ -222,7 +257,7 @@ def test_every_snapshot_replays_exactly(model_run):
 
 
 def test_construction_left_the_budgets_to_the_compute(model_run):
-    name, run, replay, report, audit = model_run
+    name, run, replay, report, audit, traced = model_run
     refusals = [r for f in metadata.files(run) for r in metadata.read(f) if r["kind"] == "refusal"]
     reasons = {r["reason"] for r in refusals}
     print(f"{name}: refusal reasons {sorted(reasons)}")

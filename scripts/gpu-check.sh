@@ -62,7 +62,8 @@ step_test() {
 }
 
 # Chosen Python test files (tests/python/NAME.py), with ctest's environment; PYTEST_K selects tests by keyword
-# (the corpus in halves: PYTEST_K="llama or nn_transformer or meta_then" ... pytest test_third_party_gpu.py).
+# (the corpus in halves: PYTEST_K="llama or nn_transformer" ... pytest test_third_party_gpu.py; its runs across
+# devices and processes: pytest test_third_party_gpu_processes.py).
 step_pytest() {
   local files=() f select=()
   for f in "$@"; do files+=("$root/tests/python/$f"); done

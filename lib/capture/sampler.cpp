@@ -166,6 +166,7 @@ bool Sampler::due(SampleKey* k) {
 bool Sampler::take_over(SampleKey* k, uint8_t still_missing) {
   const uint8_t left = k->missing.fetch_and(still_missing, std::memory_order_relaxed) & still_missing;
   if (left == 0 && k->taken == 0) return false;
+  k->inherited &= still_missing;
   k->holds_claim = true;
   return true;
 }
@@ -187,9 +188,9 @@ bool Sampler::take(SampleKey* k) {
       if (outcome == ClaimBroker::Outcome::HeldElsewhere) next = KeyState::HeldElsewhere;
       if (outcome == ClaimBroker::Outcome::Unavailable) next = KeyState::Owned;  // no directory: sample here
       if (outcome == ClaimBroker::Outcome::Owned && !take_over(k, still_missing)) {
-        next = KeyState::Done;
+        next = KeyState::Done;  // the part left is one this process does not take: others still may
         lock.unlock();
-        broker_->release_key(k->input_sha, ClaimBroker::Release::Done, 0, 0);
+        broker_->release_key(k->input_sha, ClaimBroker::Release::Partial, 0, still_missing);
         lock.lock();
       }
     }
@@ -208,6 +209,7 @@ void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, Sample
   if (has_signature && !sha.empty()) signature_sha_[id] = sha;
   if (has_signature) k->seen_signatures.insert(id);
   uint8_t missing = k->missing.load(std::memory_order_relaxed) & static_cast<uint8_t>(~(got | settled));
+  k->got |= got;
   const bool timed_call_only = result == SampleResult::Kept && got == kTiming;  // no sample of its own
   if (result == SampleResult::Kept && !timed_call_only) {
     ++k->taken;
@@ -230,7 +232,8 @@ void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, Sample
     if (k->attempts_left > 0) --k->attempts_left;
     if (!has_unsampled_signature(*k) || k->attempts_left == 0) set_state(k, KeyState::Done);
   } else if (k->state == KeyState::Owned) {
-    if (missing == 0 && k->taken >= options_.first) {
+    // a key whose parts came from two processes counts as one sample (SAMPLE_FIRST above 1 included)
+    if (missing == 0 && (k->taken >= options_.first || k->inherited != 0xff)) {
       set_state(k, KeyState::Done);
       // a signature first seen while this sample was in flight (on_signature reopens only a done key)
       if (has_unsampled_signature(*k) && options_.extra_signature_attempts > 0) reopen(k);
@@ -250,18 +253,20 @@ void Sampler::finished(SampleKey* k, uint32_t id, const std::string& sha, Sample
   // The claim is released when the key is settled here (done or stopped),
   // when a refused key gives it up (failed: others may try it), when a part
   // is left to others (partial), or when only the timing is left: that follows
-  // the counters in the process that took them, so the key is done for others.
+  // the counters in the process that holds the claim, so the key is done for others.
   const bool release = k->holds_claim && ((k->state != KeyState::Owned && k->state != KeyState::Reopened) ||
                                           result == SampleResult::Kept);
+  // What the launch still misses: evidence settled here (no GPU access on this host, say) may come elsewhere.
+  const uint8_t launch_missing = static_cast<uint8_t>(options_.evidence & k->inherited & ~k->got);
   ClaimBroker::Release how = ClaimBroker::Release::Done;
-  if (k->state == KeyState::Candidate)
-    how = missing != options_.evidence ? ClaimBroker::Release::Partial : ClaimBroker::Release::Failed;
+  if (k->state == KeyState::Candidate || (k->state == KeyState::Stopped && launch_missing))
+    how = k->got || k->inherited != 0xff ? ClaimBroker::Release::Partial : ClaimBroker::Release::Failed;
   else if (k->taken == 0)
     how = ClaimBroker::Release::Failed;
   if (release) k->holds_claim = false;
   const std::string input = k->input_sha;
   lock.unlock();
-  if (release && broker_) broker_->release_key(input, how, bytes, missing);
+  if (release && broker_) broker_->release_key(input, how, bytes, launch_missing);
 }
 
 void Sampler::reopen(SampleKey* k) {

@@ -102,7 +102,7 @@ class ClaimBroker {
 };
 
 enum class KeyState : uint8_t {
-  Candidate,      // never claimed by this process
+  Candidate,      // not claimed by this process now (never, or its claim let go with evidence still missing)
   Owned,          // this process samples it
   Reopened,       // sampled, but one of its signatures has no sample yet
   HeldElsewhere,  // another process owns it (polled: it may die or fail)
@@ -127,6 +127,10 @@ struct SampleKey {
   uint64_t taken = 0;
   uint32_t attempts_left = 0;
   bool holds_claim = false;  // this process's claim of the key is open (released once, done or failed)
+  // What the launch still misses of the key, as far as this process knows: what the claim it took over left
+  // (every bit where it took none over), less what this process got. A released claim publishes it.
+  uint8_t inherited = 0xff;
+  uint8_t got = 0;
   std::set<uint32_t> seen_signatures, sampled_signatures;  // process-local signature ids
   std::string stop_reason;
   std::string last_refusal;                 // "evidence:reason" of the latest refused call

@@ -37,9 +37,9 @@ bool writes_with_scalars_only(const SampledCall& call, const std::string& name) 
 bool crosses_devices(const SampledCall& call) {
   std::optional<c10::Device> first;
   bool crosses = false;
-  auto see = [&](const c10::Device& d) {
+  auto see = [&](const c10::Device& d) {  // "cuda" (no index) is the same device as a tensor's cuda:0
     if (!first) first = d;
-    crosses = crosses || d != *first;
+    crosses = crosses || d.type() != first->type() || (d.has_index() && first->has_index() && d != *first);
   };
   for (const auto& v : call.inputs) {
     for_each_tensor(v, [&](const at::Tensor& t) {

@@ -431,7 +431,7 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
     }
     self->budgets_.give_back(reserved, setup);
     if (r == Result::Duplicate) {
-      self->count_drop("duplicate_signature");
+      self->elsewhere(kept);  // counted per kind
       sampler->finished(key, signature_id, sha, SampleResult::Duplicate, 0, 0, settled);
     } else {
       if (asked & kSnapshot)
@@ -445,9 +445,9 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
   sink_->submit(std::move(job));
 }
 
-// The kinds of evidence of a kept job that another process of the launch had
-// already (counted as duplicates; settled for the key: its counters' process
-// times it too).
+// The kinds of evidence of a job that another process of the launch had
+// already (counted as duplicates; settled for the key: the process that holds
+// a signature's counters times it too).
 uint8_t SnapshotCapture::elsewhere(uint8_t kept) {
   uint8_t settled = 0;
   if (kept & runtime::SnapshotJob::kDuplicateSnapshot) {

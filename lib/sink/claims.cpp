@@ -133,7 +133,9 @@ Claims::Outcome Claims::claim_key(const std::string& sha, uint8_t& still_missing
   if (!left.empty()) still_missing = static_cast<uint8_t>(std::strtoul(left.c_str(), nullptr, 10));
   const int n = newest.empty() ? 0 : std::atoi(newest.substr(newest.rfind('.') + 1).c_str()) + 1;
   const std::string path = "key-" + sha.substr(0, 16) + "." + std::to_string(n);
-  if (!write_claim(path, sha, "claimed", 0, true)) return errno == EEXIST ? Outcome::Held : Outcome::Error;
+  // the part taken over goes on in this claim: should this owner die, its successor takes that part only
+  if (!write_claim(path, sha, "claimed", 0, true, left.empty() ? -1 : still_missing))
+    return errno == EEXIST ? Outcome::Held : Outcome::Error;
   mine_[sha] = n;
   return Outcome::Owned;
 }

@@ -4,7 +4,8 @@
 //                  owner and state: {"host","pid","rank","start_ticks",
 //                  "state": "claimed"|"done"|"partial"|"failed","bytes",
 //                  "input_sha256"} (a partial claim adds "missing": the
-//                  evidence bits its owner could not take);
+//                  evidence bits the launch still lacks; so does a claim
+//                  that took a partial one over);
 //                  a claim whose owner failed, or died (same host: no such
 //                  pid, or another process under it), or left it partial,
 //                  is taken over by creating claim n+1 (which then wants only

@@ -375,7 +375,9 @@ void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
     auto it = signatures_.find(job.signature_id);
     if (it != signatures_.end()) e.sha = it->second.first, e.text = it->second.second;
     who = who_;
-    already_mine = mine_snapshots_.count(e.sha) > 0 || mine_profiles_.count(e.sha) > 0;
+    // a kind this process wrote before (SAMPLE_FIRST above 1): a sequence suffix; a first snapshot after this
+    // process's own counters keeps the profile's stem
+    already_mine = (job.snapshot && mine_snapshots_.count(e.sha)) || (job.profiled && mine_profiles_.count(e.sha));
   }
   if (e.sha.empty()) return job.done(Result::Dropped, "internal_error", "", 0);
   if (monotonic_seconds() < disk_full_until_)  // evidence stops while the disk is full; counts go on
@@ -385,8 +387,8 @@ void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
   if (job.timed) keep_timing(job);
   if (!job.snapshot && !job.profiled) return job.done(Result::Kept, "", e.sha, runtime::SnapshotJob::kKeptTiming);
   e.stem = file_stem(job, who, e.sha, already_mine);
-  const uint8_t duplicates = claim_evidence(job, e);
-  if (!job.snapshot && !job.profiled) return job.done(Result::Duplicate, "", e.sha, 0);
+  const Claimed claimed = claim_evidence(job, e);
+  if (!job.snapshot && !job.profiled) return job.done(Result::Duplicate, "", e.sha, claimed.duplicates);
   e.snapshot_rel = job.snapshot ? "snapshots/" + e.stem + ".pt" : "";
   uint64_t bytes = 0;
   bool snapshot_kept = false;
@@ -394,7 +396,7 @@ void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
     const format::Status snapshot = keep_snapshot(job, e, bytes);
     if (snapshot.code() == format::StatusCode::kNoSpace) pause_for_full_disk();
     snapshot_kept = snapshot.ok();
-    if (!snapshot_kept) unclaim(e.sha, Claims::SignatureEvidence::Snapshot);
+    if (!snapshot_kept && claimed.snapshot) unclaim(e.sha, Claims::SignatureEvidence::Snapshot);
     if (!snapshot_kept && !job.profiled) return job.done(Result::Dropped, drop_reason(snapshot), e.sha, 0);
   }
   bool profile_kept = false;
@@ -402,14 +404,14 @@ void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
     const format::Status profile = keep_profile(job, e, snapshot_kept);
     if (profile.code() == format::StatusCode::kNoSpace) pause_for_full_disk();
     profile_kept = profile.ok();
-    if (!profile_kept) unclaim(e.sha, Claims::SignatureEvidence::Profile);
+    if (!profile_kept && claimed.profile) unclaim(e.sha, Claims::SignatureEvidence::Profile);
   }
   if (!snapshot_kept && !profile_kept)
     return job.done(Result::Dropped, monotonic_seconds() < disk_full_until_ ? "disk_full" : "write_error", e.sha, 0);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (snapshot_kept) mine_snapshots_.insert(e.sha);
-    if (profile_kept) mine_profiles_.insert(e.sha);
+    if (profile_kept && claimed.profile) mine_profiles_.insert(e.sha);
     written_ += snapshot_kept;  // a profile-only job (snapshots off) is no snapshot
     profiles_written_ += profile_kept;
     bytes_ += snapshot_kept ? bytes : 0;
@@ -417,33 +419,34 @@ void SnapshotWriter::write_one(runtime::SnapshotJob& job) {
   job.done(Result::Kept, snapshot_kept ? e.snapshot_rel : "profiles/" + e.stem, e.sha,
            static_cast<uint8_t>((snapshot_kept ? runtime::SnapshotJob::kKeptSnapshot : 0) |
                                 (profile_kept ? runtime::SnapshotJob::kKeptProfile : 0) |
-                                (job.timed ? runtime::SnapshotJob::kKeptTiming : 0) | duplicates));
+                                (job.timed ? runtime::SnapshotJob::kKeptTiming : 0) | claimed.duplicates));
 }
 
 // Each kind of evidence is claimed once per signature in the launch (a kind
 // this process wrote before needs no claim: a key's later samples, SAMPLE_FIRST).
-// A kind the launch has already is taken off the job; returns those kinds as
-// kDuplicateSnapshot, kDuplicateProfile.
-uint8_t SnapshotWriter::claim_evidence(runtime::SnapshotJob& job, const Evidence& e) {
-  if (!claims_) return 0;
+// A kind the launch has already is taken off the job (kDuplicateSnapshot,
+// kDuplicateProfile). Counters that did not pass are written unclaimed: they
+// are no evidence, and another process's may pass.
+SnapshotWriter::Claimed SnapshotWriter::claim_evidence(runtime::SnapshotJob& job, const Evidence& e) {
+  Claimed c;
+  if (!claims_) return c;
   bool snapshot_mine, profile_mine;
   {
     std::lock_guard<std::mutex> lock(mu_);
     snapshot_mine = mine_snapshots_.count(e.sha) > 0;
     profile_mine = mine_profiles_.count(e.sha) > 0;
   }
-  uint8_t duplicates = 0;
-  if (job.snapshot && !snapshot_mine &&
-      !claims_->claim_signature(e.sha, Claims::SignatureEvidence::Snapshot, "snapshots/" + e.stem + ".pt")) {
-    job.snapshot = false;
-    duplicates |= runtime::SnapshotJob::kDuplicateSnapshot;
+  if (job.snapshot && !snapshot_mine) {
+    c.snapshot = claims_->claim_signature(e.sha, Claims::SignatureEvidence::Snapshot, "snapshots/" + e.stem + ".pt");
+    job.snapshot = c.snapshot;
+    c.duplicates |= c.snapshot ? 0 : runtime::SnapshotJob::kDuplicateSnapshot;
   }
-  if (job.profiled && !profile_mine &&
-      !claims_->claim_signature(e.sha, Claims::SignatureEvidence::Profile, "profiles/" + e.stem)) {
-    job.profiled = false;
-    duplicates |= runtime::SnapshotJob::kDuplicateProfile;
+  if (job.profiled && !profile_mine && job.profile.status == "passed") {
+    c.profile = claims_->claim_signature(e.sha, Claims::SignatureEvidence::Profile, "profiles/" + e.stem);
+    job.profiled = c.profile;
+    c.duplicates |= c.profile ? 0 : runtime::SnapshotJob::kDuplicateProfile;
   }
-  return duplicates;
+  return c;
 }
 
 void SnapshotWriter::unclaim(const std::string& sha, Claims::SignatureEvidence kind) {

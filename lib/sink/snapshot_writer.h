@@ -55,7 +55,11 @@ class SnapshotWriter {
     std::string snapshot_rel;  // snapshots/{stem}.pt, "" without a snapshot
   };
   void write_one(runtime::SnapshotJob& job);
-  uint8_t claim_evidence(runtime::SnapshotJob& job, const Evidence& e);
+  struct Claimed {
+    bool snapshot = false, profile = false;  // claimed by this job (given up again if its file is not kept)
+    uint8_t duplicates = 0;                  // kDuplicateSnapshot, kDuplicateProfile
+  };
+  Claimed claim_evidence(runtime::SnapshotJob& job, const Evidence& e);
   void unclaim(const std::string& sha, Claims::SignatureEvidence kind);
   std::string file_stem(const runtime::SnapshotJob& job, const std::string& who, const std::string& sha,
                         bool already_mine) const;

@@ -290,6 +290,47 @@ TEST_CASE("sampler: a part one process could not take goes to another process, w
   CHECK(b.releases.back() == ClaimBroker::Release::Done);
 }
 
+TEST_CASE("sampler: a part taken over is one sample, and what a taker could not take is left to the launch",
+          "[sampler]") {
+  SamplingOptions o = on();
+  o.evidence = kSnapshot | kCounters | kTiming;
+  o.first = 3;  // SAMPLE_FIRST: the key's parts from two processes count as one sample all the same
+  FakeBroker b;
+  b.left[kKey] = kSnapshot | kTiming;  // rank 0 kept the counters and left the rest
+  b.owner[kKey] = 0;
+  b.progress[kKey] = ClaimBroker::KeyProgress::Free;
+  Sampler rank1;
+  rank1.configure(o, &b, 1, 2);
+  SampleKey* k = rank1.key_for(kKey, "aten::mm", "aten::mm", "dit");
+  REQUIRE(decide(rank1, k));
+  CHECK(rank1.wanted(k) == (kSnapshot | kTiming));
+  // its snapshot settled here (no GPU access on this host, say), its timing refused: the launch still lacks both
+  rank1.finished(k, 1, "sig", SampleResult::Refused, 0, 0, kSnapshot);
+  CHECK(b.releases.back() == ClaimBroker::Release::Partial);
+  CHECK(b.left[kKey] == (kSnapshot | kTiming));  // before: published without the snapshot it settled for itself
+
+  Sampler rank2;
+  rank2.configure(o, &b, 2, 3);
+  b.me = 2;
+  SampleKey* k2 = rank2.key_for(kKey, "aten::mm", "aten::mm", "dit");
+  REQUIRE(decide(rank2, k2));
+  rank2.finished(k2, 1, "sig", SampleResult::Kept, 10, kSnapshot | kTiming);
+  CHECK_FALSE(k2->active.load());  // done at one sample, not three: the counters are rank 0's
+  CHECK(b.releases.back() == ClaimBroker::Release::Done);
+
+  SamplingOptions snapshots_only = on();
+  snapshots_only.evidence = kSnapshot;
+  b.left[kKey] = kCounters;  // only counters left, and this process takes none
+  b.progress[kKey] = ClaimBroker::KeyProgress::Free;
+  Sampler rank3;
+  rank3.configure(snapshots_only, &b, 3, 4);
+  b.me = 3;
+  SampleKey* k3 = rank3.key_for(kKey, "aten::mm", "aten::mm", "dit");
+  CHECK_FALSE(decide(rank3, k3));
+  CHECK(b.releases.back() == ClaimBroker::Release::Partial);  // before: done, for the whole launch
+  CHECK(b.left[kKey] == kCounters);
+}
+
 TEST_CASE("sampler: a key's timing comes from its next call after its counters, and is no sample", "[sampler]") {
   SamplingOptions o = on();
   o.evidence = kSnapshot | kCounters | kTiming;

@@ -189,6 +189,8 @@ TEST_CASE("capture: a move or copy across devices is set-up, a frozen weight's t
   const c10::IValue float32(static_cast<int64_t>(at::kFloat)), bf16(static_cast<int64_t>(at::kBFloat16));
   Call to_gpu = call_of("aten::to", {frozen, c10::Device("cuda:0"), float32, false, false, c10::IValue()}, "device");
   CHECK(setup(to_gpu));  // before: compute, and a frozen model's move to the GPU spent the compute's budget
+  Call stay = call_of("aten::to", {frozen, c10::Device("cpu:0"), float32, false, false, c10::IValue()}, "device");
+  CHECK_FALSE(setup(stay));  // .to(device) where the tensor is already: its index named or not, no move
   Call cast = call_of("aten::to", {frozen, bf16, false, false, c10::IValue()}, "dtype");
   CHECK_FALSE(setup(cast));  // an activation's cast looks the same: compute
   at::Tensor on_meta = at::empty({64, 64}, at::TensorOptions().device(at::kMeta));

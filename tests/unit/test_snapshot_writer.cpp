@@ -249,3 +249,37 @@ TEST_CASE("one process's counters of a signature leave its snapshot to another p
   CHECK(rank1.written() == 1);
   CHECK(rank1.profiles_written() == 0);
 }
+
+TEST_CASE("counters that did not pass claim nothing: another process's passing counters are kept", "[sink][snapshot]") {
+  const std::string run = test::temp_dir("lingprobe-evidence-");
+  REQUIRE(std::system(("mkdir -p " + run + "/metadata " + run + "/snapshots " + run + "/profiles").c_str()) == 0);
+  const std::string sha(64, 'e');
+  sink::Claims claims0(run, 0), claims1(run, 1);
+  sink::MetadataWriter metadata({run + "/metadata/m.jsonl", "{\"kind\":\"header\"}", 10000, {}, run},
+                                [] { return format::CountsSnapshot{}; });
+  auto job_of = [](const char* status, uint8_t& kept) {
+    runtime::SnapshotJob job;
+    job.signature_id = 1;
+    job.stage = "dit";
+    job.snapshot = false;
+    job.profiled = true;
+    job.profile.status = status;
+    job.done = [&kept](runtime::SnapshotJob::Result r, const std::string&, const std::string&, uint8_t which) {
+      kept = r == runtime::SnapshotJob::Result::Kept ? which : 0xff;
+    };
+    return job;
+  };
+  uint8_t kept0 = 0, kept1 = 0;
+  sink::SnapshotWriter rank0(run, "rank0", &metadata, &claims0);
+  rank0.add_signature(1, sha, "{\"op\":\"aten.mm.default\"}");
+  rank0.submit(job_of("contaminated", kept0));  // another rank's kernels in its window
+  rank0.finalize();
+  sink::SnapshotWriter rank1(run, "rank1", &metadata, &claims1);
+  rank1.add_signature(1, sha, "{\"op\":\"aten.mm.default\"}");
+  rank1.submit(job_of("passed", kept1));
+  rank1.finalize();
+  metadata.finalize();
+  CHECK(kept0 == runtime::SnapshotJob::kKeptProfile);  // written, as a record of why there are no counters
+  CHECK(kept1 == runtime::SnapshotJob::kKeptProfile);  // before: a duplicate of the failed one, and no counters
+  CHECK(claims1.signature_claimed(sha));
+}

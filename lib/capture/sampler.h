@@ -16,11 +16,15 @@
 // CPU call where a GPU is used, a busy counter window...) leaves the key to a
 // later call, after a backoff (the key's next try waits until its calls have
 // doubled), so that no refusal is final and retries stay logarithmic in the
-// calls. Each refusal is reported once per key, evidence and reason.
+// calls. Each refusal is reported once per key, evidence and reason. With
+// claims, a key kept in part goes back to the launch: its claim released
+// partial, naming what is missing, for whichever process claims it next.
 //
 // Hot path: a recorded call whose key has nothing left to sample costs one
 // relaxed load of SampleKey::active. No torch, no I/O here (the broker's
-// claim is the one file operation, once per key and taken attempt).
+// claim, once per key and taken attempt, is the one file operation on the
+// calling thread; and its release, where a claim taken over leaves nothing
+// this process takes).
 #pragma once
 
 #include <atomic>

@@ -17,6 +17,17 @@ import pytest
 import metadata
 
 
+def clean_env():
+    """This environment without lingprobe: no LINGPROBE_ options, no LD_PRELOAD, no PYTHONPATH (the shim)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
+
+
+def preloaded_env(build_dir, out, **options):
+    """A new user's environment: plain LD_PRELOAD, LINGPROBE_OUT and the options given."""
+    return {**clean_env(), "LD_PRELOAD": str(build_dir / "liblingprobe_preload.so"), "LINGPROBE_OUT": str(out),
+            **options}
+
+
 def has(module):
     code = f"import torch, sys, {module}; sys.exit(not torch.cuda.is_available())"
     return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
@@ -153,9 +164,7 @@ def recorded(name, build_dir, tmp):
         pytest.skip(f"{module} is not installed here")
     script = tmp / "job.py"
     script.write_text(code)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
-    env.update(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp / "out"),
-               LINGPROBE_SNAPSHOTS="1", LINGPROBE_PROFILE="1", **extra)
+    env = preloaded_env(build_dir, tmp / "out", LINGPROBE_SNAPSHOTS="1", LINGPROBE_PROFILE="1", **extra)
     p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=540)
     assert p.returncode == 0 and "ok" in p.stdout, p.stderr[-3000:]
     (run,) = metadata.run_dirs(tmp / "out")
@@ -175,7 +184,7 @@ TRACED = textwrap.dedent("""
 def against_trace(name, run, cli, tmp):
     """validate --against-trace of the run, against the same program traced without lingprobe: its JSON."""
     (tmp / "traced.py").write_text(TRACED)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
+    clean = clean_env()
     p = subprocess.run([sys.executable, str(tmp / "traced.py"), str(tmp / "job.py"), str(tmp / "trace.json")],
                        env={**clean, **MODELS[name][2]}, capture_output=True, text=True, timeout=540)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -313,7 +322,7 @@ def test_the_reported_kernel_time_matches_the_real_execution(build_dir, cli, tmp
         pytest.skip("transformers is not installed here")
     script = tmp_path / "job.py"
     script.write_text(TIMED)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
+    clean = clean_env()
     # traced twice without lingprobe: the second trace shows the method's own noise (validate --noise-trace)
     trace, second = tmp_path / "trace.json", tmp_path / "trace2.json"
     for path in (trace, second):
@@ -369,7 +378,7 @@ def test_the_cost_of_one_large_snapshot(build_dir, tmp_path):
     import time
     script = tmp_path / "job.py"
     script.write_text(LARGE)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
+    clean = clean_env()
     figures = {}
     for name, extra in (("without", {}), ("with", {"LD_PRELOAD": str(build_dir / "liblingprobe_preload.so"),
                                                      "LINGPROBE_OUT": str(tmp_path / "out"), "LINGPROBE_SNAPSHOTS": "1",

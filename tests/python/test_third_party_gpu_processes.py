@@ -7,7 +7,6 @@ under test and recorded through plain LD_PRELOAD. Skips without a CUDA device
 (CI): run on the GPU machine through scripts/gpu-check.sh pytest
 test_third_party_gpu_processes.py."""
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -17,7 +16,7 @@ import pytest
 from conftest import free_port
 
 import metadata
-from test_third_party_gpu import capability, has
+from test_third_party_gpu import capability, has, preloaded_env
 
 pytestmark = pytest.mark.skipif(not has("torch"), reason="no CUDA device here (CI has none): these runs are on the "
                                 "GPU machine through scripts/gpu-check.sh")
@@ -36,9 +35,8 @@ MM_ON_THREE_DEVICES = textwrap.dedent("""
 def test_a_key_called_on_meta_then_cpu_then_cuda_gets_its_evidence_from_the_cuda_call(build_dir, tmp_path):
     script = tmp_path / "job.py"
     script.write_text(MM_ON_THREE_DEVICES)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
-    env.update(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "out"),
-               LINGPROBE_SNAPSHOTS="1", LINGPROBE_PROFILE="1", LINGPROBE_OPS="aten::mm")
+    env = preloaded_env(build_dir, tmp_path / "out", LINGPROBE_SNAPSHOTS="1", LINGPROBE_PROFILE="1",
+                        LINGPROBE_OPS="aten::mm")
     p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and "ok" in p.stdout, p.stderr
     (run,) = metadata.run_dirs(tmp_path / "out")
@@ -79,9 +77,7 @@ def test_two_ranks_share_the_claims_and_cover_the_flops(build_dir, cli, tmp_path
         pytest.skip("transformers is not installed here")
     script = tmp_path / "job.py"
     script.write_text(TWO_RANKS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
-    env.update(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "out"),
-               LINGPROBE_SNAPSHOTS="1", LINGPROBE_PROFILE="1")
+    env = preloaded_env(build_dir, tmp_path / "out", LINGPROBE_SNAPSHOTS="1", LINGPROBE_PROFILE="1")
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
                         str(script)], env=env, capture_output=True, text=True, timeout=540)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -126,12 +122,10 @@ def evidence_by_signature(path):
 def test_a_key_whose_snapshot_one_rank_could_not_take_gets_it_from_another(build_dir, cli, tmp_path):
     script = tmp_path / "job.py"
     script.write_text(MLP)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
-    common = dict(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "out"),
-                  LINGPROBE_SNAPSHOTS="1", LINGPROBE_PROFILE="1", LINGPROBE_RUN_ID="partial", LINGPROBE_WORLD_SIZE="2")
     for rank, extra in ((0, {"LINGPROBE_SAMPLE_BUDGET_PROCESS": "1"}), (1, {})):
-        p = subprocess.run([sys.executable, str(script)], env={**clean, **common, "LINGPROBE_RANK": str(rank), **extra},
-                           capture_output=True, text=True, timeout=300)
+        env = preloaded_env(build_dir, tmp_path / "out", LINGPROBE_SNAPSHOTS="1", LINGPROBE_PROFILE="1",
+                            LINGPROBE_RUN_ID="partial", LINGPROBE_WORLD_SIZE="2", LINGPROBE_RANK=str(rank), **extra)
+        p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0 and "ok" in p.stdout, p.stderr[-3000:]
     (run,) = metadata.run_dirs(tmp_path / "out")
     by_rank = {metadata.read(f)[0]["rank"]: evidence_by_signature(f) for f in metadata.files(run)}
@@ -171,9 +165,8 @@ def test_a_frozen_models_move_to_the_gpu_leaves_the_budget_to_the_compute(build_
         pytest.skip("torchvision is not installed here")
     script = tmp_path / "job.py"
     script.write_text(FROZEN)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LINGPROBE_") and k not in ("PYTHONPATH", "LD_PRELOAD")}
-    env.update(LD_PRELOAD=str(build_dir / "liblingprobe_preload.so"), LINGPROBE_OUT=str(tmp_path / "out"),
-               LINGPROBE_SNAPSHOTS="1", LINGPROBE_SAMPLE_BUDGET_PROCESS=str(64 * 2**20))
+    env = preloaded_env(build_dir, tmp_path / "out", LINGPROBE_SNAPSHOTS="1",
+                        LINGPROBE_SAMPLE_BUDGET_PROCESS=str(64 * 2**20))
     p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and "ok" in p.stdout, p.stderr[-3000:]
     (run,) = metadata.run_dirs(tmp_path / "out")

@@ -23,6 +23,46 @@ bool exists(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0;
 }
+
+// A job of signature 1 with counters of `status` (and a snapshot document if `snapshot`); `kept` gets its kept
+// bits, or 0xff where it was no kept job.
+runtime::SnapshotJob profile_job(bool snapshot, const char* status, uint8_t& kept) {
+  runtime::SnapshotJob job;
+  job.signature_id = 1;
+  job.stage = "dit";
+  job.snapshot = snapshot;
+  job.document = format::PickleValue::dict();
+  job.profiled = true;
+  job.profile.status = status;
+  job.done = [&kept](runtime::SnapshotJob::Result r, const std::string&, const std::string&, uint8_t which) {
+    kept = r == runtime::SnapshotJob::Result::Kept ? which : 0xff;
+  };
+  return job;
+}
+
+// Two processes' writers of one launch, each given one job of signature 1, run one after the other.
+struct TwoProcesses {
+  sink::Claims claims0, claims1;
+  sink::MetadataWriter metadata;
+  sink::SnapshotWriter rank0, rank1;
+  TwoProcesses(const std::string& run, const std::string& sha)
+      : claims0(run, 0),
+        claims1(run, 1),
+        metadata({run + "/metadata/m.jsonl", "{\"kind\":\"header\"}", 10000, {}, run},
+                 [] { return format::CountsSnapshot{}; }),
+        rank0(run, "rank0", &metadata, &claims0),
+        rank1(run, "rank1", &metadata, &claims1) {
+    rank0.add_signature(1, sha, "{\"op\":\"aten.mm.default\"}");
+    rank1.add_signature(1, sha, "{\"op\":\"aten.mm.default\"}");
+  }
+  void write(runtime::SnapshotJob job0, runtime::SnapshotJob job1) {
+    rank0.submit(std::move(job0));
+    rank0.finalize();
+    rank1.submit(std::move(job1));
+    rank1.finalize();
+    metadata.finalize();
+  }
+};
 }  // namespace
 
 TEST_CASE("a profile-only job counts as a profile, not as a snapshot", "[sink][snapshot]") {
@@ -215,71 +255,27 @@ TEST_CASE("one process's counters of a signature leave its snapshot to another p
   const std::string run = test::temp_dir("lingprobe-evidence-");
   REQUIRE(std::system(("mkdir -p " + run + "/metadata " + run + "/snapshots " + run + "/profiles").c_str()) == 0);
   const std::string sha(64, 'd');
-  sink::Claims claims0(run, 0), claims1(run, 1);
-  sink::MetadataWriter metadata({run + "/metadata/m.jsonl", "{\"kind\":\"header\"}", 10000, {}, run},
-                                [] { return format::CountsSnapshot{}; });
-  auto job_of = [](bool snapshot, uint8_t& kept) {
-    runtime::SnapshotJob job;
-    job.signature_id = 1;
-    job.stage = "dit";
-    job.snapshot = snapshot;
-    job.document = format::PickleValue::dict();
-    job.profiled = true;
-    job.profile.status = "passed";
-    job.done = [&kept](runtime::SnapshotJob::Result r, const std::string&, const std::string&, uint8_t which) {
-      kept = r == runtime::SnapshotJob::Result::Kept ? which : 0xff;
-    };
-    return job;
-  };
   uint8_t kept0 = 0, kept1 = 0;
-  sink::SnapshotWriter rank0(run, "rank0", &metadata, &claims0);
-  rank0.add_signature(1, sha, "{\"op\":\"aten.mm.default\"}");
-  rank0.submit(job_of(false, kept0));  // its snapshot refused by its own byte budget: counters only
-  rank0.finalize();
-  sink::SnapshotWriter rank1(run, "rank1", &metadata, &claims1);
-  rank1.add_signature(1, sha, "{\"op\":\"aten.mm.default\"}");
-  rank1.submit(job_of(true, kept1));
-  rank1.finalize();
-  metadata.finalize();
+  TwoProcesses launch(run, sha);
+  // rank 0's snapshot refused by its own byte budget: counters only
+  launch.write(profile_job(false, "passed", kept0), profile_job(true, "passed", kept1));
   CHECK(kept0 == runtime::SnapshotJob::kKeptProfile);
   // before: a duplicate of rank 0's counters (0xff here), and so no snapshot of the signature in the launch
   CHECK(kept1 == (runtime::SnapshotJob::kKeptSnapshot | runtime::SnapshotJob::kDuplicateProfile));
   CHECK(exists(run + "/snapshots/dit_rank1_" + sha.substr(0, 16) + ".pt"));
   CHECK_FALSE(exists(run + "/profiles/dit_rank1_" + sha.substr(0, 16)));
-  CHECK(rank1.written() == 1);
-  CHECK(rank1.profiles_written() == 0);
+  CHECK(launch.rank1.written() == 1);
+  CHECK(launch.rank1.profiles_written() == 0);
 }
 
 TEST_CASE("counters that did not pass claim nothing: another process's passing counters are kept", "[sink][snapshot]") {
   const std::string run = test::temp_dir("lingprobe-evidence-");
   REQUIRE(std::system(("mkdir -p " + run + "/metadata " + run + "/snapshots " + run + "/profiles").c_str()) == 0);
   const std::string sha(64, 'e');
-  sink::Claims claims0(run, 0), claims1(run, 1);
-  sink::MetadataWriter metadata({run + "/metadata/m.jsonl", "{\"kind\":\"header\"}", 10000, {}, run},
-                                [] { return format::CountsSnapshot{}; });
-  auto job_of = [](const char* status, uint8_t& kept) {
-    runtime::SnapshotJob job;
-    job.signature_id = 1;
-    job.stage = "dit";
-    job.snapshot = false;
-    job.profiled = true;
-    job.profile.status = status;
-    job.done = [&kept](runtime::SnapshotJob::Result r, const std::string&, const std::string&, uint8_t which) {
-      kept = r == runtime::SnapshotJob::Result::Kept ? which : 0xff;
-    };
-    return job;
-  };
   uint8_t kept0 = 0, kept1 = 0;
-  sink::SnapshotWriter rank0(run, "rank0", &metadata, &claims0);
-  rank0.add_signature(1, sha, "{\"op\":\"aten.mm.default\"}");
-  rank0.submit(job_of("contaminated", kept0));  // another rank's kernels in its window
-  rank0.finalize();
-  sink::SnapshotWriter rank1(run, "rank1", &metadata, &claims1);
-  rank1.add_signature(1, sha, "{\"op\":\"aten.mm.default\"}");
-  rank1.submit(job_of("passed", kept1));
-  rank1.finalize();
-  metadata.finalize();
+  TwoProcesses launch(run, sha);
+  launch.write(profile_job(false, "contaminated", kept0), profile_job(false, "passed", kept1));  // others' kernels
   CHECK(kept0 == runtime::SnapshotJob::kKeptProfile);  // written, as a record of why there are no counters
   CHECK(kept1 == runtime::SnapshotJob::kKeptProfile);  // before: a duplicate of the failed one, and no counters
-  CHECK(claims1.signature_claimed(sha));
+  CHECK(launch.rank1.profiles_written() == 1);
 }

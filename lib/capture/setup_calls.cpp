@@ -33,8 +33,11 @@ bool writes_with_scalars_only(const SampledCall& call, const std::string& name) 
   return !other_tensor;
 }
 
-// Tensors, or a target device, on more than one device: a move (to(device), .cpu()) or a copy_ from another device.
-bool crosses_devices(const SampledCall& call) {
+// Tensors on more than one device (0-dim ones aside: a CPU scalar tensor may join any op's GPU tensors), or with
+// `moves`, any tensor or the target device: a move (to(device), .cpu()), a copy_ from another device, or
+// Module._apply's _has_compatible_shallow_copy_type(cpu_param, cuda_param), which reads no data but whose snapshot
+// holds both (module.cuda() spent the compute's budget on it).
+bool crosses_devices(const SampledCall& call, bool moves) {
   std::optional<c10::Device> first;
   bool crosses = false;
   auto see = [&](const c10::Device& d) {  // "cuda" (no index) is the same device as a tensor's cuda:0
@@ -43,9 +46,9 @@ bool crosses_devices(const SampledCall& call) {
   };
   for (const auto& v : call.inputs) {
     for_each_tensor(v, [&](const at::Tensor& t) {
-      if (t.defined()) see(t.device());
+      if (t.defined() && (moves || t.dim() > 0)) see(t.device());
     });
-    if (v.isDevice()) see(v.toDevice());
+    if (moves && v.isDevice()) see(v.toDevice());
   }
   return crosses;
 }
@@ -80,7 +83,7 @@ bool is_setup_call(const SampledCall& call) {
   const bool moves = name == "aten::to" || name == "aten::_to_copy";
   // Across devices, whatever the tensor: a frozen model's weights (requires_grad_(False), as inference pipelines
   // do) look like any other tensor, and module.to(device) or loading them onto the GPU is set-up all the same.
-  if ((moves || name == "aten::copy_") && crosses_devices(call)) return true;
+  if (crosses_devices(call, moves || name == "aten::copy_")) return true;
   bool setup = false;
   for (size_t i = 0; i < call.inputs.size() && !setup; ++i) {
     const bool written = fills && matches && is_written(params[i]);

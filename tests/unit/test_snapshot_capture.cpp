@@ -198,6 +198,12 @@ TEST_CASE("capture: a move or copy across devices is set-up, a frozen weight's t
   CHECK(setup(load));  // a checkpoint's tensor copied into a weight on another device
   Call same = call_of("aten::copy_", {frozen, at::zeros({64, 64}), false});
   CHECK_FALSE(setup(same));  // a copy on one device into a tensor that is no parameter: compute
+  // Module._apply asks this of every parameter and its moved copy: a snapshot of both, no kernel (before: compute,
+  // and a frozen resnet18's .cuda() refused its conv2d snapshots budget_process on the GPU)
+  Call shallow = call_of("aten::_has_compatible_shallow_copy_type", {on_meta, frozen});
+  CHECK(setup(shallow));
+  Call scalar = call_of("aten::mul", {on_meta, at::scalar_tensor(2.0)}, "Tensor");
+  CHECK_FALSE(setup(scalar));  // a CPU scalar tensor joins any op: compute
 }
 
 TEST_CASE("capture: trunc_normal_'s in-place steps on a parameter are set-up; the same on an activation is not",

@@ -60,18 +60,20 @@ def load_json(path):
 def run_calls(run_dir, rank=0):
     """The chosen rank's (or the single process's) top-level calls per thread, in order, as [op name, seq]; per seq
     its profile record; per seq the kernel_timing record whose time the report shows; and per seq every passed
-    kernel_timing record (for the GPU's idle time before a kernel). A trace is one process: other ranks' and
-    children's files are not paired with it."""
+    kernel_timing record (for the GPU's idle time before a kernel); and the signatures (sha256) with passed counters in
+    any process of the run (claims give each key to one rank). A trace is one process: other ranks' and children's
+    files are not paired with it."""
     if not run_dir.exists():
         from lingprobe._errors import missing_run_directory
         raise BadInput("error: " + missing_run_directory(run_dir))
     files = sorted((run_dir / "metadata").glob("*.jsonl"))
     if not files:
         raise BadInput(f"{run_dir} is not a run directory (no metadata/*.jsonl)")
-    threads, profiles, timings, passed, first_t0, chosen = {}, {}, {}, {}, {}, None
+    threads, profiles, timings, passed, first_t0, chosen, counter_shas = {}, {}, {}, {}, {}, None, set()
     for f in files:
         names, shas, header, calls, file_profiles, file_timings, timed_ids, file_passed = {}, {}, None, {}, {}, {}, \
             set(), {}
+        with_counters = set()  # signature ids of this file's passed profiles
         for line in f.read_text().splitlines():
             try:
                 r = json.loads(line)
@@ -87,45 +89,30 @@ def run_calls(run_dir, rank=0):
                 calls.setdefault(r["tid"], []).append((r["id"], r["seq"], r["t0_ns"]))
             elif kind == "profile":
                 file_profiles[r["seq"]] = r
+                if r.get("status") == "passed":
+                    with_counters.add(r["id"])
             elif kind == "kernel_timing" and r.get("status") == "passed":
                 file_passed[r["seq"]] = r
                 if r.get("kernels") and r["id"] not in timed_ids:
                     file_timings[r["seq"]] = r  # the report's time: a signature's first timed call with kernels
                     timed_ids.add(r["id"])
+        counter_shas |= {shas[i] for i in with_counters if i in shas}
         role = (header or {}).get("role", "single")
-        if role not in ("rank", "single") or (header or {}).get("rank", 0) != rank:
+        if chosen is not None or role not in ("rank", "single") or (header or {}).get("rank", 0) != rank:
             continue
         chosen, profiles, timings, passed = f.name, file_profiles, file_timings, file_passed
         for tid, cs in calls.items():
             threads[tid] = [[aten_name(names.get(i, "?")), seq, shas.get(i)] for i, seq, _ in cs]
             first_t0[tid] = cs[0][2]
-        break
     if chosen is None:
         raise BadInput(f"{run_dir} has no metadata file of rank {rank} (--rank picks another)")
     if not any(threads.values()):
         raise BadInput(f"{run_dir} has no call records (LINGPROBE_CALL_RECORDS=0?): calls cannot be matched by order")
-    return chosen, [threads[t] for t in sorted(threads, key=lambda t: first_t0[t])], profiles, timings, passed
+    return (chosen, [threads[t] for t in sorted(threads, key=lambda t: first_t0[t])], profiles, timings, passed,
+            counter_shas)
 
 
-def signatures_with_counters(run_dir):
-    """The signatures (sha256) with passed counters in any process of the run: claims give each key to one rank."""
-    found = set()
-    for f in (run_dir / "metadata").glob("*.jsonl"):
-        sha_of, passed = {}, set()
-        for line in f.read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue
-            if r.get("kind") == "signature":
-                sha_of[r["id"]] = r["sha256"]
-            elif r.get("kind") == "profile" and r.get("status") == "passed":
-                passed.add(r["id"])
-        found |= {sha_of[i] for i in passed if i in sha_of}
-    return found
-
-
-def heavy_keys(run_dir, matched_calls, trace, min_share):
+def heavy_keys(matched_calls, trace, min_share, with_counters):
     """Each signature whose matched calls' kernels hold at least `min_share` of the trace's kernel time, and whether
     the run has its counters: the time of what dominates, measured without lingprobe."""
     total = sum(float(k["dur"]) for top in trace for c in top for k in c["kernels"])
@@ -134,7 +121,6 @@ def heavy_keys(run_dir, matched_calls, trace, min_share):
         if sha is not None:
             entry = by_sha.setdefault(sha, {"op": op, "signature_sha256": sha, "trace_us": 0.0})
             entry["trace_us"] += sum(float(k["dur"]) for k in traced["kernels"])
-    with_counters = signatures_with_counters(run_dir)
     heavy = [dict(e, share=e["trace_us"] / total, counters=e["signature_sha256"] in with_counters)
              for e in by_sha.values() if total > 0 and e["trace_us"] >= min_share * total]
     return sorted(heavy, key=lambda e: -e["trace_us"])
@@ -333,7 +319,7 @@ def add_method_noise(report, row_calls, noise_path, tolerance):
 
 
 def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0, noise_path=None, min_share=0.01):
-    fname, run_threads, profiles, timings, passed = run_calls(run_dir, rank)
+    fname, run_threads, profiles, timings, passed, counter_shas = run_calls(run_dir, rank)
     timed_ids = {t["id"] for t in timings.values()}
     trace, has_kernels = trace_calls(load_json(trace_path))
     if not trace:
@@ -376,7 +362,7 @@ def validate(run_dir, trace_path, min_us=20.0, tolerance=0.03, rank=0, noise_pat
     report["fraction_within"] = report["within"] / len(gated) if gated else None
     report["gate"] = bool(gated) and report["within"] >= 0.9 * len(gated)
     report["min_share"] = min_share
-    report["heavy_keys"] = heavy_keys(run_dir, matched_calls, trace, min_share)
+    report["heavy_keys"] = heavy_keys(matched_calls, trace, min_share, counter_shas)
     report["heavy_keys_without_counters"] = sum(not k["counters"] for k in report["heavy_keys"])
     if noise_path is not None:
         add_method_noise(report, row_calls, noise_path, tolerance)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: installs dependencies, builds, checks the includes against the layer table
 # (lib/layers.txt) and the C/C++ layout (.clang-format), runs every tier through ctest (the C++ and C tiers, then the
-# Python tier, one ctest entry per file), then the libFuzzer targets (regression inputs, and LINGPROBE_FUZZ_SECONDS,
-# default 20, of fuzzing each), then the sanitizer tiers: the torch-free unit tier under ASan+UBSan and TSan, the
-# torch tiers under ASan+UBSan and the recorder under TSan (scripts/sanitize.sh).
+# Python tier, one ctest entry per file, two files at a time), then the libFuzzer targets (regression inputs, and
+# LINGPROBE_FUZZ_SECONDS, default 20, of fuzzing each), then the sanitizer tiers: the torch-free unit tier under
+# ASan+UBSan and TSan, the torch tiers under ASan+UBSan and the recorder under TSan (scripts/sanitize.sh).
 # A failing step does not stop the later ones (their verdicts are worth having); the script fails if any did. Each
 # step's wall time is printed at the end, so that a slow step shows.
 set -uo pipefail
@@ -41,7 +41,10 @@ step "format check (.clang-format)" "$root/scripts/check-format.sh" || failed=1
 step "size check (files <= 500 lines, functions <= 80)" python3 "$root/scripts/check-sizes.py" || failed=1
 step "ctest: C++ and C tiers" env -C "$build" ctest --output-on-failure --no-tests=error --timeout 1500 -LE python \
   || failed=1
-step "ctest: Python tier" env -C "$build" ctest --output-on-failure --no-tests=error --timeout 1500 -L python || failed=1
+# Two files at a time (LINGPROBE_TEST_JOBS): most are torch processes that wait on their children; the files whose
+# assertions read the clock run alone (RUN_SERIAL in tests/CMakeLists.txt).
+step "ctest: Python tier" env -C "$build" ctest --output-on-failure --no-tests=error --timeout 1500 -L python \
+  --parallel "${LINGPROBE_TEST_JOBS:-2}" || failed=1
 step "fuzz" "$root/scripts/fuzz.sh" "${LINGPROBE_FUZZ_SECONDS:-20}" || failed=1
 step "sanitizers: asan tsan" "$root/scripts/sanitize.sh" asan tsan || failed=1
 step "sanitizers: asan-torch" "$root/scripts/sanitize.sh" asan-torch || failed=1

@@ -25,6 +25,7 @@ const char* const kNonOptionVariables[] = {
     "CLI", "PYTHON", "NVTX_HELPER",              // read by scripts/reference-run.sh and the reference workload
     "PREFIX_PATH",                               // read by scripts/build-python-torch.sh
     "FUZZ_SECONDS", "FUZZ_BUILD_DIR",            // read by scripts/test.sh and scripts/fuzz.sh
+    "TEST_JOBS",                                 // read by scripts/test.sh: Python test files run at once
     "TEST_PYTHON"};                              // read by scripts/sanitize.sh
 // clang-format on
 

@@ -3,7 +3,6 @@ format: the seed audit reproduced from files, robustness, and a 1 GB input."""
 import hashlib
 import json
 import os
-import pathlib
 import subprocess
 import sys
 import time

@@ -66,25 +66,6 @@ SnapshotCapture::SnapshotCapture(Sampler* sampler, SnapshotSink* sink, RunBudget
       budgets_(options_.budget_process, options_.budget_device, options_.profile_budget_s, run_budget),
       rank_(options_.rank) {}
 
-void SnapshotCapture::count_drop(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++drops_[reason];
-}
-
-void SnapshotCapture::count_profile(const std::string& reason, uint8_t evidence) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++(evidence == kTiming ? timing_drops_ : profile_drops_)[reason];
-}
-
-format::DropCounts SnapshotCapture::drops() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  format::DropCounts d;
-  if (!drops_.empty()) d["snapshots"] = drops_;
-  if (!profile_drops_.empty()) d["profiles"] = profile_drops_;
-  if (!timing_drops_.empty()) d["timings"] = timing_drops_;
-  return d;
-}
-
 bool SnapshotCapture::reserve(uint64_t bytes, uint64_t device_bytes, bool setup, std::string& reason) {
   const char* refused = budgets_.reserve(bytes, device_bytes, setup);
   if (refused) reason = refused;
@@ -105,9 +86,9 @@ bool settles(uint8_t evidence, const std::string& reason) {
 
 void SnapshotCapture::refuse(Pending& p, uint8_t evidence, const std::string& reason) {
   if (evidence == kCounters || evidence == kTiming)
-    count_profile(reason, evidence);
+    drops_.window(reason, evidence == kTiming);
   else
-    count_drop(reason);
+    drops_.snapshot(reason);
   if (p.key) sampler_->note_refusal(p.key, evidence, reason);
   // A key that can have no counters has nothing to time either.
   if (settles(evidence, reason)) p.settled |= evidence == kCounters ? kCounters | kTiming : evidence;
@@ -152,7 +133,7 @@ void* SnapshotCapture::begin(const SampledCall& call) {
   try {
     p = std::make_unique<Pending>();
   } catch (...) {
-    count_drop("internal_error");
+    drops_.snapshot("internal_error");
     if (call.key) sampler_->finished(call.key, 0, "", SampleResult::Refused, 0, 0);
     return nullptr;
   }
@@ -189,7 +170,7 @@ void* SnapshotCapture::begin(const SampledCall& call) {
     p->reserved = snapshot ? bytes : 0;
     p->device = snapshot && device_bytes > 0;
     p->math_policy = current_math_policy();
-    if (snapshot) copy_written_arguments(*p, call);
+    if (snapshot) copy_written_arguments(*p, call);  // a failed copy refuses the snapshot alone
     if (counters || timing) open_window(*p, call, counters ? kCounters : kTiming);
   } catch (const c10::OutOfMemoryError&) {
     if (!p) return nullptr;  // given up already (the throw came after)
@@ -212,8 +193,22 @@ void* SnapshotCapture::begin(const SampledCall& call) {
 }
 
 // Written arguments now; the others by reference, copied in end(). An argument that shares memory with a written
-// one (x.add_(x), out=b) changes too: copied before as well. Throws (OOM included).
+// one (x.add_(x), out=b) changes too: copied before as well. A copy that fails (device memory, a transfer) refuses
+// the snapshot alone, its bytes given back: the call's counters need no copy (issue 26), the key's snapshot waits.
 void SnapshotCapture::copy_written_arguments(Pending& p, const SampledCall& call) {
+  try {
+    copy_written_arguments_or_throw(p, call);
+  } catch (const std::exception& e) {
+    budgets_.give_back(p.reserved, p.setup);
+    p.reserved = 0;
+    p.snapshot = p.device = false;
+    p.args.clear();
+    p.written.clear();
+    refuse(p, kSnapshot, dynamic_cast<const c10::OutOfMemoryError*>(&e) ? "device_oom" : "copy_error");
+  }
+}
+
+void SnapshotCapture::copy_written_arguments_or_throw(Pending& p, const SampledCall& call) {
   const auto& params = call.schema->arguments();
   const bool matches = params.size() == call.inputs.size();
   at::RecordFunctionGuard no_observers(false);
@@ -267,7 +262,7 @@ void SnapshotCapture::end(void* token, c10::ArrayRef<const c10::IValue> outputs,
     }
     finish(std::move(p), outputs, signature_id, seq);
   } catch (...) {  // never into torch; the key must not stay in flight
-    count_drop("internal_error");
+    drops_.snapshot("internal_error");
     if (key) sampler_->finished(key, 0, "", SampleResult::Refused, 0, 0);
   }
 }
@@ -418,7 +413,7 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
       if (!snapshot_kept) self->budgets_.give_back(reserved, setup);
       const bool timing_kept = kept & runtime::SnapshotJob::kKeptTiming;   // the writer keeps only a passed one
       if ((asked & kTiming) && !timing_kept && !timing_status->empty()) {  // failed (a snapshot or counters kept)
-        self->count_profile(*timing_status, kTiming);
+        self->drops_.window(*timing_status, true);
         if (key) sampler->note_refusal(key, kTiming, *timing_status);
       }
       const uint8_t got =
@@ -435,9 +430,9 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
       sampler->finished(key, signature_id, sha, SampleResult::Duplicate, 0, 0, settled);
     } else {
       if (asked & kSnapshot)
-        self->count_drop(what);
+        self->drops_.snapshot(what);
       else
-        self->count_profile(what, asked);
+        self->drops_.window(what, asked == kTiming);
       if (key) sampler->note_refusal(key, asked, what);
       sampler->finished(key, signature_id, sha, SampleResult::Refused, 0, 0, settled);
     }
@@ -451,11 +446,11 @@ void SnapshotCapture::submit(std::unique_ptr<Pending> p, runtime::SnapshotJob jo
 uint8_t SnapshotCapture::elsewhere(uint8_t kept) {
   uint8_t settled = 0;
   if (kept & runtime::SnapshotJob::kDuplicateSnapshot) {
-    count_drop("duplicate_signature");
+    drops_.snapshot("duplicate_signature");
     settled |= kSnapshot;
   }
   if (kept & runtime::SnapshotJob::kDuplicateProfile) {
-    count_profile("duplicate_signature", kCounters);
+    drops_.window("duplicate_signature", false);
     settled |= kCounters | kTiming;
   }
   return settled;
@@ -489,8 +484,9 @@ bool SnapshotCapture::undo(Pending& p) {
 void SnapshotCapture::drop(std::unique_ptr<Pending> p, const char* why) {
   // the evidence the call was taking, refused for `why` once per key (a refusal record; the key's reason meanwhile)
   const uint8_t taking = (p->snapshot ? kSnapshot : 0) | (p->window ? p->window_evidence : 0);
-  if (undo(*p)) count_profile(why, p->window_evidence);  // a counter window's close stamps its end (window_settle)
-  if (p->snapshot) count_drop(why);
+  if (undo(*p))
+    drops_.window(why, p->window_evidence == kTiming);  // a counter window's close stamps its end (window_settle)
+  if (p->snapshot) drops_.snapshot(why);
   if (p->key && taking) sampler_->note_refusal(p->key, taking, why);
   give_up(std::move(p));
 }

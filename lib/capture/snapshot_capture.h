@@ -27,13 +27,12 @@
 
 #include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "capture/device_access.h"
 #include "capture/evidence_budgets.h"
+#include "capture/evidence_drops.h"
 #include "capture/sampled_call.h"
 #include "capture/sampler.h"
 #include "format/records.h"
@@ -76,8 +75,7 @@ class SnapshotCapture : public SampledCallHooks {
   void abandon(void* token) override;
 
   void set_rank(int64_t rank) { rank_.store(rank); }
-  void count_drop(const std::string& reason);
-  format::DropCounts drops() const;  // {"snapshots": {reason: n}, "profiles": {reason: n}, "timings": {...}}
+  format::DropCounts drops() const { return drops_.counts(); }
 
  private:
   struct Pending;
@@ -101,6 +99,7 @@ class SnapshotCapture : public SampledCallHooks {
   void open_window(Pending& p, const SampledCall& call, uint8_t evidence);
   void close_window(Pending& p, runtime::SnapshotJob& job);
   void copy_written_arguments(Pending& p, const SampledCall& call);
+  void copy_written_arguments_or_throw(Pending& p, const SampledCall& call);
   void finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10::IValue> outputs, uint32_t signature_id,
               uint64_t seq);
   format::PickleValue snapshot_document(Pending& p, c10::ArrayRef<const c10::IValue> outputs, uint64_t seq,
@@ -113,9 +112,7 @@ class SnapshotCapture : public SampledCallHooks {
   SnapshotOptions options_;
   EvidenceBudgets budgets_;
   std::atomic<int64_t> rank_;
-  void count_profile(const std::string& reason, uint8_t evidence);  // a window's refusal (counters or timing)
-  mutable std::mutex mu_;
-  std::map<std::string, uint64_t> drops_, profile_drops_, timing_drops_;
+  EvidenceDrops drops_;
 };
 
 }  // namespace lingprobe::capture

@@ -10,9 +10,11 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/CPUAllocator.h>
 #include <catch2/catch.hpp>
 #include <torch/version.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -57,16 +59,16 @@ struct Rig {
   KeepAll sink;
   std::unique_ptr<SnapshotCapture> capture;
   std::vector<std::string> refusals;
-  explicit Rig(SnapshotOptions o) {
+  explicit Rig(SnapshotOptions o, uint8_t evidence = kSnapshot, DeviceAccess* device = nullptr) {
     SamplingOptions so;
     so.enabled = true;
     so.coordination = Coordination::None;
-    so.evidence = kSnapshot;
+    so.evidence = evidence;
     sampler.configure(so, nullptr, 0, 1);
     sampler.set_refusal_sink([this](const SampleKey& k, const char* evidence, const std::string& reason, uint64_t) {
       refusals.push_back(k.op + " " + evidence + " " + reason);
     });
-    capture = std::make_unique<SnapshotCapture>(&sampler, &sink, nullptr, nullptr, o);
+    capture = std::make_unique<SnapshotCapture>(&sampler, &sink, nullptr, device, o);
   }
   // One call of `c` under key `key` as the recorder runs it: true if a sample was started (and finished).
   // `raises`: the op throws, so its end callback runs while the exception unwinds (RecordFunction's destructor).
@@ -104,6 +106,35 @@ struct Rig {
 };
 
 std::string key(char c) { return std::string(64, c); }
+
+// A machine with a GPU that no window of these CPU calls reaches (each is refused no_cuda_tensor before any of this).
+struct NoDevice : DeviceAccess {
+  Capture stream_capture(void*) override { return Capture::None; }
+  std::shared_ptr<void> relax_capture_mode() override { return nullptr; }
+  std::unique_ptr<DeviceTransfer> transfer(int, void*, const void*, size_t, std::string& e) override {
+    e = "no device";
+    return nullptr;
+  }
+  std::unique_ptr<CounterWindow> open_counters(int, void*, std::string& r) override { return r = "none", nullptr; }
+  std::unique_ptr<CounterWindow> open_timing(int, void*, std::string& r) override { return r = "none", nullptr; }
+  void counter_call_ended(int) override {}
+  bool settling_after_window(int) const override { return false; }
+};
+
+// The CPU allocator, while it lives, out of memory for anything over 1 MiB (as a device clone can be): through
+// c10::SetCPUAllocator, the allocator torch's CPU tensors take. allocate and copy_data are declared both ways, as
+// torch 1.13 (const allocate) and 2.x (non-const allocate, copy_data) each want them.
+struct OutOfMemoryAbove1MiB : c10::Allocator {
+  c10::Allocator* real = c10::GetDefaultCPUAllocator();
+  OutOfMemoryAbove1MiB() { c10::SetCPUAllocator(this, 100); }
+  ~OutOfMemoryAbove1MiB() override { c10::SetCPUAllocator(real, 101); }
+  c10::DataPtr allocate(size_t n) const {
+    TORCH_CHECK_WITH(OutOfMemoryError, n <= (1u << 20), "out of memory (test allocator)");
+    return real->allocate(n);
+  }
+  c10::DataPtr allocate(size_t n) { return static_cast<const OutOfMemoryAbove1MiB*>(this)->allocate(n); }
+  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
+};
 
 }  // namespace
 
@@ -330,4 +361,26 @@ TEST_CASE("capture: a call made while another exception unwinds, and that return
   CHECK(taken);
   CHECK(rig.sink.kept == std::vector<std::string>{"aten.mm.default"});
   CHECK(rig.capture->drops().count("snapshots") == 0);
+}
+
+TEST_CASE("capture: a written argument whose copy fails refuses the snapshot alone; the key's snapshot waits",
+          "[capture]") {
+  // Before, a failed copy (device memory, a transfer) refused the call's counters with its snapshot, although
+  // counters need no copy (issue 26): the window is now tried all the same (here refused, a CPU call), and the
+  // snapshot, not settled, is taken by the key's next call.
+  SnapshotOptions o;
+  o.profile = true;
+  NoDevice device;
+  Rig rig(o, kSnapshot | kCounters, &device);
+  at::Tensor x = at::ones({512, 1024});  // 2 MiB, written by add_: copied before the op
+  Call add = call_of("aten::add_", {x, at::ones({1}), c10::Scalar(1)});
+  {
+    OutOfMemoryAbove1MiB out_of_memory;
+    CHECK_FALSE(rig.run(key('o'), add, {x}));
+  }
+  CHECK(rig.refusals ==
+        std::vector<std::string>{"aten::add_ snapshot device_oom", "aten::add_ counters no_cuda_tensor"});
+  CHECK(rig.sink.kept.empty());
+  CHECK(rig.run(key('o'), add, {x}));
+  CHECK(rig.sink.kept == std::vector<std::string>{"aten.add_.default"});
 }

@@ -125,7 +125,7 @@ struct NoDevice : DeviceAccess {
 // c10::SetCPUAllocator, the allocator torch's CPU tensors take. allocate and copy_data are declared both ways, as
 // torch 1.13 (const allocate) and 2.x (non-const allocate, copy_data) each want them.
 struct OutOfMemoryAbove1MiB : c10::Allocator {
-  c10::Allocator* real = c10::GetDefaultCPUAllocator();
+  c10::Allocator* real = c10::GetCPUAllocator();
   OutOfMemoryAbove1MiB() { c10::SetCPUAllocator(this, 100); }
   ~OutOfMemoryAbove1MiB() override { c10::SetCPUAllocator(real, 101); }
   c10::DataPtr allocate(size_t n) const {

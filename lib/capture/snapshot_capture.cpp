@@ -171,17 +171,14 @@ void* SnapshotCapture::begin(const SampledCall& call) {
     p->device = snapshot && device_bytes > 0;
     p->math_policy = current_math_policy();
     if (snapshot) copy_written_arguments(*p, call);  // a failed copy refuses the snapshot alone
+    snapshot = p->snapshot;
     if (counters || timing) open_window(*p, call, counters ? kCounters : kTiming);
-  } catch (const c10::OutOfMemoryError&) {
+  } catch (const std::exception& e) {
     if (!p) return nullptr;  // given up already (the throw came after)
     budgets_.give_back(p->reserved, p->setup);
-    refuse(*p, wants, "device_oom");
-    give_up(std::move(p));
-    return nullptr;
-  } catch (const std::exception&) {
-    if (!p) return nullptr;
-    budgets_.give_back(p->reserved, p->setup);
-    refuse(*p, wants, "copy_error");
+    // what the call was still taking: a snapshot refused before the throw is counted once
+    if (const uint8_t taking = (snapshot ? kSnapshot : 0) | (counters ? kCounters : timing ? kTiming : 0))
+      refuse(*p, taking, dynamic_cast<const c10::OutOfMemoryError*>(&e) ? "device_oom" : "copy_error");
     give_up(std::move(p));
     return nullptr;
   }

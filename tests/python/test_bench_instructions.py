@@ -2,8 +2,10 @@
 where valgrind can run torch (the probe decides: issue 25), the instruction
 counts per call are reproducible and lingprobe recording every top-level call
 with call records stays within the bounds docs/PERFORMANCE.md reports (a
-regression guard on the calling thread's instructions). Instruction counts do
-not depend on the machine's load: ctest runs this file beside others."""
+regression guard on the calling thread's instructions). ctest runs this file
+beside others: callgrind counts instructions, not time (the writer's timed
+cycles per call grow a little as the process slows; the bounds passed under
+ctest --parallel 2 on 2026-12-07)."""
 import json
 import os
 import shutil
@@ -27,7 +29,6 @@ vex amd64->IR: unhandled instruction bytes: 0xF 0x1 0xF9 0x48 0xC1 0xE2 0x20 0x4
 END
 kill -ILL $$
 """
-
 
 
 def fake_valgrind_on_path(tmp_path, monkeypatch, script=FAKE_VALGRIND):

@@ -126,8 +126,9 @@ struct NoDevice : DeviceAccess {
 // torch 1.13 (const allocate) and 2.x (non-const allocate, copy_data) each want them.
 struct OutOfMemoryAbove1MiB : c10::Allocator {
   c10::Allocator* real = c10::GetCPUAllocator();
+  // the same priority both ways (SetCPUAllocator replaces at an equal or higher one), so that it can be used again
   OutOfMemoryAbove1MiB() { c10::SetCPUAllocator(this, 100); }
-  ~OutOfMemoryAbove1MiB() override { c10::SetCPUAllocator(real, 101); }
+  ~OutOfMemoryAbove1MiB() { c10::SetCPUAllocator(real, 100); }
   c10::DataPtr allocate(size_t n) const {
     TORCH_CHECK_WITH(OutOfMemoryError, n <= (1u << 20), "out of memory (test allocator)");
     return real->allocate(n);
@@ -380,6 +381,8 @@ TEST_CASE("capture: a written argument whose copy fails refuses the snapshot alo
   }
   CHECK(rig.refusals ==
         std::vector<std::string>{"aten::add_ snapshot device_oom", "aten::add_ counters no_cuda_tensor"});
+  CHECK(rig.capture->drops() ==
+        lingprobe::format::DropCounts{{"snapshots", {{"device_oom", 1}}}, {"profiles", {{"no_cuda_tensor", 1}}}});
   CHECK(rig.sink.kept.empty());
   CHECK(rig.run(key('o'), add, {x}));
   CHECK(rig.sink.kept == std::vector<std::string>{"aten.add_.default"});

@@ -450,3 +450,31 @@ def test_replay_profile_sets_the_isolated_call_beside_the_run(counted, cli, tmp_
         assert c["kernels_match"] and c["run_status"] == c["replay_status"] == "passed", c
         assert c["run_kernels"] == c["replay_kernels"] >= 1
         assert abs(c["replay_time_us"] - c["run_time_us"]) <= 0.15 * c["run_time_us"] + 5, c
+
+
+# A written argument whose copy the device cannot hold: x (3 GiB, written by mul_: copied at the op's start) with
+# 1 GiB left beside it. The byte budgets are raised so that only the device's memory refuses the copy.
+OOM_COPY_JOB = """
+    import torch
+    x = torch.ones((3 << 30) // 4, device="cuda")
+    free, _ = torch.cuda.mem_get_info()
+    ballast = torch.empty(free - (1 << 30), dtype=torch.uint8, device="cuda")
+    x.mul_(2)
+    torch.cuda.synchronize()
+    print("ok")
+"""
+
+
+def test_a_copy_the_device_cannot_hold_refuses_the_snapshot_alone_and_keeps_the_counters(build_dir, tmp_path):
+    # Before (issue 26), the failed copy refused the call's counters with its snapshot: "snapshot+counters device_oom".
+    # (Written 2026-12-07 without a GPU to run it on; the CPU unit test "a written argument whose copy fails" covers
+    # the same path through an allocator out of memory.)
+    run_dir, _ = run_script(tmp_path, build_dir, OOM_COPY_JOB, LINGPROBE_SNAPSHOTS="1", LINGPROBE_OPS="aten::mul_",
+                            LINGPROBE_SAMPLE_BUDGET_DEVICE="8G", LINGPROBE_SAMPLE_BUDGET_PROCESS="8G")
+    records = [r for f in metadata.files(run_dir) for r in metadata.read(f)]
+    refusals = {(r["evidence"], r["reason"]) for r in records if r["kind"] == "refusal"}
+    assert ("snapshot", "device_oom") in refusals and not any("counters" in e for e, _ in refusals), refusals
+    (profile,) = [p for p in (run_dir / "profiles").iterdir() if p.is_dir()]
+    assert json.loads((profile / "identity.json").read_text())["status"] == "passed"
+    assert not list(run_dir.glob("snapshots/*.pt"))
+    assert last_counts(run_dir)["dropped"]["snapshots"] == {"device_oom": 1}

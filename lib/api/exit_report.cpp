@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "api/log.h"
@@ -100,10 +101,23 @@ std::string cli_command() {
   return "lingprobe";
 }
 
+// Where counter windows spent LINGPROBE_PROFILE_BUDGET_S and later sampled calls went without counters: the line
+// that says so ("" otherwise).
+std::string profile_budget_line(const SamplingTally& t, double budget_s) {
+  if (t.budget_profile_calls == 0) return "";
+  char held[32], budget[32];
+  std::snprintf(held, sizeof held, "%.1f", t.stall_s);
+  std::snprintf(budget, sizeof budget, "%g", budget_s);
+  return std::string("counter windows held the program ") + held + " s, all of LINGPROBE_PROFILE_BUDGET_S=" + budget +
+         ": " + std::to_string(t.budget_profile_calls) +
+         " later sampled call(s) got no counters (budget_profile; the audit's summary names their keys). Raise it "
+         "for their counters, or lower it for a shorter run";
+}
+
 }  // namespace
 
 void say_exit_report(const ExitReport& r, const Config& config, const std::string& metadata_path,
-                     const std::string& run_dir, std::optional<uint64_t> snapshots) {
+                     const std::string& run_dir, const std::optional<SamplingTally>& sampling) {
   if (!r.speaks) return;
   if (!r.unmatched.empty() || (r.stats.calls_recorded == 0 && !config.ops.empty())) {
     std::string line = "LINGPROBE_OPS='" + config.ops + "': " + std::to_string(r.stats.calls_recorded) + " of " +
@@ -129,9 +143,11 @@ void say_exit_report(const ExitReport& r, const Config& config, const std::strin
     log_warn(line);
   }
   if (::access(metadata_path.c_str(), F_OK) != 0) return;  // never name what was not written
+  if (sampling)
+    if (const std::string line = profile_budget_line(*sampling, config.profile_budget_s); !line.empty()) log_info(line);
   log_info("recorded " + std::to_string(r.stats.calls_recorded) + " calls, " + std::to_string(r.stats.signatures) +
-           " signatures" + (snapshots ? ", " + std::to_string(*snapshots) + " snapshots" : "") + " into " + run_dir +
-           "; next: " + cli_command() + " audit " + run_dir);
+           " signatures" + (sampling ? ", " + std::to_string(sampling->snapshots) + " snapshots" : "") + " into " +
+           run_dir + "; next: " + cli_command() + " audit " + run_dir);
 }
 
 }  // namespace lingprobe::api

@@ -12,6 +12,7 @@
 
 #include "api/config.h"
 #include "api/identity.h"
+#include "api/sampling.h"
 #include "capture/recorder.h"
 
 namespace lingprobe::api {
@@ -31,9 +32,11 @@ struct ExitReport {
 ExitReport exit_report(const Config& config, const Identity& identity, bool config_ok);
 
 // After the writer's finalize: a warning for the selection, then one info line
-// naming the run directory, only if the metadata file exists. `snapshots`:
-// written by the process, nullopt when sampling is off.
+// naming the run directory, only if the metadata file exists. `sampling`:
+// what sampling left (nullopt when it is off); where counter windows spent
+// LINGPROBE_PROFILE_BUDGET_S and later calls went without counters, an info
+// line says so before the last one.
 void say_exit_report(const ExitReport& report, const Config& config, const std::string& metadata_path,
-                     const std::string& run_dir, std::optional<uint64_t> snapshots);
+                     const std::string& run_dir, const std::optional<SamplingTally>& sampling);
 
 }  // namespace lingprobe::api

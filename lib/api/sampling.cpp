@@ -408,5 +408,15 @@ void SamplingSession::after_fork() {
 }
 uint64_t SamplingSession::snapshots_written() const { return parts_->writer.written(); }
 uint64_t SamplingSession::snapshot_bytes() const { return parts_->writer.bytes_written(); }
+SamplingTally SamplingSession::tally() const {
+  SamplingTally t;
+  t.snapshots = parts_->writer.written();
+  t.stall_s = static_cast<double>(parts_->cuda.stall_us()) / 1e6;
+  const format::DropCounts drops = parts_->snapshots.drops();
+  if (const auto profiles = drops.find("profiles"); profiles != drops.end())
+    if (const auto spent = profiles->second.find("budget_profile"); spent != profiles->second.end())
+      t.budget_profile_calls = spent->second;
+  return t;
+}
 
 }  // namespace lingprobe::api

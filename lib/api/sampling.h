@@ -23,6 +23,13 @@ class MetadataWriter;
 
 namespace lingprobe::api {
 
+// What sampling left, for the exit line (exit_report).
+struct SamplingTally {
+  uint64_t snapshots = 0;             // files written by this process
+  double stall_s = 0;                 // the calling threads' time in counter and timing windows
+  uint64_t budget_profile_calls = 0;  // sampled calls refused counters: LINGPROBE_PROFILE_BUDGET_S spent
+};
+
 class SamplingSession {
  public:
   // Nothing is created (and nullptr returned) when sampling is off.
@@ -42,6 +49,7 @@ class SamplingSession {
   void after_fork();  // in a forked child (no GPU call, no lock)
   uint64_t snapshots_written() const;
   uint64_t snapshot_bytes() const;
+  SamplingTally tally() const;
 
  private:
   struct Parts;

@@ -398,7 +398,7 @@ lingprobe_status session_finalize(const char* ended_by) {
   if (s.sampling) s.sampling->finalize();  // its snapshot records go into the metadata file first
   if (s.writer) s.writer->finalize(ended_by);
   say_exit_report(report, s.config, s.metadata_path, s.run_dir,
-                  s.sampling ? std::optional<uint64_t>(s.sampling->snapshots_written()) : std::nullopt);
+                  s.sampling ? std::optional<SamplingTally>(s.sampling->tally()) : std::nullopt);
   return LINGPROBE_OK;
 }
 

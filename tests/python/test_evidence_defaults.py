@@ -296,6 +296,28 @@ def test_a_cpu_program_where_only_gpu_calls_are_sampled_says_so_at_exit(build_di
     assert list((run / "snapshots").glob("*.pt"))
 
 
+def test_counter_windows_that_spent_their_budget_say_so_at_exit(build_dir, cli, tmp_path):
+    """A decode loop's new shapes spend the counter windows' stall budget (the GPU corpus's generate() loop: 300 s),
+    then later calls go without counters: said at exit, before the last line, with the option. A budget of 0 s stands
+    in for a spent one here (the budget is checked before a window looks for a GPU)."""
+    script = tmp_path / "job.py"
+    script.write_text("import torch\nx = torch.ones(3, 5)\nfor n in range(1, 9):\n    torch.mm(x, torch.ones(5, n))\n"
+                      "print('ok')\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=env(tmp_path, build_dir, LINGPROBE_PROFILE="1", LINGPROBE_PROFILE_BUDGET_S="0",
+                               LINGPROBE_OPS="aten::mm"))
+    assert p.returncode == 0 and "ok" in p.stdout, p.stderr
+    lines = [l for l in p.stderr.splitlines() if l.startswith("[lingprobe")]
+    assert "counter windows held the program 0.0 s, all of LINGPROBE_PROFILE_BUDGET_S=0: 8 later sampled call(s) " \
+           "got no counters (budget_profile;" in lines[-2] and "recorded " in lines[-1], p.stderr
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    assert subprocess.run([cli, "audit", str(run)], capture_output=True, timeout=300).returncode == 0
+    assert "| `aten::mm` | snapshot | counters: budget_profile |" in (run / "reports" / "summary.md").read_text()
+    quiet = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                           env=env(tmp_path / "default", build_dir, LINGPROBE_PROFILE="1"))
+    assert quiet.returncode == 0 and "counter windows held" not in quiet.stderr, quiet.stderr
+
+
 def test_trunc_normal_init_counts_as_set_up_and_leaves_the_budget_to_the_forward(build_dir, tmp_path):
     """A new user's swin_t: trunc_normal_ (uniform_, then erfinv_, mul_, add_ and clamp_ in place on each weight)
     was counted as compute, its snapshots 377 MB of 758 MB, its erfinv_ the whole 'Top by time' table."""

@@ -82,6 +82,11 @@ bool settles(uint8_t evidence, const std::string& reason) {
          reason == "unsupported_argument" || reason == "no_gpu_access" || reason == "too_large";
 }
 
+// The reason a copy or window that threw is refused for: the device's memory, or anything else.
+const char* copy_failure(const std::exception& e) {
+  return dynamic_cast<const c10::OutOfMemoryError*>(&e) ? "device_oom" : "copy_error";
+}
+
 }  // namespace
 
 void SnapshotCapture::refuse(Pending& p, uint8_t evidence, const std::string& reason) {
@@ -178,7 +183,7 @@ void* SnapshotCapture::begin(const SampledCall& call) {
     budgets_.give_back(p->reserved, p->setup);
     // what the call was still taking: a snapshot refused before the throw is counted once
     if (const uint8_t taking = (snapshot ? kSnapshot : 0) | (counters ? kCounters : timing ? kTiming : 0))
-      refuse(*p, taking, dynamic_cast<const c10::OutOfMemoryError*>(&e) ? "device_oom" : "copy_error");
+      refuse(*p, taking, copy_failure(e));
     give_up(std::move(p));
     return nullptr;
   }
@@ -201,7 +206,7 @@ void SnapshotCapture::copy_written_arguments(Pending& p, const SampledCall& call
     p.snapshot = p.device = false;
     p.args.clear();
     p.written.clear();
-    refuse(p, kSnapshot, dynamic_cast<const c10::OutOfMemoryError*>(&e) ? "device_oom" : "copy_error");
+    refuse(p, kSnapshot, copy_failure(e));
   }
 }
 

@@ -71,9 +71,22 @@ struct InputScan {
 };
 
 // A defined strided tensor's first word: tag | dtype << 8 | layout << 16 | dim << 24 | has strides << 56.
-inline uint64_t strided_tensor_head(const at::Tensor& t, size_t dim) {
-  return kKeyTensor | static_cast<uint64_t>(t.scalar_type()) << 8 | static_cast<uint64_t>(c10::kStrided) << 16 |
+inline uint64_t strided_tensor_head(c10::ScalarType dtype, size_t dim) {
+  return kKeyTensor | static_cast<uint64_t>(dtype) << 8 | static_cast<uint64_t>(c10::kStrided) << 16 |
          static_cast<uint64_t>(dim) << 24 | uint64_t{1} << 56;
+}
+
+// A strided tensor's sizes and strides, or false where asking throws (nested or symbolic sizes: keyed by
+// append_other_key).
+C10_ALWAYS_INLINE bool plain_sizes_and_strides(const c10::TensorImpl* impl, c10::IntArrayRef& sizes,
+                                               c10::IntArrayRef& strides) {
+  try {
+    sizes = impl->sizes();
+    strides = impl->strides();
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 template <bool kScan>
@@ -104,16 +117,13 @@ inline void append_keys_scanning(const c10::IValue* values, size_t count, KeyBuf
       continue;
     }
     c10::IntArrayRef sizes, strides;
-    try {
-      sizes = t.sizes();
-      strides = t.strides();
-    } catch (const std::exception&) {  // nested or symbolic sizes
+    if (!plain_sizes_and_strides(t.unsafeGetTensorImpl(), sizes, strides)) {
       append_other_key(value, key);
       continue;
     }
     const size_t dim = sizes.size();
     uint64_t* w = key.reserve(1 + 2 * dim);
-    w[0] = strided_tensor_head(t, dim);
+    w[0] = strided_tensor_head(t.scalar_type(), dim);
     for (size_t i = 0; i < dim; ++i) {
       w[1 + i] = static_cast<uint64_t>(sizes[i]);
       w[1 + dim + i] = static_cast<uint64_t>(strides[i]);
@@ -136,41 +146,47 @@ bool other_key_matches(const c10::IValue& value, const uint64_t*& p, const uint6
 template <bool kScan>
 inline bool keys_match_scanning(const c10::IValue* values, size_t count, const uint64_t*& p, const uint64_t* end,
                                 KeyBuffer& scratch, InputScan* scan) {
+  const uint64_t* q = p;  // in a register: `p` is written back only where other_key_matches reads it, and at the end
   for (const c10::IValue* last = values + count; values != last; ++values) {
     const c10::IValue& value = *values;
-    if (value.isInt()) {
-      if (end - p < 2 || p[0] != kKeyInt || p[1] != static_cast<uint64_t>(value.toInt())) return false;
-      p += 2;
-      continue;
-    }
     if (value.isTensor()) {
-      const at::Tensor& t = value.toTensor();
-      if (kScan && t.defined()) {
-        scan->tensor = true;
-        if (C10_UNLIKELY(is_fake_tensor(t))) scan->fake = true;
-      }
+      const c10::TensorImpl* impl = value.unsafeToTensorImpl();
       c10::IntArrayRef sizes, strides;
-      bool plain = t.defined() && t.layout() == c10::kStrided;
-      try {
-        if (plain) sizes = t.sizes(), strides = t.strides();
-      } catch (const std::exception&) {  // nested or symbolic sizes
-        plain = false;
-      }
-      if (plain) {
-        const size_t dim = sizes.size();
-        if (static_cast<size_t>(end - p) < 1 + 2 * dim || p[0] != strided_tensor_head(t, dim)) return false;
-        for (size_t i = 0; i < dim; ++i)
-          if (p[1 + i] != static_cast<uint64_t>(sizes[i]) || p[1 + dim + i] != static_cast<uint64_t>(strides[i]))
+      if (impl != c10::UndefinedTensorImpl::singleton()) {
+        if (kScan) {
+          scan->tensor = true;
+          if (C10_UNLIKELY(is_fake_tensor(value.toTensor()))) scan->fake = true;
+        }
+        if (C10_LIKELY(impl->layout() == c10::kStrided) && plain_sizes_and_strides(impl, sizes, strides)) {
+          const size_t dim = sizes.size();
+          if (static_cast<size_t>(end - q) < 1 + 2 * dim ||
+              q[0] != strided_tensor_head(c10::typeMetaToScalarType(impl->dtype()), dim))
             return false;
-        p += 1 + 2 * dim;
-        continue;
+          const int64_t* size = sizes.data();
+          const int64_t* stride = strides.data();
+          const uint64_t* stored_sizes = q + 1;
+          const uint64_t* stored_strides = q + 1 + dim;
+          for (size_t i = 0; i < dim; ++i)
+            if ((stored_sizes[i] ^ static_cast<uint64_t>(size[i])) |
+                (stored_strides[i] ^ static_cast<uint64_t>(stride[i])))
+              return false;
+          q += 1 + 2 * dim;
+          continue;
+        }
       }
+    } else if (value.isInt()) {
+      if (end - q < 2 || q[0] != kKeyInt || q[1] != static_cast<uint64_t>(value.toInt())) return false;
+      q += 2;
+      continue;
     } else if (kScan && value.isList() &&
                C10_UNLIKELY(has_fake_tensor(c10::ArrayRef<c10::IValue>(&value, 1), &scan->tensor))) {
       scan->fake = true;
     }
+    p = q;
     if (!other_key_matches(value, p, end, scratch)) return false;
+    q = p;
   }
+  p = q;
   return true;
 }
 

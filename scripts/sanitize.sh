@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # lingprobe under clang-14's sanitizers (docs/RELIABILITY.md "Sanitizers"):
 #   asan        the torch-free unit tier (unit_tests: format, sink, writer, record buffers, claims, config,
-#               sampler, audit) under AddressSanitizer + UndefinedBehaviorSanitizer  (build-asan/)
-#   tsan        the same under ThreadSanitizer: the writer thread against producers  (build-tsan/)
+#               sampler, audit) under AddressSanitizer + UndefinedBehaviorSanitizer  (in build-asan-torch/)
+#   tsan        the same under ThreadSanitizer: the writer thread against producers  (in build-tsan-torch/)
 #   asan-torch  the torch tiers under ASan+UBSan (build-asan-torch/): torch_unit_tests, recorder_threads
 #               (threads, stages, sampling, start/stop, fork, finalize under load, through the C ABI), and
 #               the integration job tests/integration/sanitized_torch_job.py in Python under LD_PRELOAD
@@ -44,6 +44,21 @@ build() {  # BUILD_DIR TARGET...
   cmake --build "$dir" -j "$(nproc)" "${targets[@]}" >"$dir/build.log" 2>&1 || { tail -40 "$dir/build.log"; exit 1; }
 }
 
+# The torch tiers' trees, shared with the torch-free tiers (asan, tsan) so that the libraries both link are
+# compiled once per sanitizer: each sets b (the tree); the ASan one also rt and rtpath (its shared runtime).
+configure_asan_torch() {
+  b=$root/build-asan-torch
+  rt=$("$cc" -print-file-name=libclang_rt.asan-x86_64.so)
+  [ -f "$rt" ] || { echo "sanitize: clang's shared ASan runtime not found (install-deps installs libclang-rt-14-dev)"; exit 1; }
+  configure "$b" "$asan_flags" "$asan_flags -shared-libsan" "-fsanitize=address,undefined -shared-libsan"
+  rtpath="LD_LIBRARY_PATH=$(dirname "$rt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # the executables' shared runtime
+}
+
+configure_tsan_torch() {
+  b=$root/build-tsan-torch
+  configure "$b" "$tsan_flags" "$tsan_flags" "$tsan_flags" -DLINGPROBE_RUNTIME_FROM_EXECUTABLE=ON
+}
+
 run() {  # KIND LOG COMMAND...: fails on a non-zero exit, a sanitizer's report, or a hang (15 min)
   local kind=$1 log=$2 start=$SECONDS
   shift 2
@@ -62,19 +77,17 @@ run() {  # KIND LOG COMMAND...: fails on a non-zero exit, a sanitizer's report, 
 
 for kind in "${kinds[@]}"; do
   case $kind in
-    asan|tsan)
-      flags=$asan_flags
-      [ "$kind" = tsan ] && flags=$tsan_flags
-      configure "$root/build-$kind" "$flags" "$flags" "$flags" -DLINGPROBE_WITH_TORCH=OFF
-      build "$root/build-$kind" unit_tests
-      run "$kind" "$root/build-$kind/unit_tests.log" "$root/build-$kind/tests/unit_tests" "~[cupti]" ;;
+    asan)  # the torch-free tier built in the torch tiers' tree: its libraries compiled once under each sanitizer
+      configure_asan_torch
+      build "$b" unit_tests
+      run "$kind" "$b/unit_tests.log" env "$rtpath" "$b/tests/unit_tests" "~[cupti]" ;;
+    tsan)
+      configure_tsan_torch
+      build "$b" unit_tests
+      run "$kind" "$b/unit_tests.log" "$b/tests/unit_tests" "~[cupti]" ;;
     asan-torch)
-      b=$root/build-asan-torch
-      rt=$("$cc" -print-file-name=libclang_rt.asan-x86_64.so)
-      [ -f "$rt" ] || { echo "sanitize: clang's shared ASan runtime not found (install-deps installs libclang-rt-14-dev)"; exit 1; }
-      configure "$b" "$asan_flags" "$asan_flags -shared-libsan" "-fsanitize=address,undefined -shared-libsan"
+      configure_asan_torch
       build "$b" torch_unit_tests recorder_threads lingprobe lingprobe_preload lingprobe_cli
-      rtpath="LD_LIBRARY_PATH=$(dirname "$rt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # the executables' shared runtime
       run "$kind" "$b/torch_unit_tests.log" env "$rtpath" "$b/tests/torch_unit_tests"
       rm -rf "$b/sanitized-out"
       run "$kind" "$b/recorder_threads.log" env "$rtpath" "$b/tests/recorder_threads" "$b/sanitized-out/threads" 3
@@ -88,8 +101,7 @@ for kind in "${kinds[@]}"; do
         run "$kind" "$b/audit-$out.log" env "$rtpath" "$b/lingprobe" audit "$b/sanitized-out/$out/latest"
       done ;;
     tsan-torch)
-      b=$root/build-tsan-torch
-      configure "$b" "$tsan_flags" "$tsan_flags" "$tsan_flags" -DLINGPROBE_RUNTIME_FROM_EXECUTABLE=ON
+      configure_tsan_torch
       build "$b" recorder_threads
       rm -rf "$b/sanitized-out"
       run "$kind" "$b/recorder_threads.log" "$b/tests/recorder_threads" "$b/sanitized-out/threads" 4 ;;

@@ -213,10 +213,11 @@ TEST_CASE("recorder: one signature per distinct call, counted per call, a record
 
   // A guessed call's inputs are compared in place with its entry's stored key (call_keys.h), its outputs with
   // those seen after it. Each variant below comes where the base call came before (after the same anchor), so
-  // that it is guessed to be the base and differs from it only in strides, dtype, a list value, an int or its
-  // outputs: it must be its own signature, and the base keeps its own.
+  // that it is guessed to be the base and differs from it only in strides, dtype, a list value, an int, a bool, a
+  // layout, a list's tensor or its outputs: it must be its own signature, and the base keeps its own.
   const at::Tensor square = at::ones({3, 3}), transposed = square.t(), twice = at::ones({3, 3}, at::kDouble);
   const at::Tensor some = at::tensor({1.f, 0.f, 1.f}), more = at::tensor({1.f, 1.f, 1.f});
+  const at::Tensor sparse = square.to_sparse();
   const std::vector<std::pair<std::function<void()>, std::function<void()>>> pairs = {
       {[&] { at::add(square, square); }, [&] { at::add(transposed, square); }},
       {[&] { at::add(square, square); }, [&] { at::add(twice, twice); }},
@@ -224,6 +225,13 @@ TEST_CASE("recorder: one signature per distinct call, counted per call, a record
       {[&] { at::add(square, square, 1); }, [&] { at::add(square, square, 2); }},
       {[&] { at::nonzero(some); }, [&] { at::nonzero(more); }},  // the same input key; output [3,1], not [2,1]
       {[&] { at::sum(square, {1}, false); }, [&] { at::sum(square, {1}, true); }},  // a bool
+      {[&] { at::neg(square); }, [&] { at::neg(sparse); }},  // a layout: the sparse tensor keyed out of line
+      {[&] {
+         at::cat({square, square});
+       },
+       [&] {
+         at::cat({square, transposed});
+       }},  // strides inside a list
   };
   for (size_t k = 0; k < pairs.size(); ++k) {
     INFO("pair " << k);

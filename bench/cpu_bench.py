@@ -50,11 +50,11 @@ import typing
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHILD = str(ROOT / "bench" / "cpu_bench_child.py")
 ALL_CONFIGS = ["none", "floor", "lingprobe-off", "lingprobe", "lingprobe-never", "lingprobe-counts-only",
-               "lingprobe-nested", "lingprobe-sampling-idle",
+               "lingprobe-untimed", "lingprobe-nested", "lingprobe-sampling-idle",
                "profiler", "execution-trace", "dispatch-mode", "stage-map-unmatched", "stage-map-matched"]
 QUICK_CONFIGS = ["none", "floor", "lingprobe", "profiler"]
 GROUP_OF = {"lingprobe-off": "loaded", "lingprobe-nested": "nested", "lingprobe-never": "never",
-            "lingprobe-counts-only": "counts",
+            "lingprobe-counts-only": "counts", "lingprobe-untimed": "untimed",
             "lingprobe-sampling-idle": "sampling"}  # everything else: "main"
 DESCRIPTIONS = {
     "none": "nothing switched (the method's noise)",
@@ -63,6 +63,7 @@ DESCRIPTIONS = {
     "lingprobe": "lingprobe recording every top-level call, call records on (SUPPRESS_NESTED=auto)",
     "lingprobe-never": "as 'lingprobe' with SUPPRESS_NESTED=never: nested calls boxed and seen",
     "lingprobe-counts-only": "as 'lingprobe' with CALL_RECORDS=0: signatures and counts, no per-call records",
+    "lingprobe-untimed": "as 'lingprobe' with CALL_TIMES=0: call records without their two clock reads",
     "lingprobe-nested": "lingprobe recording nested calls too, call records on",
     "lingprobe-sampling-idle": "as 'lingprobe', with LINGPROBE_SNAPSHOTS=1 and every key already sampled",
     "profiler": "torch.profiler, CPU activity, record_shapes=True",

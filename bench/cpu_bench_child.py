@@ -150,6 +150,9 @@ def build_toggles():
     if group == "counts":  # signatures and counts only: no timestamps, sequence numbers or call records
         start_lingprobe(nested=False, call_records=False)
         return [lingprobe_toggle("lingprobe-counts-only")]
+    if group == "untimed":  # call records without host times: no clock read per call
+        start_lingprobe(nested=False, call_times=False)
+        return [lingprobe_toggle("lingprobe-untimed")]
     if group == "sampling":  # the warm-up samples every key once; measured: sampling on with nothing left to sample
         start_lingprobe(nested=False, snapshots=True)
         return [lingprobe_toggle("lingprobe-sampling-idle")]

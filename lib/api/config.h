@@ -31,6 +31,7 @@ struct Config {
   SuppressNested suppress_nested = SuppressNested::Auto;
   int64_t suppress_nested_min = 4;
   bool call_records = true;
+  bool call_times = true;     // the call records' host times (two clock reads per call); 0: t0_ns = t1_ns = 0
   bool fold_scalars = false;  // scalar values in signatures written as their type
   std::string stage_map;      // module classes / functions -> stage (Python shim)
   std::string nvtx_map;       // NVTX range-name regex -> stage

@@ -170,6 +170,7 @@ capture::RecorderOptions recorder_options(const Config& c, std::string& error) {
                                                                     : capture::NestedSuppression::Auto;
   ro.suppress_min_nested = static_cast<uint32_t>(std::min<int64_t>(c.suppress_nested_min, 1 << 20));
   ro.call_records = c.call_records;
+  ro.call_times = c.call_times;
   ro.fold_scalars = c.fold_scalars;
   ro.buffer_records = static_cast<size_t>(c.buffer_records);
   ro.skip_calls = static_cast<uint64_t>(c.skip_calls);

@@ -212,7 +212,7 @@ C10_ALWAYS_INLINE void record_start(Global& G, ThreadState& ts, const at::Record
   f->sample = maybe_sample(G, ts.entries[f->entry].sample, *op, stage, inputs);
   if (depth == 0)
     suppress_below(&ts, fn, op, on_start);  // after the sampled call's hooks (which run with RecordFunction off)
-  if (G.options.call_records) f->t0 = now_ns();
+  f->t0 = G.options.call_times ? now_ns() : 0;
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
@@ -303,7 +303,7 @@ C10_ALWAYS_INLINE void emit_call_record(Global& G, ThreadState& ts, const Frame&
 
 // A recorded call's end: its signature counted, its sample ended, its record emitted.
 C10_ALWAYS_INLINE void record_end(Global& G, ThreadState& ts, Frame& f, const at::RecordFunction& fn, int64_t t1) {
-  if (G.options.call_records && !t1) t1 = now_ns();
+  if (G.options.call_times && !t1) t1 = now_ns();
   const auto& outs = fn.outputs();
   const c10::ArrayRef<const c10::IValue> outputs(outs.data(), outs.size());
   uint32_t id = 0;
@@ -331,7 +331,7 @@ C10_ALWAYS_INLINE void record_end(Global& G, ThreadState& ts, Frame& f, const at
 // call's end time (taken before that), or 0.
 C10_ALWAYS_INLINE int64_t end_suppression(Global& G, ThreadState& ts, const at::RecordFunction& fn) {
   if (C10_LIKELY(ts.suppressed_rf != &fn)) return 0;
-  const int64_t t1 = G.options.call_records ? now_ns() : 0;
+  const int64_t t1 = G.options.call_times ? now_ns() : 0;
   ts.suppressed_rf = nullptr;
   const ForkGateSection gate;
   at::enableRecordFunction(true);
@@ -378,6 +378,7 @@ void install_recorder(const RecorderOptions& options, RecorderSink* sink) {
   if (G.installed) return;
   g_installed = &G;
   G.options = options;
+  G.options.call_times = options.call_times && options.call_records;  // no clock read for records not written
   if (options.stage_timing) G.stage_timing.store(options.stage_timing, std::memory_order_release);
   if (options.sampler && options.hooks) {
     G.hooks.store(options.hooks, std::memory_order_release);

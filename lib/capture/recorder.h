@@ -71,6 +71,7 @@ struct RecorderOptions {
   NestedSuppression suppress_nested = NestedSuppression::Auto;  // ignored with nested
   uint32_t suppress_min_nested = 4;
   bool call_records = true;
+  bool call_times = true;     // with call_records: each record's t0_ns and t1_ns read (else both 0)
   bool fold_scalars = false;  // scalar values written as their type (ScalarFold, LINGPROBE_FOLD_SCALARS)
   size_t buffer_records = 65536;
   uint64_t skip_calls = 0;

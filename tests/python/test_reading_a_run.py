@@ -340,11 +340,17 @@ def straggler_run(cli, tmp_path, ops, extra, sleep_s):
     return run, json.loads((run / "reports" / "coverage_audit.json").read_text())
 
 
-@pytest.mark.parametrize("ops,extra", [("", []), ("aten::mm", []), ("aten::mm", ["--set", "CALL_RECORDS=0"])],
-                         ids=["every-op", "mm-only", "mm-only-no-call-records"])
+@pytest.mark.parametrize("ops,extra", [("", []), ("aten::mm", []), ("aten::mm", ["--set", "CALL_RECORDS=0"]),
+                                       ("aten::mm", ["--set", "CALL_TIMES=0"])],
+                         ids=["every-op", "mm-only", "mm-only-no-call-records", "mm-only-no-call-times"])
 def test_rank_view_finds_the_straggler_when_calls_are_equal(cli, tmp_path, ops, extra):
-    """Collectives are timed whatever the op selection, with or without call records (the counts record)."""
+    """Collectives are timed whatever the op selection, with or without call records or their host times (the
+    counts record)."""
     run, report = straggler_run(cli, tmp_path, ops, extra, 0.08)
+    calls = [r for f in metadata.files(run) for r in metadata.read(f) if r["kind"] == "call"]
+    assert bool(calls) == ("CALL_RECORDS=0" not in extra)
+    # CALL_TIMES=0: the records keep ids, order and depth, without the clock reads; the rank view has no spans
+    assert not calls or all(r["t0_ns"] == r["t1_ns"] == 0 for r in calls) == ("CALL_TIMES=0" in extra), calls[:2]
     assert report["ranks"]["collectives"].startswith("timed by the recorder for every top-level c10d call")
     for f in metadata.files(run):
         last = [r for r in metadata.read(f) if r["kind"] == "counts"][-1]
@@ -355,7 +361,7 @@ def test_rank_view_finds_the_straggler_when_calls_are_equal(cli, tmp_path, ops, 
     timing = {t["rank"]: t for t in stage["timing"]}
     assert timing[0]["in_collectives_seconds"] > timing[1]["in_collectives_seconds"] + 0.3  # 6 x 80 ms
     assert stage["straggler"]["rank"] == 1 and stage["straggler"]["by"] == "least time waiting in collectives"
-    assert (timing[0]["span_seconds"] is None) == ("CALL_RECORDS=0" in extra)
+    assert (timing[0]["span_seconds"] is None) == ("CALL_RECORDS=0" in extra or "CALL_TIMES=0" in extra)
     if not ops:
         relu = [d for d in stage["differing"] if d["signature"].startswith("aten.relu.default")]
         assert len(relu) == 1 and relu[0]["missing_on_ranks"] == [0] and relu[0]["calls_by_rank"] == {"0": 0, "1": 1}

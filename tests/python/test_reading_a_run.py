@@ -351,6 +351,9 @@ def test_rank_view_finds_the_straggler_when_calls_are_equal(cli, tmp_path, ops, 
     assert bool(calls) == ("CALL_RECORDS=0" not in extra)
     # CALL_TIMES=0: the records keep ids, order and depth, without the clock reads; the rank view has no spans
     assert not calls or all(r["t0_ns"] == r["t1_ns"] == 0 for r in calls) == ("CALL_TIMES=0" in extra), calls[:2]
+    if "CALL_TIMES=0" in extra:  # the trace says why it has no call slices
+        p = subprocess.run([cli, "trace", str(run)], capture_output=True, text=True)
+        assert p.returncode == 0 and f"{len(calls)} call record(s) without host times" in p.stderr, p.stderr
     assert report["ranks"]["collectives"].startswith("timed by the recorder for every top-level c10d call")
     for f in metadata.files(run):
         last = [r for r in metadata.read(f) if r["kind"] == "counts"][-1]

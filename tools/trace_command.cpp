@@ -127,7 +127,9 @@ int trace_command(int argc, char** argv) {
             << " counter window(s), " << o.timed_calls << " timed call(s)";
   if (o.outside_filters) std::cerr << "; " << o.outside_filters << " call(s) outside --from/--to";
   if (o.without_times)
-    std::cerr << "; " << o.without_times << " call record(s) without host times, not drawn (LINGPROBE_CALL_TIMES=0)";
+    std::cerr << "; " << o.without_times
+              << " call record(s) without host times (LINGPROBE_CALL_TIMES=0, or times no clock gives): neither they "
+                 "nor their snapshots, counter windows and timed calls are drawn";
   std::cerr << "\n  open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing\n";
   return 0;
 }

@@ -159,7 +159,8 @@ format::JsonValue config_json(const Config& c, bool every_key) {
     o.set("suppress_nested_min", JsonValue::integer(c.suppress_nested_min));
   }
   o.set("call_records", JsonValue::boolean(c.call_records));
-  if (!c.call_times || every_key) o.set("call_times", JsonValue::boolean(c.call_times));  // absent: on, as before
+  if ((!c.call_times && c.call_records) || every_key)  // absent: on, as before, or without effect (no records)
+    o.set("call_times", JsonValue::boolean(c.call_times));
   if (c.fold_scalars || every_key)
     o.set("fold_scalars", JsonValue::boolean(c.fold_scalars));  // absent: values, as the seed's runs
   o.set("stage_map", JsonValue::string(c.stage_map));

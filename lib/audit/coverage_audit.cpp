@@ -98,7 +98,7 @@ bool add_signature_calls(AuditRun& a, FileSummary& f, const std::map<uint32_t, u
     const auto t = f.call_times.find(id);
     if (t != f.call_times.end()) s.timed_calls += t->second.top_level_calls, s.host_ns += t->second.top_level_ns;
     s.flop_calls += !f.nested_calls || f.call_records.empty() ? n
-                    : t != f.call_times.end()                 ? t->second.top_level_calls
+                    : t != f.call_times.end()                 ? t->second.top_level_records
                                                               : 0;
   }
   return true;

@@ -44,6 +44,7 @@ class SummaryVisitor final : public RecordVisitor {
       out_.call_records[static_cast<uint32_t>(id)] += counts_[id];
       CallTimes& t = out_.call_times[static_cast<uint32_t>(id)];
       const CallTimes& d = times_[id];
+      t.top_level_records += d.top_level_records;
       if (d.top_level_calls) t.add(d.top_level_calls, d.top_level_ns, d.first_t0_ns, d.last_t1_ns);
     }
   }
@@ -66,6 +67,7 @@ class SummaryVisitor final : public RecordVisitor {
 
   static void add(uint64_t& count, CallTimes& t, const CallLine& c) {
     ++count;
+    if (c.depth == 0) ++t.top_level_records;
     if (c.depth != 0 || c.t1_ns < c.t0_ns || (c.t0_ns == 0 && c.t1_ns == 0)) return;  // no times: not timed
     t.add(1, c.t1_ns - c.t0_ns, c.t0_ns, c.t1_ns);
   }

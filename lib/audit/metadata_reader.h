@@ -73,7 +73,8 @@ struct PlanRecord {
 // For a c10d op also the time from each call's start to the next top-level
 // call of its thread: the collective's wait (Work.wait() runs outside ops).
 struct CallTimes {
-  uint64_t top_level_calls = 0;
+  uint64_t top_level_records = 0;  // depth-0 call records, timed or not (LINGPROBE_CALL_TIMES=0 writes them untimed)
+  uint64_t top_level_calls = 0;    // of them, those with times
   int64_t top_level_ns = 0;
   int64_t first_t0_ns = 0, last_t1_ns = 0;
   int64_t through_wait_ns = 0;

@@ -138,8 +138,8 @@ inline void append_keys_scanning(const c10::IValue* values, size_t count, KeyBuf
 bool other_key_matches(const c10::IValue& value, const uint64_t*& p, const uint64_t* end, KeyBuffer& scratch);
 
 // Whether the keys append_keys_scanning would write for `values` are the
-// words from `p` on (before `end`), compared in place: nothing written. `p`
-// is advanced past the words that matched; the values append_other_key keys
+// words from `p` on (before `end`), compared in place: nothing written. On
+// true, `p` is past them (on false, unspecified); the values append_other_key keys
 // are compared by other_key_matches (`scratch` left as it was). `scan` as
 // append_input_keys; meaningful only when they match.
 // The fast path of a repeated call against its guessed entry's stored key.

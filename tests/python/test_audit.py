@@ -234,3 +234,24 @@ def test_a_record_missing_a_field_is_an_error_not_a_crash(cli, tmp_path):
     p = audit(cli, tmp_path)
     assert p.returncode == 1, (p.returncode, p.stderr)
     assert "a record without a field it needs" in p.stderr and ":1:" in p.stderr
+
+
+def test_a_nested_run_without_call_times_counts_its_top_level_flops(cli, tmp_path):
+    """With NESTED=1 the audit counts the FLOPs of top-level calls only, told apart by their call records' depth.
+    LINGPROBE_CALL_TIMES=0 writes those records without times, and they must count all the same: before, only timed
+    records counted, and such a run had 0 FLOPs."""
+    job = tmp_path / "job.py"
+    job.write_text("import torch\nx = torch.randn(32, 32)\nfor _ in range(5):\n    torch.nn.functional.linear(x, x)\n")
+    totals = {}
+    for times in ("1", "0"):
+        out = tmp_path / f"out-{times}"
+        p = subprocess.run([cli, "run", "-o", str(out), "--set", "NESTED=1", "--set", f"CALL_TIMES={times}", "--",
+                            sys.executable, str(job)], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        (run,) = [d for d in out.iterdir() if d.is_dir() and not d.is_symlink()]
+        assert audit(cli, "-q", run).returncode == 0
+        report = json.loads((run / "reports" / "coverage_audit.json").read_text())
+        (linear,) = [r for r in report["rows"] if r["signature"]["op"] == "aten.linear.default"]
+        (stage,) = report["stages"]
+        totals[times] = (stage["coverage"]["counters"]["by_flops"]["total"], 5 * linear["flops_per_call"])
+    assert totals["0"] == totals["1"] and totals["0"][0] == totals["0"][1] > 0, totals

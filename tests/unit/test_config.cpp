@@ -165,6 +165,12 @@ TEST_CASE("config_differences names every option two configurations differ on, i
   CHECK(config_differences(a, b) == "LINGPROBE_FOLD_SCALARS");
   CHECK(config_differences(b, a) == "LINGPROBE_FOLD_SCALARS");
   a = b;
+  a.call_times = false;  // likewise, and only where it has an effect: with call records
+  CHECK(config_differences(a, b) == "LINGPROBE_CALL_TIMES");
+  a.call_records = b.call_records = false;
+  CHECK(config_differences(a, b).empty());
+  b.call_records = true;
+  a = b;
   b.rank = 3;
   b.world_size = 4;
   CHECK(config_differences(a, b) == "LINGPROBE_RANK, LINGPROBE_WORLD_SIZE");

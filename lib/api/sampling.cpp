@@ -1,4 +1,5 @@
 #include "api/sampling.h"
+#include "api/host_route.h"
 #include "api/log.h"
 #include "api/sample_plan_source.h"
 #include "api/stage_gpu_time.h"
@@ -47,9 +48,11 @@ class CudaAccess : public capture::DeviceAccess {
  public:
   // `lock_dir`: RUN_DIR/claims, where the launch's per-GPU counter locks live
   // (opened beneath the run directory without following a symlink).
+  // `run_on_writer`: a chore on the evidence writer's thread (pinned memory for the host route).
   CudaAccess(std::vector<std::string> metrics, std::function<void(std::string)> on_probe, std::string lock_dir,
-             bool unguarded)
-      : windows_({std::move(metrics), std::move(on_probe), lock_directory(std::move(lock_dir)), unguarded}) {}
+             bool unguarded, gpu::PinnedReserve::RunOnWriter run_on_writer)
+      : windows_({std::move(metrics), std::move(on_probe), lock_directory(std::move(lock_dir)), unguarded}),
+        host_route_(std::move(run_on_writer)) {}
   Capture stream_capture(void* stream) override {
     gpu::CudaDriver* d = gpu::CudaDriver::get();
     if (!d) return Capture::Unknown;
@@ -93,6 +96,8 @@ class CudaAccess : public capture::DeviceAccess {
     }
     return std::make_unique<Window>(std::move(w));
   }
+  void want_host_buffer(int device, uint64_t nbytes) override { host_route_.want(device, nbytes); }
+  std::shared_ptr<capture::HostBuffer> take_host_buffer(uint64_t nbytes) override { return host_route_.take(nbytes); }
   void counter_call_ended(int device) override { windows_.counter_call_ended(device); }
   bool settling_after_window(int device) const override { return windows_.settling_after_window(device); }
   uint64_t window_epoch(int device) { return windows_.window_epoch(device); }
@@ -138,6 +143,7 @@ class CudaAccess : public capture::DeviceAccess {
   };
 
   gpu::CounterWindows windows_;
+  HostRoute host_route_;
 };
 
 class Broker : public capture::ClaimBroker, public capture::RunBudget {
@@ -268,7 +274,7 @@ struct SamplingSession::Parts {
         writer_sink(&writer),
         cuda(
             metrics_of(c), [metadata](std::string line) { metadata->add_record(std::move(line)); }, run_dir + "/claims",
-            c.profile_unguarded),
+            c.profile_unguarded, [this](std::function<void()> chore) { return writer.run_chore(std::move(chore)); }),
         snapshots(&sampler, &writer_sink, &broker, &cuda, snapshot_options(c, rank, run_id, gpu)),
         plan(load_sample_plan(c, gpu)),
         metadata(metadata),

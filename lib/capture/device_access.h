@@ -2,7 +2,8 @@
 // capture status of a stream, the stream-capture mode relaxed around
 // lingprobe's own calls, and device-to-host transfers that run on a writer
 // thread (ordered after an event recorded on the op's stream) through pinned
-// staging. api implements it over the CUDA driver (lib/gpu); a CPU-only
+// staging, or, for a call too large for the device budget, into pinned host
+// memory on the op's stream. api implements it over the CUDA driver (lib/gpu); a CPU-only
 // process has none.
 #pragma once
 
@@ -45,6 +46,21 @@ class DeviceTransfer {
   virtual std::string stream(const std::function<bool(const void*, size_t)>& out) = 0;
 };
 
+// Pinned host memory that the device copies of a call too large for the
+// device budget go to, on the op's stream (docs/SNAPSHOTS.md, "Large
+// tensors"). Used by the one sampled call that took it, on its thread.
+class HostBuffer {
+ public:
+  virtual ~HostBuffer() = default;
+  virtual uint64_t room() const = 0;
+  // Queues a copy of `nbytes` at `device_ptr` into the buffer on `stream` (the
+  // op's: the calling thread does not wait) and returns its transfer, which
+  // hands the bytes on once the stream has made the copy. nullptr and `error`:
+  // no room, or a CUDA error.
+  virtual std::unique_ptr<DeviceTransfer> copy(int device, void* stream, const void* device_ptr, size_t nbytes,
+                                               std::string& error) = 0;
+};
+
 class DeviceAccess {
  public:
   virtual ~DeviceAccess() = default;
@@ -58,6 +74,13 @@ class DeviceAccess {
   // returns a transfer of `nbytes` at `device_ptr` that waits for it.
   virtual std::unique_ptr<DeviceTransfer> transfer(int device, void* stream, const void* device_ptr, size_t nbytes,
                                                    std::string& error) = 0;
+  // Asks for pinned host memory of `nbytes` for a later call of a key whose
+  // copies (from `device`) could never fit the device budget; allocated off
+  // the calling thread. Any thread, never waits. None without a GPU.
+  virtual void want_host_buffer(int /*device*/, uint64_t /*nbytes*/) {}
+  // A ready pinned buffer of at least `nbytes`, or nullptr (none asked for, or
+  // not allocated yet). Any thread, never waits.
+  virtual std::shared_ptr<HostBuffer> take_host_buffer(uint64_t /*nbytes*/) { return nullptr; }
   // Opens a counter window on `device`'s primary context for kernels queued
   // on `stream`, just before the op; nullptr and `reason` when none opens
   // (counters unavailable, held by another tool, another window open...).

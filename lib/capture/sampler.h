@@ -122,6 +122,9 @@ struct SampleKey {
   std::atomic<uint64_t> retry_at{0};   // after a refusal: no try before the key's calls reach this
   std::atomic<uint8_t> missing{0};     // evidence still wanted (Evidence bits)
   std::atomic<uint8_t> early_seen{0};  // CallRefusal bits already reported (the calling thread's check, no lock)
+  // A call's device copies (inputs and outputs) where they could never fit the device budget: the key's next
+  // sampled call takes the host route (capture/snapshot_capture) with a buffer that holds them. 0: not seen.
+  std::atomic<uint64_t> device_copy_bytes{0};
   std::atomic<uint8_t> after_window_refusals{
       0};  // CallRefusal::AfterCounterWindow so far (at most kAfterWindowRefusals)
   std::string input_sha, op, stage;

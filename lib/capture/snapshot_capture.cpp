@@ -16,13 +16,10 @@
 #include "capture/math_policy.h"
 #include "capture/setup_calls.h"
 #include "capture/tensor_copy.h"
-#include "capture/cuda_stream.h"
 #include "capture/signature_builder.h"
+#include "capture/snapshot_cost.h"
 #include "capture/snapshot_document.h"
-#include "format/float_repr.h"
-#include "format/op_traits.h"
 #include "format/scope_guard.h"
-#include "format/tensor_layout.h"
 #include "runtime/snapshot_job.h"
 
 namespace lingprobe::capture {
@@ -52,9 +49,11 @@ struct SnapshotCapture::Pending {
   std::vector<Captured> args;
   std::vector<int64_t> written;
   PickleValue math_policy;
-  uint64_t reserved = 0;  // budget bytes taken (process, run)
-  bool device = false;    // CUDA tensors involved
-  int uncaught = 0;       // std::uncaught_exceptions() at the op's start: more at its end, and the op raised
+  uint64_t reserved = 0;             // budget bytes taken (process, run)
+  uint64_t device_bytes = 0;         // of the inputs' copies
+  bool device = false;               // CUDA tensors involved
+  std::shared_ptr<HostBuffer> host;  // a call too large for the device budget: where its device copies go
+  int uncaught = 0;                  // std::uncaught_exceptions() at the op's start: more at its end, and the op raised
 };
 
 SnapshotCapture::SnapshotCapture(Sampler* sampler, SnapshotSink* sink, RunBudget* run_budget, DeviceAccess* device,
@@ -110,27 +109,39 @@ CallRefusal SnapshotCapture::refusal(const SampledCall& call) {
 }
 
 // What the call's inputs would cost a snapshot, and why none can be taken ("" when one can).
-SnapshotCapture::InputsCost SnapshotCapture::inputs_cost(const SampledCall& call) const {
-  InputsCost cost;
-  for (const auto& v : call.inputs)
-    for_each_tensor(v, [&](const at::Tensor& t) {
-      if (!t.defined() || !cost.reason.empty()) return;
-      cost.reason = unsupported(t);
-      if (!cost.reason.empty()) return;
-      const uint64_t b = stored_bytes(t);
-      cost.bytes += b;
-      if (t.is_cuda()) {
-        cost.device_bytes += b;
-        if (!device_ || !kHasStreamNativeHandle)
-          cost.reason = "no_gpu_access";
-        else if (device_->stream_capture(current_stream_handle(t.device())) != DeviceAccess::Capture::None)
-          cost.capturing = true;
-      }
-    });
+TensorsCost SnapshotCapture::inputs_cost(const SampledCall& call) const {
+  TensorsCost cost = tensors_cost(call.inputs, device_);
   if (cost.reason.empty() && !std::all_of(call.inputs.begin(), call.inputs.end(), replayable_value))
     cost.reason = "unsupported_argument";  // a snapshot that no replay could rebuild: counters may still be taken
   if (cost.reason.empty() && cost.bytes > options_.max_snapshot_bytes) cost.reason = "too_large";
   return cost;
+}
+
+// A call whose device copies could never fit the device budget, even with none in flight (its inputs', or the
+// inputs' and outputs' an earlier call of its key had), copies them into pinned host memory on the op's stream: a
+// buffer asked for at an earlier call and allocated on the writer's thread meanwhile. Without one ready, the call
+// is refused `budget_device` and asks for one (twice the inputs' bytes where the outputs' are not known yet); the
+// key's next try takes it.
+void SnapshotCapture::take_host_route(Pending& p, const TensorsCost& inputs, std::string& reason) {
+  const uint64_t known = p.key ? p.key->device_copy_bytes.load(std::memory_order_relaxed) : 0;
+  const uint64_t whole = std::max(inputs.device_bytes, known);
+  if (whole <= options_.budget_device || !device_) return;
+  p.host = device_->take_host_buffer(whole);
+  if (p.host) return;
+  const uint64_t ask = known ? known : 2 * inputs.device_bytes;
+  device_->want_host_buffer(std::max(inputs.device, 0), std::min(options_.max_snapshot_bytes, ask));
+  reason = "budget_device";
+}
+
+// The outputs' device copies: into the call's pinned buffer if it took one. Where they do not fit it, or where the
+// inputs' and outputs' copies together could never fit the device budget, "budget_device": the key remembers their
+// size, and its next try takes the host route with a buffer that holds them.
+std::string SnapshotCapture::outputs_route(Pending& p, const TensorsCost& outputs) {
+  const uint64_t out_device = outputs.device_bytes, whole = p.device_bytes + out_device;
+  if (!out_device || (p.host ? out_device <= p.host->room() : whole <= options_.budget_device)) return "";
+  if (p.key) p.key->device_copy_bytes.store(whole, std::memory_order_relaxed);
+  if (device_) device_->want_host_buffer(outputs.device, std::min(options_.max_snapshot_bytes, whole));
+  return "budget_device";
 }
 
 void* SnapshotCapture::begin(const SampledCall& call) {
@@ -154,7 +165,7 @@ void* SnapshotCapture::begin(const SampledCall& call) {
   const bool counters = options_.profile && (wants & kCounters);
   const bool timing = options_.profile && (wants & kTiming);
   try {
-    InputsCost cost = inputs_cost(call);
+    TensorsCost cost = inputs_cost(call);
     if (cost.capturing) {  // neither copies nor a window while a graph is captured
       refuse(*p, wants, "stream_capturing");
       give_up(std::move(p));
@@ -163,9 +174,11 @@ void* SnapshotCapture::begin(const SampledCall& call) {
     p->setup = is_setup_call(call);
     const uint64_t bytes = cost.bytes, device_bytes = cost.device_bytes;
     std::string& reason = cost.reason;
-    if (snapshot && (!reason.empty() || !reserve(bytes, device_bytes, p->setup, reason))) {
+    if (snapshot && reason.empty()) take_host_route(*p, cost, reason);
+    if (snapshot && (!reason.empty() || !reserve(bytes, p->host ? 0 : device_bytes, p->setup, reason))) {
       refuse(*p, kSnapshot, reason);
       snapshot = false;
+      p->host.reset();
     }
     if (!snapshot && !counters && !timing) {
       give_up(std::move(p));
@@ -173,6 +186,7 @@ void* SnapshotCapture::begin(const SampledCall& call) {
     }
     p->snapshot = snapshot;
     p->reserved = snapshot ? bytes : 0;
+    p->device_bytes = snapshot ? device_bytes : 0;
     p->device = snapshot && device_bytes > 0;
     p->math_policy = current_math_policy();
     if (snapshot) copy_written_arguments(*p, call);  // a failed copy refuses the snapshot alone
@@ -206,6 +220,7 @@ void SnapshotCapture::copy_written_arguments(Pending& p, const SampledCall& call
     p.snapshot = p.device = false;
     p.args.clear();
     p.written.clear();
+    p.host.reset();
     refuse(p, kSnapshot, copy_failure(e));
   }
 }
@@ -237,7 +252,7 @@ void SnapshotCapture::copy_written_arguments_or_throw(Pending& p, const SampledC
       c.copied = true;
       p.written.push_back(static_cast<int64_t>(i));
       for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {
-        if (t.defined()) c.tensors.push_back(copy_tensor(t, device_, &budgets_.device_in_flight()));
+        if (t.defined()) c.tensors.push_back(copy_tensor(t, device_, &budgets_.device_in_flight(), p.host.get()));
       });
     }
     p.args.push_back(std::move(c));
@@ -318,29 +333,15 @@ void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10
     submit(std::move(p), std::move(job), signature_id, seq);
   };
   try {
-    uint64_t out_bytes = 0, out_device = 0;
-    std::string reason;
-    for (const auto& v : outputs)
-      for_each_tensor(v, [&](const at::Tensor& t) {
-        if (!t.defined() || !reason.empty()) return;
-        reason = unsupported(t);
-        if (reason.empty()) {
-          out_bytes += stored_bytes(t);
-          if (t.is_cuda()) {
-            out_device += stored_bytes(t);
-            // factory ops and to(cuda) have CUDA outputs only: the same rules as inputs
-            if (!device_ || !kHasStreamNativeHandle)
-              reason = "no_gpu_access";
-            else if (device_->stream_capture(current_stream_handle(t.device())) != DeviceAccess::Capture::None)
-              reason = "stream_capturing";
-          }
-        }
-      });
+    const TensorsCost out = tensors_cost(outputs, device_);  // factory ops and to(cuda): CUDA outputs only
+    uint64_t out_bytes = out.bytes;
+    std::string reason = out.reason.empty() && out.capturing ? "stream_capturing" : out.reason;
     if (reason.empty() && p->reserved + out_bytes > options_.max_snapshot_bytes) reason = "too_large";
-    if (reason.empty() && !reserve(out_bytes, out_device, p->setup, reason)) out_bytes = 0;
+    if (reason.empty()) reason = outputs_route(*p, out);
+    if (reason.empty() && !reserve(out_bytes, p->host ? 0 : out.device_bytes, p->setup, reason)) out_bytes = 0;
     if (!reason.empty()) return without_snapshot(reason);
     p->reserved += out_bytes;
-    p->device = p->device || out_device;
+    p->device = p->device || out.device_bytes;
     job.document = snapshot_document(*p, outputs, seq, job.blobs);
   } catch (const c10::OutOfMemoryError&) {
     if (p) without_snapshot("device_oom");  // else it ran already and the throw came after
@@ -358,7 +359,7 @@ format::PickleValue SnapshotCapture::snapshot_document(Pending& p, c10::ArrayRef
   at::RecordFunctionGuard no_observers(false);
   c10::InferenceMode inference;
   std::shared_ptr<void> relaxed = p.device ? device_->relax_capture_mode() : nullptr;
-  ValueWriter write{&blobs, &budgets_.device_in_flight(), device_};
+  ValueWriter write{&blobs, &budgets_.device_in_flight(), device_, p.host.get()};
   const auto& params = p.schema->arguments();
   const bool matches = params.size() == p.args.size();
   PickleValue args = PickleValue::list(), kwargs = PickleValue::dict();

@@ -35,6 +35,7 @@
 #include "capture/evidence_drops.h"
 #include "capture/sampled_call.h"
 #include "capture/sampler.h"
+#include "capture/snapshot_cost.h"
 #include "format/records.h"
 #include "format/snapshot_file.h"
 #include "runtime/snapshot_job.h"
@@ -81,12 +82,10 @@ class SnapshotCapture : public SampledCallHooks {
   struct Pending;
   struct Captured;
   bool reserve(uint64_t bytes, uint64_t device_bytes, bool setup, std::string& reason);
-  struct InputsCost {
-    std::string reason;  // why no snapshot can be taken; "" when one can
-    uint64_t bytes = 0, device_bytes = 0;
-    bool capturing = false;  // a CUDA graph is being captured on an input's stream
-  };
-  InputsCost inputs_cost(const SampledCall& call) const;
+  TensorsCost inputs_cost(const SampledCall& call) const;
+  // The host route of a call too large for the device budget (docs/SNAPSHOTS.md, "Large tensors").
+  void take_host_route(Pending& p, const TensorsCost& inputs, std::string& reason);
+  std::string outputs_route(Pending& p, const TensorsCost& outputs);
   // `evidence` of this call refused for `reason`: counted, reported, and settled when no later call could give it.
   void refuse(Pending& p, uint8_t evidence, const std::string& reason);
   // Nothing of this call is kept: the key waits for a later call.

@@ -37,7 +37,28 @@ bool is_written(const c10::Argument& a) {
   return false;
 }
 
-CopiedTensor copy_tensor(const at::Tensor& t, DeviceAccess* device, std::atomic<uint64_t>* device_bytes) {
+namespace {
+
+// A device tensor's stored bytes copied into pinned host memory on its stream: a contiguous tensor straight from
+// its memory, another through a compact device copy that goes back to the caching allocator at once (the
+// allocator is stream-ordered: nothing reuses it before the copy out of it has run).
+void copy_to_host_buffer(CopiedTensor& c, const at::Tensor& t, HostBuffer& host) {
+  if (!c.nbytes) return;
+  at::Tensor source = t;
+  if (c.meta.span)
+    source = t.as_strided({c.stored_numel}, {1}, t.storage_offset()).clone();
+  else if (!t.is_contiguous())
+    source = t.clone(at::MemoryFormat::Contiguous);
+  std::string err;
+  c.transfer = host.copy(t.get_device(), current_stream_handle(t.device()), source.data_ptr(),
+                         static_cast<size_t>(c.nbytes), err);
+  if (!c.transfer) throw std::runtime_error("copy to pinned host memory: " + err);
+}
+
+}  // namespace
+
+CopiedTensor copy_tensor(const at::Tensor& t, DeviceAccess* device, std::atomic<uint64_t>* device_bytes,
+                         HostBuffer* host) {
   CopiedTensor c;
   c.meta.dtype = python_dtype_name(t.scalar_type());
   c.meta.shape.assign(t.sizes().begin(), t.sizes().end());
@@ -47,15 +68,15 @@ CopiedTensor copy_tensor(const at::Tensor& t, DeviceAccess* device, std::atomic<
   c.meta.alignment = format::pointer_alignment(reinterpret_cast<uintptr_t>(t.data_ptr()));
   c.meta.requires_grad = t.requires_grad();
   c.meta.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
-  if (format::non_overlapping(c.meta.shape, c.meta.stride)) {
-    c.copy = t.clone(at::MemoryFormat::Contiguous);
-    c.stored_numel = format::numel_of(c.meta.shape);
-  } else {
-    c.meta.span = true;
-    c.stored_numel = format::span_of(c.meta.shape, c.meta.stride);
-    c.copy = t.as_strided({c.stored_numel}, {1}, t.storage_offset()).clone();
-  }
+  c.meta.span = !format::non_overlapping(c.meta.shape, c.meta.stride);
+  c.stored_numel = c.meta.span ? format::span_of(c.meta.shape, c.meta.stride) : format::numel_of(c.meta.shape);
   c.nbytes = static_cast<uint64_t>(c.stored_numel) * t.element_size();
+  if (host && t.is_cuda()) {
+    copy_to_host_buffer(c, t, *host);
+    return c;
+  }
+  c.copy = c.meta.span ? t.as_strided({c.stored_numel}, {1}, t.storage_offset()).clone()
+                       : t.clone(at::MemoryFormat::Contiguous);
   if (t.is_cuda()) {
     c.hold = std::make_unique<DeviceHold>(device_bytes, c.nbytes);
     std::string err;
@@ -110,7 +131,7 @@ PickleValue ValueWriter::operator()(const c10::IValue& v, const c10::TypePtr& ty
       copied->erase(copied->begin());
       return tensor(std::move(c));
     }
-    return tensor(copy_tensor(t, device, device_bytes));
+    return tensor(copy_tensor(t, device, device_bytes, host));
   }
   if (v.isInt()) {
     const int64_t i = v.toInt();

@@ -3,7 +3,8 @@
 // tensor is copied compactly (its elements), or as the storage span it covers
 // when its elements overlap, on the current stream; a device copy is counted
 // against the device budget while it lives and reaches the host later,
-// through DeviceAccess, on the writer thread.
+// through DeviceAccess, on the writer thread (or, for a call too large for
+// that budget, goes straight into pinned host memory on the stream).
 #pragma once
 
 #include "capture/torch_guard.h"
@@ -76,8 +77,11 @@ void for_each_tensor(const c10::IValue& v, Fn&& fn) {
 bool is_written(const c10::Argument& a);
 
 // Copies one tensor (compactly, or its span if its elements overlap) on the
-// current stream. Throws c10::Error (OOM included).
-CopiedTensor copy_tensor(const at::Tensor& t, DeviceAccess* device, std::atomic<uint64_t>* device_bytes);
+// current stream: a device tensor into a device copy counted in
+// `device_bytes`, or, with `host`, into that pinned host memory. Throws
+// c10::Error (OOM included), std::runtime_error (a transfer).
+CopiedTensor copy_tensor(const at::Tensor& t, DeviceAccess* device, std::atomic<uint64_t>* device_bytes,
+                         HostBuffer* host = nullptr);
 
 // Why a tensor cannot be snapshotted ("" if it can).
 std::string unsupported(const at::Tensor& t);
@@ -93,6 +97,7 @@ struct ValueWriter {
   std::vector<std::unique_ptr<format::BlobSource>>* blobs;
   std::atomic<uint64_t>* device_bytes;
   DeviceAccess* device;
+  HostBuffer* host = nullptr;  // a call too large for the device budget: its device copies go here
 
   format::PickleValue tensor(CopiedTensor c);
   // `copied`: tensors already copied (written arguments), taken in order before copying any other.

@@ -25,6 +25,7 @@ constexpr int kNotReady = 600;  // CUDA_ERROR_NOT_READY
 constexpr int kCaptureModeRelaxed = 2;
 constexpr unsigned kEventDisableTiming = 0x2;
 constexpr unsigned kStreamNonBlocking = 0x1;
+constexpr unsigned kMemHostAllocPortable = 0x1;  // any context may copy into it
 
 }  // namespace
 
@@ -45,6 +46,7 @@ struct CudaDriver::Api {
   CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
+  CUresult (*cuMemFreeHost)(void*);
   CUresult (*cuGetErrorString)(CUresult, const char**);
   CUresult (*cuDeviceGetName)(char*, int, CUdevice);
   CUresult (*cuDeviceGetUuid)(unsigned char*, CUdevice);
@@ -115,6 +117,7 @@ bool CudaDriver::load(std::string& error) {
   sym(api->cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
   sym(api->cuStreamSynchronize, "cuStreamSynchronize");
   sym(api->cuMemHostAlloc, "cuMemHostAlloc");
+  sym(api->cuMemFreeHost, "cuMemFreeHost");
   sym(api->cuGetErrorString, "cuGetErrorString");
   sym(api->cuDeviceGetName, "cuDeviceGetName");
   sym(api->cuDriverGetVersion, "cuDriverGetVersion");
@@ -188,6 +191,48 @@ void* CudaDriver::record_event(int device, void* stream, std::string& error, boo
   CUcontext popped = nullptr;
   api_->cuCtxPopCurrent(&popped);
   return ev;
+}
+
+void* CudaDriver::allocate_pinned(int device, size_t nbytes, std::string& error) {
+  CUcontext ctx = context(device);
+  if (!ctx || api_->cuCtxPushCurrent(ctx) != 0) {
+    error = "no context for device " + std::to_string(device);
+    return nullptr;
+  }
+  void* host = nullptr;
+  const CUresult r = api_->cuMemHostAlloc(&host, nbytes, kMemHostAllocPortable);
+  if (r != 0) {
+    error = "pinned host memory of " + std::to_string(nbytes) + " bytes: " + describe(r);
+    host = nullptr;
+  }
+  CUcontext popped = nullptr;
+  api_->cuCtxPopCurrent(&popped);
+  return host;
+}
+
+void CudaDriver::free_pinned(int device, void* host) {
+  CUcontext ctx = context(device);
+  if (!host || !ctx || api_->cuCtxPushCurrent(ctx) != 0) return;
+  api_->cuMemFreeHost(host);
+  CUcontext popped = nullptr;
+  api_->cuCtxPopCurrent(&popped);
+}
+
+void* CudaDriver::copy_to_pinned(int device, void* stream, void* host, const void* device_ptr, size_t nbytes,
+                                 std::string& error) {
+  CUcontext ctx = context(device);
+  if (!ctx || api_->cuCtxPushCurrent(ctx) != 0) {
+    error = "no context for device " + std::to_string(device);
+    return nullptr;
+  }
+  const CUresult r = api_->cuMemcpyDtoHAsync(host, reinterpret_cast<CUdeviceptr>(device_ptr), nbytes, stream);
+  CUcontext popped = nullptr;
+  api_->cuCtxPopCurrent(&popped);
+  if (r != 0) {
+    error = "device-to-host copy on the op's stream: " + describe(r);
+    return nullptr;
+  }
+  return record_event(device, stream, error);
 }
 
 void CudaDriver::destroy_event(int device, void* event) {

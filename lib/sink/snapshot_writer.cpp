@@ -40,44 +40,67 @@ void SnapshotWriter::set_who(const std::string& who) {
   who_ = who;
 }
 
+bool SnapshotWriter::start_locked() {
+  if (started_) return true;
+  try {
+    thread_ = std::thread([this] { run(); });
+    started_ = true;
+  } catch (const std::exception&) {
+  }
+  return started_;
+}
+
 void SnapshotWriter::submit(runtime::SnapshotJob job) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (stop_) {
+  const char* refused = stop_ ? "finalized" : !start_locked() ? "no_writer_thread" : nullptr;
+  if (refused) {  // no thread: nothing can be written; say so to the sampler
     lock.unlock();
-    if (job.done) job.done(runtime::SnapshotJob::Result::Dropped, "finalized", "", 0);
+    if (job.done) job.done(runtime::SnapshotJob::Result::Dropped, refused, "", 0);
     return;
-  }
-  if (!started_) {
-    try {
-      thread_ = std::thread([this] { run(); });
-      started_ = true;
-    } catch (const std::exception&) {  // no thread: nothing can be written; say so to the sampler
-      lock.unlock();
-      if (job.done) job.done(runtime::SnapshotJob::Result::Dropped, "no_writer_thread", "", 0);
-      return;
-    }
   }
   queue_.push_back(std::move(job));
   cv_.notify_one();
 }
 
+bool SnapshotWriter::run_chore(std::function<void()> chore) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_ || !start_locked()) return false;
+  chores_.push_back(std::move(chore));
+  cv_.notify_one();
+  return true;
+}
+
 void SnapshotWriter::run() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) break;  // stop_ and drained
-    runtime::SnapshotJob job = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
-    lock.unlock();
-    try {
-      write_one(job);
-    } catch (...) {  // never let the writer thread take the process down
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !chores_.empty(); });
+    if (!chores_.empty()) {
+      std::function<void()> chore = std::move(chores_.front());
+      chores_.pop_front();
+      lock.unlock();
       try {
-        if (job.done) job.done(runtime::SnapshotJob::Result::Dropped, "internal_error", "", 0);
+        chore();
       } catch (...) {
       }
+      chore = nullptr;
+      lock.lock();
+      continue;
     }
+    if (queue_.empty()) break;  // stop_ and drained
+    {
+      runtime::SnapshotJob job = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      try {
+        write_one(job);
+      } catch (...) {  // never let the writer thread take the process down
+        try {
+          if (job.done) job.done(runtime::SnapshotJob::Result::Dropped, "internal_error", "", 0);
+        } catch (...) {
+        }
+      }
+    }  // the job goes before the lock is taken again: what it held may queue a chore (gpu/pinned_reserve)
     lock.lock();
     busy_ = false;
     idle_cv_.notify_all();

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -38,6 +39,10 @@ class SnapshotWriter {
 
   void add_signature(uint32_t id, const std::string& sha256, const std::string& canonical_json);
   void submit(runtime::SnapshotJob job);
+  // Runs `chore` on the writer's thread before its next job: lingprobe's own slow work that no calling thread may
+  // do (allocating and freeing pinned host memory, gpu/pinned_reserve). Any thread; false once finalize() has
+  // begun, or without a thread: the caller then does it itself.
+  bool run_chore(std::function<void()> chore);
   // Writes everything queued, then stops the thread. Idempotent.
   void finalize();
   void set_who(const std::string& who);
@@ -48,6 +53,7 @@ class SnapshotWriter {
 
  private:
   void run();
+  bool start_locked();  // under mu_: the thread, started once; false if none could start
   // One job's signature and where its evidence goes.
   struct Evidence {
     std::string sha, text;     // the signature's SHA-256 and canonical JSON
@@ -79,6 +85,7 @@ class SnapshotWriter {
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
   std::deque<runtime::SnapshotJob> queue_;
+  std::deque<std::function<void()>> chores_;
   bool busy_ = false, stop_ = false, started_ = false;
   std::thread thread_;
   std::unordered_map<uint32_t, std::pair<std::string, std::string>> signatures_;  // id -> (sha, text)

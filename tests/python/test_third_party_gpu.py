@@ -404,3 +404,69 @@ def test_the_cost_of_one_large_snapshot(build_dir, tmp_path):
         with open(os.path.join(keep, "third_party", "large_snapshot.json"), "w") as f:
             json.dump(figures, f, indent=1)
     assert tensor_bytes <= figures["snapshot_file_bytes"] < tensor_bytes + (1 << 20)
+
+
+# Calls whose device copies could never fit a 64 MiB device budget (issue 26 item 5): a linear on a contiguous
+# 64 MiB activation, an in-place add whose written argument must be copied before it runs, an mm of a transposed
+# (non-contiguous) operand, and a repeat whose inputs fit but whose output does not. Each is called 16 times (a
+# refused key tries again at calls 2, 4, 8, 16; one buffer is ready at a time, so the four keys take turns), with a
+# pause for the writer's thread to allocate the pinned buffer asked for at a refused call. A small linear first
+# allocates cuBLAS's workspace.
+TOO_LARGE = textwrap.dedent("""
+    import json, time, torch
+    torch.manual_seed(0)
+    x = torch.randn(1, 8192, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
+    small = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
+    acc = torch.zeros(8192, 4096, device="cuda", dtype=torch.bfloat16)
+    torch.nn.functional.linear(x[:, :64], w)
+    extra = []
+    for i in range(16):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        y = torch.nn.functional.linear(x, w)
+        torch.cuda.synchronize()
+        extra.append(torch.cuda.max_memory_allocated() - base - y.numel() * y.element_size())
+        acc.add_(a)
+        z = torch.mm(a.t(), a[:, :1024])
+        r = small.repeat(16, 1)
+        del y, z, r
+        torch.cuda.synchronize()
+        time.sleep(0.2)
+    print(json.dumps({"linear_device_extra": extra}))
+""")
+
+
+def test_a_call_too_large_for_the_device_budget_is_copied_through_pinned_host_memory(build_dir, cli, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(TOO_LARGE)
+    env = preloaded_env(build_dir, tmp_path / "out", LINGPROBE_SNAPSHOTS="1", LINGPROBE_SAMPLE_BUDGET_DEVICE="64M",
+                        LINGPROBE_SAMPLE_OPS="aten::linear;aten::add_;aten::mm;aten::repeat")
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    figures = json.loads(p.stdout.splitlines()[-1])
+    (run,) = metadata.run_dirs(tmp_path / "out")
+    refusals = [r for f in metadata.files(run) for r in metadata.read(f) if r["kind"] == "refusal"]
+    print("refusals:", [(r["op"], r["reason"], r["call"]) for r in refusals], figures)
+    audit = subprocess.run([cli, "audit", str(run)], capture_output=True, text=True, timeout=300)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    rows = json.loads((run / "reports" / "coverage_audit.json").read_text())["rows"]
+    with_snapshot = {r["signature"]["op"] for r in rows if r["snapshot"]}
+    # each was refused once for the device budget (the call that asked for the buffer), then copied through it
+    assert {r["op"] for r in refusals if r["reason"] == "budget_device"} == \
+        {"aten::linear", "aten::add_", "aten::mm", "aten::repeat"}, refusals
+    assert with_snapshot >= {"aten.linear.default", "aten.add_.Tensor", "aten.mm.default", "aten.repeat.default"}, \
+        with_snapshot
+    # a contiguous tensor goes straight from its memory: no call held a device copy
+    assert max(figures["linear_device_extra"]) < (1 << 20), figures
+    replay = subprocess.run([cli, "replay", str(run)], capture_output=True, text=True, timeout=300)
+    n = len(list((run / "snapshots").glob("*.pt")))
+    assert replay.returncode == 0 and f"replayed {n} snapshot(s):" in replay.stdout, replay.stdout + replay.stderr
+    assert " 0 inexact, " in replay.stdout and " 0 failed" in replay.stdout, replay.stdout[-3000:]
+    keep = os.environ.get("LPTEST_KEEP")
+    if keep:
+        os.makedirs(os.path.join(keep, "third_party"), exist_ok=True)
+        with open(os.path.join(keep, "third_party", "host_route.log"), "w") as f:
+            f.write(p.stderr + json.dumps(figures) + "\n" + replay.stdout + "\n" + json.dumps(refusals, indent=1))

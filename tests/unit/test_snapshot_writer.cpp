@@ -8,7 +8,10 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "format/snapshot_file.h"
 #include "sink/metadata_writer.h"
@@ -278,4 +281,43 @@ TEST_CASE("counters that did not pass claim nothing: another process's passing c
   CHECK(kept0 == runtime::SnapshotJob::kKeptProfile);  // written, as a record of why there are no counters
   CHECK(kept1 == runtime::SnapshotJob::kKeptProfile);  // before: a duplicate of the failed one, and no counters
   CHECK(launch.rank1.profiles_written() == 1);
+}
+
+namespace {
+// A snapshot's tensor bytes whose going away queues a chore on the writer (as a pinned buffer's lease does).
+struct ChoreOnRelease : format::BlobSource {
+  sink::SnapshotWriter* writer;
+  bool* ran;
+  ChoreOnRelease(sink::SnapshotWriter* w, bool* r) : writer(w), ran(r) {}
+  ~ChoreOnRelease() override {
+    if (!writer->run_chore([r = ran] { *r = true; })) *ran = true;
+  }
+  uint64_t nbytes() const override { return 0; }
+  std::string stream(const std::function<bool(const void*, size_t)>&) override { return ""; }
+};
+}  // namespace
+
+TEST_CASE("the writer runs chores on its thread, also one queued by a job as it goes; none after finalize",
+          "[sink][snapshot]") {
+  const std::string run = test::temp_dir("lingprobe-chores-");
+  REQUIRE(std::system(("mkdir -p " + run + "/metadata " + run + "/snapshots " + run + "/profiles").c_str()) == 0);
+  sink::MetadataWriter metadata({run + "/metadata/m.jsonl", "{\"kind\":\"header\"}", 10000, {}, run},
+                                [] { return format::CountsSnapshot{}; });
+  sink::SnapshotWriter writer(run, "rank0", &metadata, nullptr);
+  std::thread::id chore_thread;
+  bool first = false, released = false;
+  REQUIRE(writer.run_chore([&] {
+    first = true;
+    chore_thread = std::this_thread::get_id();
+  }));
+  runtime::SnapshotJob job;  // a signature the writer never heard of: dropped, and its blob goes with it
+  job.signature_id = 99;
+  job.blobs.push_back(std::make_unique<ChoreOnRelease>(&writer, &released));
+  writer.submit(std::move(job));
+  writer.finalize();  // a job that went while the writer held its queue's lock would hang here
+  metadata.finalize();
+  CHECK(first);
+  CHECK(chore_thread != std::this_thread::get_id());
+  CHECK(released);
+  CHECK_FALSE(writer.run_chore([] {}));
 }

@@ -1,0 +1,76 @@
+// Pinned host memory for a sampled call whose device copies could never fit
+// the device budget (LINGPROBE_SAMPLE_BUDGET_DEVICE; docs/SNAPSHOTS.md, "Large
+// tensors"): its copies go straight to the host on the op's stream instead of
+// being held on the device. Allocating pinned memory takes long (a second per
+// few GB) and may synchronise the device, so no calling thread does it: a
+// refused call asks for a buffer (want), the evidence writer's thread
+// allocates it, and a later call of the key takes it without waiting (take).
+// A taken buffer is a Lease: each copy takes the next slice of it, and the
+// event recorded after the copy is kept with it. When the last holder lets
+// go (its copies written, or its snapshot refused), the writer's thread waits
+// for those events and frees the memory. One buffer is ready at a time; a
+// larger request replaces a smaller ready one. No CUDA here: the memory
+// comes through Memory (the driver, a fake in tests).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+namespace lingprobe::gpu {
+
+struct ReserveCore;  // shared by the reserve and its leases (a lease may outlive the reserve)
+
+class PinnedReserve {
+ public:
+  struct Memory {
+    virtual ~Memory() = default;
+    virtual void* allocate(int device, size_t nbytes) = 0;  // nullptr on failure; in `device`'s context
+    virtual void release(int device, void* host) = 0;
+    virtual void wait_and_destroy(int device, void* event) = 0;  // an event recorded after a copy into the memory
+  };
+  // Runs a chore on the evidence writer's thread; false when it runs no more (the process is finishing): the
+  // caller then does it itself.
+  using RunOnWriter = std::function<bool(std::function<void()>)>;
+
+  // A taken buffer, used by one sampled call on its thread; its slices live as long as any holder of it does.
+  class Lease {
+   public:
+    Lease(std::shared_ptr<ReserveCore> core, int device, void* base, size_t size);
+    ~Lease();  // hands the memory to the writer's thread, which waits for the copies' events and frees it
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    size_t room() const { return size_ - used_; }
+    // The next `nbytes` of the buffer, or nullptr when they do not fit.
+    void* slice(size_t nbytes);
+    // The event recorded after a copy into a slice (waited for before the memory is freed).
+    void add_event(int device, void* event) { events_.emplace_back(device, event); }
+
+   private:
+    std::shared_ptr<ReserveCore> core_;
+    int device_;  // whose context allocated it
+    void* base_;
+    size_t size_, used_ = 0;
+    std::vector<std::pair<int, void*>> events_;
+  };
+
+  PinnedReserve(Memory* memory, RunOnWriter run);
+  ~PinnedReserve();  // a ready buffer is freed; leases hold what they need
+
+  // Asks for a buffer of at least `nbytes`, for copies from `device`; any thread, never waits (the allocation is
+  // the writer's chore).
+  void want(int device, size_t nbytes);
+  // The ready buffer if it holds `nbytes`, else nullptr; any thread, lock-free.
+  std::shared_ptr<Lease> take(size_t nbytes);
+  // The bytes of pinned memory allocated and not yet freed (ready and leased).
+  uint64_t pinned_bytes() const;
+
+ private:
+  std::shared_ptr<ReserveCore> core_;
+};
+
+}  // namespace lingprobe::gpu

@@ -1,0 +1,147 @@
+// The pinned memory of the host route (gpu/pinned_reserve): asked for by a
+// calling thread, allocated on the writer's thread, taken without waiting by
+// a later call, and freed on the writer's thread only after the copies into
+// it have completed; at exit, where the writer runs no more chores, freed by
+// whoever lets it go. Over a fake of the driver and of the writer's queue.
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gpu/pinned_reserve.h"
+
+using lingprobe::gpu::PinnedReserve;
+
+namespace {
+
+struct FakeMemory : PinnedReserve::Memory {
+  std::map<void*, size_t> live;
+  std::vector<std::string> log;  // "alloc N", "wait E", "free N" in order
+  bool fail = false;
+  void* allocate(int device, size_t n) override {
+    log.push_back("alloc " + std::to_string(n) + " on " + std::to_string(device));
+    if (fail) return nullptr;
+    void* p = ::operator new(n);
+    live[p] = n;
+    return p;
+  }
+  void release(int, void* p) override {
+    log.push_back("free " + std::to_string(live.at(p)));
+    live.erase(p);
+    ::operator delete(p);
+  }
+  void wait_and_destroy(int, void* event) override {
+    log.push_back("wait " + std::to_string(reinterpret_cast<uintptr_t>(event)));
+  }
+};
+
+// The writer's chores, run when the test says; `open`: false once the writer is finishing.
+struct FakeWriter {
+  std::vector<std::function<void()>> chores;
+  bool open = true;
+  PinnedReserve::RunOnWriter runner() {
+    return [this](std::function<void()> c) {
+      if (!open) return false;
+      chores.push_back(std::move(c));
+      return true;
+    };
+  }
+  void run_all() {
+    auto now = std::move(chores);
+    chores.clear();
+    for (auto& c : now) c();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("pinned reserve: asked for, allocated on the writer's thread, taken once without waiting", "[gpu]") {
+  FakeMemory memory;
+  FakeWriter writer;
+  PinnedReserve reserve(&memory, writer.runner());
+  CHECK(reserve.take(1) == nullptr);  // none asked for
+  reserve.want(2, 100);
+  reserve.want(2, 300);  // a larger ask before the chore ran: one chore, the larger size
+  CHECK(writer.chores.size() == 1);
+  CHECK(memory.log.empty());  // nothing allocated on the asking thread
+  CHECK(reserve.take(1) == nullptr);
+  writer.run_all();
+  CHECK(memory.log == std::vector<std::string>{"alloc 300 on 2"});
+  CHECK(reserve.pinned_bytes() == 300);
+  CHECK(reserve.take(301) == nullptr);  // too small for this call: it stays ready
+  auto lease = reserve.take(250);
+  REQUIRE(lease);
+  CHECK(reserve.take(1) == nullptr);  // one buffer, one call
+  CHECK(lease->room() == 300);
+  CHECK(lease->slice(200) != nullptr);
+  CHECK(lease->slice(101) == nullptr);
+  CHECK(lease->room() == 100);
+}
+
+TEST_CASE("pinned reserve: a let-go buffer is freed on the writer's thread after its copies' events", "[gpu]") {
+  FakeMemory memory;
+  FakeWriter writer;
+  PinnedReserve reserve(&memory, writer.runner());
+  reserve.want(0, 64);
+  writer.run_all();
+  auto lease = reserve.take(64);
+  REQUIRE(lease);
+  lease->add_event(0, reinterpret_cast<void*>(7));
+  lease->add_event(0, reinterpret_cast<void*>(8));
+  lease.reset();  // on the calling thread (a refused snapshot): nothing waits here
+  CHECK(memory.log.size() == 1);
+  CHECK(writer.chores.size() == 1);
+  writer.run_all();
+  CHECK(memory.log == std::vector<std::string>{"alloc 64 on 0", "wait 7", "wait 8", "free 64"});
+  CHECK(reserve.pinned_bytes() == 0);
+}
+
+TEST_CASE("pinned reserve: a larger ask replaces a smaller ready buffer; a failed allocation is asked again",
+          "[gpu]") {
+  FakeMemory memory;
+  FakeWriter writer;
+  PinnedReserve reserve(&memory, writer.runner());
+  reserve.want(0, 10);
+  writer.run_all();
+  reserve.want(0, 5);  // the ready one holds it: nothing new
+  writer.run_all();
+  reserve.want(0, 20);
+  writer.run_all();
+  CHECK(memory.log == std::vector<std::string>{"alloc 10 on 0", "free 10", "alloc 20 on 0"});
+  CHECK(reserve.pinned_bytes() == 20);
+  REQUIRE(reserve.take(20));  // let go at once
+  writer.run_all();
+  memory.fail = true;
+  reserve.want(0, 40);
+  writer.run_all();
+  CHECK(reserve.take(40) == nullptr);
+  memory.fail = false;
+  reserve.want(0, 40);  // the next refused call asks again
+  writer.run_all();
+  CHECK(reserve.take(40) != nullptr);
+}
+
+TEST_CASE("pinned reserve: at exit, with the writer finished, a lease is freed by whoever lets it go", "[gpu]") {
+  FakeMemory memory;
+  FakeWriter writer;
+  auto reserve = std::make_unique<PinnedReserve>(&memory, writer.runner());
+  reserve->want(0, 8);
+  writer.run_all();
+  auto lease = reserve->take(8);
+  reserve->want(0, 16);
+  writer.run_all();
+  reserve.reset();  // the session goes first: its ready buffer is freed, the lease keeps its own
+  CHECK(memory.live.size() == 1);
+  writer.open = false;
+  lease->add_event(0, reinterpret_cast<void*>(3));
+  lease.reset();
+  CHECK(memory.live.empty());
+  CHECK(memory.log.back() == "free 8");
+  CHECK(writer.chores.empty());
+  PinnedReserve late(&memory, writer.runner());
+  late.want(0, 4);  // nothing can allocate now: nothing is asked of the driver
+  CHECK(late.take(4) == nullptr);
+  CHECK(memory.log.back() == "free 8");
+}

@@ -10,7 +10,9 @@
 // the storage span it covers. lingprobe's own tensor work runs with
 // RecordFunction off and in inference mode; device copies are queued on the
 // op's stream (the calling thread never waits) and travel to the host later
-// on the writer thread through DeviceAccess.
+// on the writer thread through DeviceAccess; those of a call that could never
+// fit the device budget go into pinned host memory on the op's stream (the
+// host route), a buffer the key's earlier refused call asked for.
 //
 // Counters and snapshots are apart: a call whose snapshot a budget refuses
 // still gets its counter window. Whatever a call cannot give (a budget,

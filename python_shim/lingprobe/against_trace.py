@@ -69,7 +69,7 @@ def run_calls(run_dir, rank=0):
     files = sorted((run_dir / "metadata").glob("*.jsonl"))
     if not files:
         raise BadInput(f"{run_dir} is not a run directory (no metadata/*.jsonl)")
-    threads, profiles, timings, passed, first_t0, chosen, counter_shas = {}, {}, {}, {}, {}, None, set()
+    threads, profiles, timings, passed, first_seq, chosen, counter_shas = {}, {}, {}, {}, {}, None, set()
     for f in files:
         names, shas, header, calls, file_profiles, file_timings, timed_ids, file_passed = {}, {}, None, {}, {}, {}, \
             set(), {}
@@ -86,7 +86,7 @@ def run_calls(run_dir, rank=0):
                 names[r["id"]] = json.loads(r["signature_json"])["op"]
                 shas[r["id"]] = r["sha256"]
             elif kind == "call" and r["depth"] == 0:
-                calls.setdefault(r["tid"], []).append((r["id"], r["seq"], r["t0_ns"]))
+                calls.setdefault(r["tid"], []).append((r["id"], r["seq"]))
             elif kind == "profile":
                 file_profiles[r["seq"]] = r
                 if r.get("status") == "passed":
@@ -102,13 +102,13 @@ def run_calls(run_dir, rank=0):
             continue
         chosen, profiles, timings, passed = f.name, file_profiles, file_timings, file_passed
         for tid, cs in calls.items():
-            threads[tid] = [[aten_name(names.get(i, "?")), seq, shas.get(i)] for i, seq, _ in cs]
-            first_t0[tid] = cs[0][2]
+            threads[tid] = [[aten_name(names.get(i, "?")), seq, shas.get(i)] for i, seq in cs]
+            first_seq[tid] = cs[0][1]  # the process-wide sequence: in order also without host times (CALL_TIMES=0)
     if chosen is None:
         raise BadInput(f"{run_dir} has no metadata file of rank {rank} (--rank picks another)")
     if not any(threads.values()):
         raise BadInput(f"{run_dir} has no call records (LINGPROBE_CALL_RECORDS=0?): calls cannot be matched by order")
-    return (chosen, [threads[t] for t in sorted(threads, key=lambda t: first_t0[t])], profiles, timings, passed,
+    return (chosen, [threads[t] for t in sorted(threads, key=lambda t: first_seq[t])], profiles, timings, passed,
             counter_shas)
 
 

@@ -339,3 +339,20 @@ def test_a_second_trace_without_kernels_is_refused_in_one_line(cli, tmp_path):
     p = subprocess.run([cli, "validate", str(run), "--against-trace", str(trace), "--noise-trace", str(second)],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "trace2.json" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_threads_are_in_the_order_of_their_first_call_also_without_host_times(tmp_path):
+    """LINGPROBE_CALL_TIMES=0 writes every t0_ns as 0: the threads were ordered by it, so a thread that started
+    later could come first; the process-wide sequence keeps their order."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python_shim"))
+    from lingprobe.against_trace import run_calls
+    run = tmp_path / "run"
+    (run / "metadata").mkdir(parents=True)
+    lines = [{"kind": "header", "role": "single", "rank": 0},
+             {"kind": "signature", "id": 0, "sha256": "0" * 64,
+              "signature_json": json.dumps({"op": "aten.mm.default", "args": [], "kwargs": {}, "stage": "unstaged"})}]
+    for seq, tid in ((5, 7), (6, 7), (1, 9), (2, 9), (3, 9)):  # thread 9 began first, its records come later
+        lines.append({"kind": "call", "depth": 0, "id": 0, "seq": seq, "t0_ns": 0, "t1_ns": 0, "tid": tid})
+    (run / "metadata" / "metadata_rank0_pid1.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+    _, threads, *_ = run_calls(run)
+    assert [[c[1] for c in t] for t in threads] == [[1, 2, 3], [5, 6]]

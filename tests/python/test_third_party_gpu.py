@@ -421,13 +421,15 @@ TOO_LARGE = textwrap.dedent("""
     small = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
     acc = torch.zeros(8192, 4096, device="cuda", dtype=torch.bfloat16)
     torch.nn.functional.linear(x[:, :64], w)
-    extra = []
+    extra, ms = [], []
     for i in range(16):
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
         y = torch.nn.functional.linear(x, w)
         torch.cuda.synchronize()
+        ms.append((time.perf_counter() - t0) * 1e3)
         extra.append(torch.cuda.max_memory_allocated() - base - y.numel() * y.element_size())
         acc.add_(a)
         z = torch.mm(a.t(), a[:, :1024])
@@ -435,7 +437,7 @@ TOO_LARGE = textwrap.dedent("""
         del y, z, r
         torch.cuda.synchronize()
         time.sleep(0.2)
-    print(json.dumps({"linear_device_extra": extra}))
+    print(json.dumps({"linear_device_extra": extra, "linear_ms": ms}))
 """)
 
 
@@ -455,7 +457,7 @@ def test_a_call_too_large_for_the_device_budget_is_copied_through_pinned_host_me
     rows = json.loads((run / "reports" / "coverage_audit.json").read_text())["rows"]
     with_snapshot = {r["signature"]["op"] for r in rows if r["snapshot"]}
     # each was refused once for the device budget (the call that asked for the buffer), then copied through it
-    assert {r["op"] for r in refusals if r["reason"] == "budget_device"} == \
+    assert {r["op"].split(".")[0] for r in refusals if r["reason"] == "budget_device"} == \
         {"aten::linear", "aten::add_", "aten::mm", "aten::repeat"}, refusals
     assert with_snapshot >= {"aten.linear.default", "aten.add_.Tensor", "aten.mm.default", "aten.repeat.default"}, \
         with_snapshot

@@ -1,5 +1,6 @@
 #include "gpu/pinned_reserve.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace lingprobe::gpu {
@@ -12,31 +13,53 @@ struct ReserveCore {
   };
   PinnedReserve::Memory* memory;
   PinnedReserve::RunOnWriter run;
-  std::atomic<Buffer*> ready{nullptr};
+  std::atomic<Buffer*> ready{nullptr};  // the buffer while no call holds it: take's one exchange
   std::atomic<size_t> wanted{0};
   std::atomic<int> wanted_device{0};
   std::atomic<bool> scheduled{false};  // an allocation chore is queued
-  std::atomic<uint64_t> pinned{0};
+  std::atomic<uint64_t> pinned{0};     // the one buffer's size, ready or held by a call; 0: none
+  std::atomic<bool> closed{false};     // the reserve is gone: a buffer that comes back is freed
+  size_t grow_to = 0;                  // the writer's: a larger size asked for while a call held the buffer
 
-  // On the writer's thread: the largest buffer asked for since the last chore, unless the ready one holds it.
+  // On the writer's thread: the largest size asked for since the last chore, unless the buffer holds it (ready,
+  // or back once its call is done). A smaller ready buffer is replaced; a held one is replaced when it comes back.
   void allocate() {
     scheduled.store(false);
     const size_t n = wanted.exchange(0);
-    if (!n) return;
-    Buffer* b = ready.load();
-    if (b && b->size >= n) return;
-    if ((b = ready.exchange(nullptr))) free(*b, {});
+    if (!n || pinned.load() >= n) return;
+    Buffer* b = ready.exchange(nullptr);
+    if (!b && pinned.load()) {
+      grow_to = std::max(grow_to, n);
+      return;
+    }
+    if (b) release(*b);
     delete b;
+    make(n);
+  }
+  void make(size_t n) {
     const int device = wanted_device.load();
     if (void* base = memory->allocate(device, n)) {
-      pinned.fetch_add(n);
+      pinned.store(n);
       ready.store(new Buffer{device, base, n});
     }
   }
-  void free(const Buffer& b, const std::vector<std::pair<int, void*>>& events) {
-    for (const auto& [device, event] : events) memory->wait_and_destroy(device, event);
+  void release(const Buffer& b) {
     memory->release(b.device, b.base);
-    pinned.fetch_sub(b.size);
+    pinned.store(0);
+  }
+  void wait(const std::vector<std::pair<int, void*>>& events) {
+    for (const auto& [device, event] : events) memory->wait_and_destroy(device, event);
+  }
+  // On the writer's thread: a buffer a call let go, once the copies into it have completed: kept for the next call
+  // too large for the device budget (allocating is what stalls), or replaced by the larger one asked for meanwhile.
+  void come_back(const Buffer& b, const std::vector<std::pair<int, void*>>& events) {
+    wait(events);
+    if (closed.load() || grow_to > b.size) {
+      release(b);
+      if (!closed.load()) make(std::exchange(grow_to, 0));
+      return;
+    }
+    ready.store(new Buffer(b));
   }
 };
 
@@ -46,8 +69,9 @@ PinnedReserve::PinnedReserve(Memory* memory, RunOnWriter run) : core_(std::make_
 }
 
 PinnedReserve::~PinnedReserve() {
+  core_->closed.store(true);
   if (ReserveCore::Buffer* b = core_->ready.exchange(nullptr)) {
-    core_->free(*b, {});
+    core_->release(*b);
     delete b;
   }
 }
@@ -69,7 +93,7 @@ std::shared_ptr<PinnedReserve::Lease> PinnedReserve::take(size_t nbytes) {
   try {
     lease = std::make_shared<Lease>(core_, b->device, b->base, b->size);
   } catch (...) {
-    core_->free(*b, {});
+    core_->release(*b);
   }
   delete b;
   return lease;
@@ -82,14 +106,14 @@ PinnedReserve::Lease::Lease(std::shared_ptr<ReserveCore> core, int device, void*
 
 PinnedReserve::Lease::~Lease() {
   std::shared_ptr<ReserveCore> core = core_;
-  auto free = [core, buffer = ReserveCore::Buffer{device_, base_, size_}, events = std::move(events_)] {
-    core->free(buffer, events);
-  };
+  const ReserveCore::Buffer buffer{device_, base_, size_};
+  std::vector<std::pair<int, void*>> events = std::move(events_);
   try {
-    if (core->run(free)) return;
+    if (core->run([core, buffer, events] { core->come_back(buffer, events); })) return;
   } catch (...) {
   }
-  free();  // the writer runs no more chores: the process is finishing, and this thread may wait
+  core->wait(events);  // the writer runs no more chores: the process is finishing, and this thread may wait
+  core->release(buffer);
 }
 
 void* PinnedReserve::Lease::slice(size_t nbytes) {

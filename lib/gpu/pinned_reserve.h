@@ -1,16 +1,18 @@
 // Pinned host memory for a sampled call whose device copies could never fit
 // the device budget (LINGPROBE_SAMPLE_BUDGET_DEVICE; docs/SNAPSHOTS.md, "Large
 // tensors"): its copies go straight to the host on the op's stream instead of
-// being held on the device. Allocating pinned memory takes long (a second per
-// few GB) and may synchronise the device, so no calling thread does it: a
-// refused call asks for a buffer (want), the evidence writer's thread
-// allocates it, and a later call of the key takes it without waiting (take).
-// A taken buffer is a Lease: each copy takes the next slice of it, and the
-// event recorded after the copy is kept with it. When the last holder lets
-// go (its copies written, or its snapshot refused), the writer's thread waits
-// for those events and frees the memory. One buffer is ready at a time; a
-// larger request replaces a smaller ready one. No CUDA here: the memory
-// comes through Memory (the driver, a fake in tests).
+// being held on the device. Allocating and freeing pinned memory takes long
+// (a second per few GB) and holds the driver's lock meanwhile: the program's
+// own CUDA calls on every thread wait for it (an H100 measured 89 and 114 ms
+// for 256 MB). So no calling thread does it, and it is done as seldom as it
+// can be: the process has one buffer, allocated on the evidence writer's
+// thread when a refused call asks for it (want), taken by a later call
+// without waiting (take), and kept when that call lets it go, once the copies
+// into it have completed, for the next such call; it is replaced only by a
+// larger one asked for, and freed when the reserve goes. A taken buffer is a
+// Lease: each copy takes the next slice of it, and the event recorded after
+// the copy is kept with it. No CUDA here: the memory comes through Memory
+// (the driver, a fake in tests).
 #pragma once
 
 #include <atomic>
@@ -41,7 +43,7 @@ class PinnedReserve {
   class Lease {
    public:
     Lease(std::shared_ptr<ReserveCore> core, int device, void* base, size_t size);
-    ~Lease();  // hands the memory to the writer's thread, which waits for the copies' events and frees it
+    ~Lease();  // hands the buffer back through the writer's thread, which waits for the copies' events first
     Lease(const Lease&) = delete;
     Lease& operator=(const Lease&) = delete;
     size_t room() const { return size_ - used_; }
@@ -59,14 +61,14 @@ class PinnedReserve {
   };
 
   PinnedReserve(Memory* memory, RunOnWriter run);
-  ~PinnedReserve();  // a ready buffer is freed; leases hold what they need
+  ~PinnedReserve();  // the ready buffer is freed, a held one when it comes back
 
   // Asks for a buffer of at least `nbytes`, for copies from `device`; any thread, never waits (the allocation is
   // the writer's chore).
   void want(int device, size_t nbytes);
   // The ready buffer if it holds `nbytes`, else nullptr; any thread, lock-free.
   std::shared_ptr<Lease> take(size_t nbytes);
-  // The bytes of pinned memory allocated and not yet freed (ready and leased).
+  // The buffer's size, ready or held by a call (0: none).
   uint64_t pinned_bytes() const;
 
  private:

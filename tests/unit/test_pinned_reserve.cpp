@@ -80,7 +80,7 @@ TEST_CASE("pinned reserve: asked for, allocated on the writer's thread, taken on
   CHECK(lease->room() == 100);
 }
 
-TEST_CASE("pinned reserve: a let-go buffer is freed on the writer's thread after its copies' events", "[gpu]") {
+TEST_CASE("pinned reserve: a let-go buffer comes back after its copies' events, kept for the next call", "[gpu]") {
   FakeMemory memory;
   FakeWriter writer;
   PinnedReserve reserve(&memory, writer.runner());
@@ -90,16 +90,18 @@ TEST_CASE("pinned reserve: a let-go buffer is freed on the writer's thread after
   REQUIRE(lease);
   lease->add_event(0, reinterpret_cast<void*>(7));
   lease->add_event(0, reinterpret_cast<void*>(8));
-  lease.reset();  // on the calling thread (a refused snapshot): nothing waits here
+  reserve.want(0, 32);  // another key asks while the buffer is held: it will do, nothing is allocated
+  lease.reset();        // on the calling thread (a refused snapshot): nothing waits here
   CHECK(memory.log.size() == 1);
-  CHECK(writer.chores.size() == 1);
   writer.run_all();
-  CHECK(memory.log == std::vector<std::string>{"alloc 64 on 0", "wait 7", "wait 8", "free 64"});
-  CHECK(reserve.pinned_bytes() == 0);
+  CHECK(memory.log == std::vector<std::string>{"alloc 64 on 0", "wait 7", "wait 8"});
+  CHECK(reserve.pinned_bytes() == 64);
+  auto again = reserve.take(32);  // the same memory, no allocation: that is what stalls the program
+  REQUIRE(again);
+  CHECK(again->room() == 64);
 }
 
-TEST_CASE("pinned reserve: a larger ask replaces a smaller ready buffer; a failed allocation is asked again",
-          "[gpu]") {
+TEST_CASE("pinned reserve: a larger ask replaces the buffer, at once if ready, else when it comes back", "[gpu]") {
   FakeMemory memory;
   FakeWriter writer;
   PinnedReserve reserve(&memory, writer.runner());
@@ -110,38 +112,51 @@ TEST_CASE("pinned reserve: a larger ask replaces a smaller ready buffer; a faile
   reserve.want(0, 20);
   writer.run_all();
   CHECK(memory.log == std::vector<std::string>{"alloc 10 on 0", "free 10", "alloc 20 on 0"});
+  auto lease = reserve.take(20);
+  reserve.want(1, 40);
+  writer.run_all();  // held by a call: not replaced under it, and no second buffer
+  CHECK(memory.log.size() == 3);
   CHECK(reserve.pinned_bytes() == 20);
-  REQUIRE(reserve.take(20));  // let go at once
+  lease.reset();
+  writer.run_all();
+  CHECK(memory.log == std::vector<std::string>{"alloc 10 on 0", "free 10", "alloc 20 on 0", "free 20", "alloc 40 on 1"});
+  REQUIRE(reserve.take(40));  // let go at once: kept
   writer.run_all();
   memory.fail = true;
-  reserve.want(0, 40);
+  reserve.want(0, 80);
   writer.run_all();
-  CHECK(reserve.take(40) == nullptr);
+  CHECK(reserve.take(80) == nullptr);
+  CHECK(reserve.pinned_bytes() == 0);
   memory.fail = false;
-  reserve.want(0, 40);  // the next refused call asks again
+  reserve.want(0, 80);  // the next refused call asks again
   writer.run_all();
-  CHECK(reserve.take(40) != nullptr);
+  CHECK(reserve.take(80) != nullptr);
 }
 
-TEST_CASE("pinned reserve: at exit, with the writer finished, a lease is freed by whoever lets it go", "[gpu]") {
+TEST_CASE("pinned reserve: a buffer that comes back after the reserve went, or at exit, is freed", "[gpu]") {
   FakeMemory memory;
   FakeWriter writer;
   auto reserve = std::make_unique<PinnedReserve>(&memory, writer.runner());
   reserve->want(0, 8);
   writer.run_all();
   auto lease = reserve->take(8);
+  reserve.reset();  // the session goes first: the held buffer stays with its call
+  CHECK(memory.live.size() == 1);
+  lease.reset();
+  writer.run_all();
+  CHECK(memory.live.empty());
+  reserve = std::make_unique<PinnedReserve>(&memory, writer.runner());
   reserve->want(0, 16);
   writer.run_all();
-  reserve.reset();  // the session goes first: its ready buffer is freed, the lease keeps its own
-  CHECK(memory.live.size() == 1);
-  writer.open = false;
+  lease = reserve->take(16);
+  writer.open = false;  // the writer runs no more chores: whoever lets go waits and frees
   lease->add_event(0, reinterpret_cast<void*>(3));
   lease.reset();
   CHECK(memory.live.empty());
-  CHECK(memory.log.back() == "free 8");
+  CHECK(memory.log.back() == "free 16");
+  CHECK(memory.log[memory.log.size() - 2] == "wait 3");
   CHECK(writer.chores.empty());
-  PinnedReserve late(&memory, writer.runner());
-  late.want(0, 4);  // nothing can allocate now: nothing is asked of the driver
-  CHECK(late.take(4) == nullptr);
-  CHECK(memory.log.back() == "free 8");
+  reserve->want(0, 4);  // nothing can allocate now: nothing is asked of the driver
+  CHECK(reserve->take(4) == nullptr);
+  CHECK(memory.log.back() == "free 16");
 }

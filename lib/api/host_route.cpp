@@ -30,8 +30,7 @@ class DriverMemory : public gpu::PinnedReserve::Memory {
 // One copy's bytes in the pinned buffer, handed on once the op's stream has made the copy.
 class PinnedTransfer : public capture::DeviceTransfer {
  public:
-  PinnedTransfer(std::shared_ptr<gpu::PinnedReserve::Lease> lease, int device, void* event, const void* bytes,
-                 size_t n)
+  PinnedTransfer(std::shared_ptr<gpu::PinnedReserve::Lease> lease, int device, void* event, const void* bytes, size_t n)
       : lease_(std::move(lease)), device_(device), event_(event), bytes_(bytes), n_(n) {}
   std::string stream(const std::function<bool(const void*, size_t)>& out) override {
     gpu::CudaDriver* d = gpu::CudaDriver::loaded();

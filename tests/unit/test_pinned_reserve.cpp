@@ -119,7 +119,8 @@ TEST_CASE("pinned reserve: a larger ask replaces the buffer, at once if ready, e
   CHECK(reserve.pinned_bytes() == 20);
   lease.reset();
   writer.run_all();
-  CHECK(memory.log == std::vector<std::string>{"alloc 10 on 0", "free 10", "alloc 20 on 0", "free 20", "alloc 40 on 1"});
+  CHECK(memory.log ==
+        std::vector<std::string>{"alloc 10 on 0", "free 10", "alloc 20 on 0", "free 20", "alloc 40 on 1"});
   REQUIRE(reserve.take(40));  // let go at once: kept
   writer.run_all();
   memory.fail = true;

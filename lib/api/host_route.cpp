@@ -19,11 +19,12 @@ class DriverMemory : public gpu::PinnedReserve::Memory {
   void release(int device, void* host) override {
     if (gpu::CudaDriver* d = gpu::CudaDriver::loaded()) d->free_pinned(device, host);
   }
-  void wait_and_destroy(int device, void* event) override {
+  bool wait_and_destroy(int device, void* event) override {
     gpu::CudaDriver* d = gpu::CudaDriver::loaded();
-    if (!d) return;
-    d->wait_event(device, event);
+    if (!d) return false;
+    const bool done = d->wait_event(device, event);
     d->destroy_event(device, event);
+    return done;
   }
 };
 
@@ -49,16 +50,23 @@ class PinnedTransfer : public capture::DeviceTransfer {
 class PinnedBuffer : public capture::HostBuffer {
  public:
   explicit PinnedBuffer(std::shared_ptr<gpu::PinnedReserve::Lease> lease) : lease_(std::move(lease)) {}
-  uint64_t room() const override { return lease_->room(); }
+  uint64_t size() const override { return lease_->size(); }
   std::unique_ptr<capture::DeviceTransfer> copy(int device, void* stream, const void* device_ptr, size_t nbytes,
                                                 std::string& error) override {
     gpu::CudaDriver* d = gpu::CudaDriver::get(&error);
     void* slice = d ? lease_->slice(nbytes) : nullptr;
     if (d && !slice) error = "no room left in the call's pinned buffer";
-    void* event = slice ? d->copy_to_pinned(device, stream, slice, device_ptr, nbytes, error) : nullptr;
-    if (!event) return nullptr;
-    lease_->add_event(device, event);
-    return std::make_unique<PinnedTransfer>(lease_, device, event, slice, nbytes);
+    bool queued = false;
+    void* event = slice ? d->copy_to_pinned(device, stream, slice, device_ptr, nbytes, queued, error) : nullptr;
+    try {
+      if (event) lease_->add_event(device, event);
+    } catch (...) {
+      d->destroy_event(device, event);
+      event = nullptr;
+    }
+    if (event) return std::make_unique<PinnedTransfer>(lease_, device, event, slice, nbytes);
+    if (queued) lease_->untracked_copy();  // in flight, and nothing will say when it is done
+    return nullptr;
   }
 
  private:

@@ -52,7 +52,7 @@ class DeviceTransfer {
 class HostBuffer {
  public:
   virtual ~HostBuffer() = default;
-  virtual uint64_t room() const = 0;
+  virtual uint64_t size() const = 0;  // the buffer's bytes: a call's device copies must fit them together
   // Queues a copy of `nbytes` at `device_ptr` into the buffer on `stream` (the
   // op's: the calling thread does not wait) and returns its transfer, which
   // hands the bytes on once the stream has made the copy. nullptr and `error`:

@@ -125,6 +125,7 @@ struct SampleKey {
   // A call's device copies (inputs and outputs) where they could never fit the device budget: the key's next
   // sampled call takes the host route (capture/snapshot_capture) with a buffer that holds them. 0: not seen.
   std::atomic<uint64_t> device_copy_bytes{0};
+  std::atomic<int> device_copy_device{-1};  // the CUDA device of those copies' outputs
   std::atomic<uint8_t> after_window_refusals{
       0};  // CallRefusal::AfterCounterWindow so far (at most kAfterWindowRefusals)
   std::string input_sha, op, stage;

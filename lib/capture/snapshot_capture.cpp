@@ -117,33 +117,6 @@ TensorsCost SnapshotCapture::inputs_cost(const SampledCall& call) const {
   return cost;
 }
 
-// A call whose device copies could never fit the device budget, even with none in flight (its inputs', or the
-// inputs' and outputs' an earlier call of its key had), copies them into pinned host memory on the op's stream: a
-// buffer asked for at an earlier call and allocated on the writer's thread meanwhile. Without one ready, the call
-// is refused `budget_device` and asks for one (twice the inputs' bytes where the outputs' are not known yet); the
-// key's next try takes it.
-void SnapshotCapture::take_host_route(Pending& p, const TensorsCost& inputs, std::string& reason) {
-  const uint64_t known = p.key ? p.key->device_copy_bytes.load(std::memory_order_relaxed) : 0;
-  const uint64_t whole = std::max(inputs.device_bytes, known);
-  if (whole <= options_.budget_device || !device_) return;
-  p.host = device_->take_host_buffer(whole);
-  if (p.host) return;
-  const uint64_t ask = known ? known : 2 * inputs.device_bytes;
-  device_->want_host_buffer(std::max(inputs.device, 0), std::min(options_.max_snapshot_bytes, ask));
-  reason = "budget_device";
-}
-
-// The outputs' device copies: into the call's pinned buffer if it took one. Where they do not fit it, or where the
-// inputs' and outputs' copies together could never fit the device budget, "budget_device": the key remembers their
-// size, and its next try takes the host route with a buffer that holds them.
-std::string SnapshotCapture::outputs_route(Pending& p, const TensorsCost& outputs) {
-  const uint64_t out_device = outputs.device_bytes, whole = p.device_bytes + out_device;
-  if (!out_device || (p.host ? out_device <= p.host->room() : whole <= options_.budget_device)) return "";
-  if (p.key) p.key->device_copy_bytes.store(whole, std::memory_order_relaxed);
-  if (device_) device_->want_host_buffer(outputs.device, std::min(options_.max_snapshot_bytes, whole));
-  return "budget_device";
-}
-
 void* SnapshotCapture::begin(const SampledCall& call) {
   std::unique_ptr<Pending> p;
   try {
@@ -174,11 +147,17 @@ void* SnapshotCapture::begin(const SampledCall& call) {
     p->setup = is_setup_call(call);
     const uint64_t bytes = cost.bytes, device_bytes = cost.device_bytes;
     std::string& reason = cost.reason;
-    if (snapshot && reason.empty()) take_host_route(*p, cost, reason);
-    if (snapshot && (!reason.empty() || !reserve(bytes, p->host ? 0 : device_bytes, p->setup, reason))) {
+    const uint64_t host_route =
+        snapshot && reason.empty() && device_ ? host_route_bytes(p->key, cost, options_.budget_device) : 0;
+    if (snapshot && (!reason.empty() || !reserve(bytes, host_route ? 0 : device_bytes, p->setup, reason) ||
+                     (host_route && !(p->host = device_->take_host_buffer(host_route))))) {
+      if (host_route && reason.empty()) {  // the budgets took the bytes, and no pinned buffer was ready: ask
+        budgets_.give_back(bytes, p->setup);
+        ask_for_host_buffer(*device_, p->key, cost, options_.max_snapshot_bytes);
+        reason = "budget_device";
+      }
       refuse(*p, kSnapshot, reason);
       snapshot = false;
-      p->host.reset();
     }
     if (!snapshot && !counters && !timing) {
       give_up(std::move(p));
@@ -337,7 +316,9 @@ void SnapshotCapture::finish(std::unique_ptr<Pending> p, c10::ArrayRef<const c10
     uint64_t out_bytes = out.bytes;
     std::string reason = out.reason.empty() && out.capturing ? "stream_capturing" : out.reason;
     if (reason.empty() && p->reserved + out_bytes > options_.max_snapshot_bytes) reason = "too_large";
-    if (reason.empty()) reason = outputs_route(*p, out);
+    const uint64_t room = p->host ? p->host->size() : options_.budget_device;  // for inputs and outputs together
+    if (reason.empty() && !outputs_fit(device_, p->key, p->device_bytes, out, room, options_.max_snapshot_bytes))
+      reason = "budget_device";
     if (reason.empty() && !reserve(out_bytes, p->host ? 0 : out.device_bytes, p->setup, reason)) out_bytes = 0;
     if (!reason.empty()) return without_snapshot(reason);
     p->reserved += out_bytes;

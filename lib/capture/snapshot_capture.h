@@ -85,9 +85,6 @@ class SnapshotCapture : public SampledCallHooks {
   struct Captured;
   bool reserve(uint64_t bytes, uint64_t device_bytes, bool setup, std::string& reason);
   TensorsCost inputs_cost(const SampledCall& call) const;
-  // The host route of a call too large for the device budget (docs/SNAPSHOTS.md, "Large tensors").
-  void take_host_route(Pending& p, const TensorsCost& inputs, std::string& reason);
-  std::string outputs_route(Pending& p, const TensorsCost& outputs);
   // `evidence` of this call refused for `reason`: counted, reported, and settled when no later call could give it.
   void refuse(Pending& p, uint8_t evidence, const std::string& reason);
   // Nothing of this call is kept: the key waits for a later call.

@@ -40,15 +40,17 @@ bool is_written(const c10::Argument& a) {
 namespace {
 
 // A device tensor's stored bytes copied into pinned host memory on its stream: a contiguous tensor straight from
-// its memory, another through a compact device copy that goes back to the caching allocator at once (the
-// allocator is stream-ordered: nothing reuses it before the copy out of it has run).
+// its memory, another (or a lazily conjugated or negated view, whose memory holds other values) through a compact
+// device copy that goes back to the caching allocator at once (the allocator is stream-ordered: nothing reuses it
+// before the copy out of it has run).
 void copy_to_host_buffer(CopiedTensor& c, const at::Tensor& t, HostBuffer& host) {
   if (!c.nbytes) return;
-  at::Tensor source = t;
+  const at::Tensor values = t.resolve_conj().resolve_neg();  // t itself unless a bit is set
+  at::Tensor source = values;
   if (c.meta.span)
-    source = t.as_strided({c.stored_numel}, {1}, t.storage_offset()).clone();
-  else if (!t.is_contiguous())
-    source = t.clone(at::MemoryFormat::Contiguous);
+    source = values.as_strided({c.stored_numel}, {1}, values.storage_offset()).clone();
+  else if (!values.is_contiguous())
+    source = values.clone(at::MemoryFormat::Contiguous);
   std::string err;
   c.transfer = host.copy(t.get_device(), current_stream_handle(t.device()), source.data_ptr(),
                          static_cast<size_t>(c.nbytes), err);

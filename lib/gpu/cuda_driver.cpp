@@ -200,7 +200,9 @@ void* CudaDriver::allocate_pinned(int device, size_t nbytes, std::string& error)
     return nullptr;
   }
   void* host = nullptr;
+  const int previous = relax_capture_mode();  // legal while another thread captures a graph in global mode
   const CUresult r = api_->cuMemHostAlloc(&host, nbytes, kMemHostAllocPortable);
+  restore_capture_mode(previous);
   if (r != 0) {
     error = "pinned host memory of " + std::to_string(nbytes) + " bytes: " + describe(r);
     host = nullptr;
@@ -213,13 +215,16 @@ void* CudaDriver::allocate_pinned(int device, size_t nbytes, std::string& error)
 void CudaDriver::free_pinned(int device, void* host) {
   CUcontext ctx = context(device);
   if (!host || !ctx || api_->cuCtxPushCurrent(ctx) != 0) return;
+  const int previous = relax_capture_mode();
   api_->cuMemFreeHost(host);
+  restore_capture_mode(previous);
   CUcontext popped = nullptr;
   api_->cuCtxPopCurrent(&popped);
 }
 
 void* CudaDriver::copy_to_pinned(int device, void* stream, void* host, const void* device_ptr, size_t nbytes,
-                                 std::string& error) {
+                                 bool& queued, std::string& error) {
+  queued = false;
   CUcontext ctx = context(device);
   if (!ctx || api_->cuCtxPushCurrent(ctx) != 0) {
     error = "no context for device " + std::to_string(device);
@@ -232,6 +237,7 @@ void* CudaDriver::copy_to_pinned(int device, void* stream, void* host, const voi
     error = "device-to-host copy on the op's stream: " + describe(r);
     return nullptr;
   }
+  queued = true;
   return record_event(device, stream, error);
 }
 

@@ -49,14 +49,15 @@ class CudaDriver {
   // Milliseconds between two completed timing events of `device`; false on error.
   bool elapsed_ms(int device, void* start, void* end, float& ms);
   // Pinned host memory (portable: a copy in any context may land in it) for copies of calls too large for the
-  // device budget (gpu/pinned_reserve); nullptr and `error` on failure. Allocating it may take a second per few GB
-  // and synchronise the device: the evidence writer's thread does it, never a calling thread.
+  // device budget (gpu/pinned_reserve); nullptr and `error` on failure. Allocating and freeing it take long and
+  // hold the driver's lock: the evidence writer's thread does it, never a calling thread, in relaxed capture mode.
   void* allocate_pinned(int device, size_t nbytes, std::string& error);
   void free_pinned(int device, void* host);
   // Queues a copy of `nbytes` at `device_ptr` into pinned `host` memory on `stream` (the op's own: the calling
   // thread does not wait, the stream runs it in its order) and records an event after it: the event, or nullptr
-  // and `error`.
-  void* copy_to_pinned(int device, void* stream, void* host, const void* device_ptr, size_t nbytes, std::string& error);
+  // and `error`; `queued` says whether the copy was queued (then it may be in flight without an event).
+  void* copy_to_pinned(int device, void* stream, void* host, const void* device_ptr, size_t nbytes, bool& queued,
+                       std::string& error);
   // Waits for `event` on lingprobe's own stream of `device`, then copies
   // `nbytes` from `device_ptr` to the host in chunks of the pinned staging
   // buffer, handing each chunk to `out`. The calling thread waits; the job's

@@ -26,7 +26,7 @@ struct ReserveCore {
   void allocate() {
     scheduled.store(false);
     const size_t n = wanted.exchange(0);
-    if (!n || pinned.load() >= n) return;
+    if (!n || closed.load() || pinned.load() >= n) return;
     Buffer* b = ready.exchange(nullptr);
     if (!b && pinned.load()) {
       grow_to = std::max(grow_to, n);
@@ -38,28 +38,40 @@ struct ReserveCore {
   }
   void make(size_t n) {
     const int device = wanted_device.load();
-    if (void* base = memory->allocate(device, n)) {
-      pinned.store(n);
+    void* base = memory->allocate(device, n);
+    if (!base) return;
+    pinned.store(n);
+    try {
       ready.store(new Buffer{device, base, n});
+    } catch (...) {
+      release(Buffer{device, base, n});
     }
   }
   void release(const Buffer& b) {
     memory->release(b.device, b.base);
     pinned.store(0);
   }
-  void wait(const std::vector<std::pair<int, void*>>& events) {
-    for (const auto& [device, event] : events) memory->wait_and_destroy(device, event);
+  // Whether every copy into the buffer is known to have completed.
+  bool wait(const std::vector<std::pair<int, void*>>& events) {
+    bool all = true;
+    for (const auto& [device, event] : events) all = memory->wait_and_destroy(device, event) && all;
+    return all;
   }
   // On the writer's thread: a buffer a call let go, once the copies into it have completed: kept for the next call
   // too large for the device budget (allocating is what stalls), or replaced by the larger one asked for meanwhile.
-  void come_back(const Buffer& b, const std::vector<std::pair<int, void*>>& events) {
-    wait(events);
-    if (closed.load() || grow_to > b.size) {
+  // One with a copy not known to have completed (an event that failed or was never recorded) is not used again.
+  void come_back(const Buffer& b, const std::vector<std::pair<int, void*>>& events, bool untracked) {
+    const bool settled = wait(events) && !untracked;
+    if (closed.load() || !settled || grow_to > b.size) {
       release(b);
-      if (!closed.load()) make(std::exchange(grow_to, 0));
+      if (!closed.load() && grow_to) make(std::exchange(grow_to, 0));
       return;
     }
-    ready.store(new Buffer(b));
+    try {
+      ready.store(new Buffer(b));
+    } catch (...) {
+      release(b);
+    }
   }
 };
 
@@ -77,18 +89,29 @@ PinnedReserve::~PinnedReserve() {
 }
 
 void PinnedReserve::want(int device, size_t nbytes) {
-  core_->wanted_device.store(device);
   size_t w = core_->wanted.load();
   while (nbytes > w && !core_->wanted.compare_exchange_weak(w, nbytes)) {
   }
+  if (nbytes > w) core_->wanted_device.store(device);  // the device of the largest ask
   if (core_->scheduled.exchange(true)) return;
   std::shared_ptr<ReserveCore> core = core_;
-  if (!core->run([core] { core->allocate(); })) core->scheduled.store(false);  // finishing: nothing more is taken
+  bool queued = false;
+  try {
+    queued = core->run([core] { core->allocate(); });
+  } catch (...) {
+  }
+  if (!queued) core->scheduled.store(false);  // finishing (nothing more is taken), or no room for the chore
 }
 
+// The buffer is taken out before it is looked at: the writer's allocate() may replace (and delete) a ready one at
+// any time, never one a call holds. A buffer too small goes back; nothing else can have filled the slot meanwhile.
 std::shared_ptr<PinnedReserve::Lease> PinnedReserve::take(size_t nbytes) {
-  ReserveCore::Buffer* b = core_->ready.load();
-  if (!b || b->size < nbytes || !core_->ready.compare_exchange_strong(b, nullptr)) return nullptr;
+  ReserveCore::Buffer* b = core_->ready.exchange(nullptr);
+  if (!b) return nullptr;
+  if (b->size < nbytes) {
+    core_->ready.store(b);
+    return nullptr;
+  }
   std::shared_ptr<Lease> lease;
   try {
     lease = std::make_shared<Lease>(core_, b->device, b->base, b->size);
@@ -108,8 +131,9 @@ PinnedReserve::Lease::~Lease() {
   std::shared_ptr<ReserveCore> core = core_;
   const ReserveCore::Buffer buffer{device_, base_, size_};
   std::vector<std::pair<int, void*>> events = std::move(events_);
+  const bool untracked = untracked_;
   try {
-    if (core->run([core, buffer, events] { core->come_back(buffer, events); })) return;
+    if (core->run([core, buffer, events, untracked] { core->come_back(buffer, events, untracked); })) return;
   } catch (...) {
   }
   core->wait(events);  // the writer runs no more chores: the process is finishing, and this thread may wait

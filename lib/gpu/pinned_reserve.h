@@ -33,7 +33,8 @@ class PinnedReserve {
     virtual ~Memory() = default;
     virtual void* allocate(int device, size_t nbytes) = 0;  // nullptr on failure; in `device`'s context
     virtual void release(int device, void* host) = 0;
-    virtual void wait_and_destroy(int device, void* event) = 0;  // an event recorded after a copy into the memory
+    // Waits for an event recorded after a copy into the memory and destroys it; false if the wait failed.
+    virtual bool wait_and_destroy(int device, void* event) = 0;
   };
   // Runs a chore on the evidence writer's thread; false when it runs no more (the process is finishing): the
   // caller then does it itself.
@@ -46,17 +47,21 @@ class PinnedReserve {
     ~Lease();  // hands the buffer back through the writer's thread, which waits for the copies' events first
     Lease(const Lease&) = delete;
     Lease& operator=(const Lease&) = delete;
+    size_t size() const { return size_; }
     size_t room() const { return size_ - used_; }
     // The next `nbytes` of the buffer, or nullptr when they do not fit.
     void* slice(size_t nbytes);
-    // The event recorded after a copy into a slice (waited for before the memory is freed).
+    // The event recorded after a copy into a slice (waited for before the memory is used again or freed).
     void add_event(int device, void* event) { events_.emplace_back(device, event); }
+    // A copy into a slice whose completion no event will tell: the buffer is not used again.
+    void untracked_copy() { untracked_ = true; }
 
    private:
     std::shared_ptr<ReserveCore> core_;
     int device_;  // whose context allocated it
     void* base_;
     size_t size_, used_ = 0;
+    bool untracked_ = false;
     std::vector<std::pair<int, void*>> events_;
   };
 

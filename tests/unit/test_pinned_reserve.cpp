@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,10 @@ struct FakeMemory : PinnedReserve::Memory {
     live.erase(p);
     ::operator delete(p);
   }
-  void wait_and_destroy(int, void* event) override {
+  std::set<void*> failing;  // events whose wait fails (a sticky CUDA error, the deadline at exit)
+  bool wait_and_destroy(int, void* event) override {
     log.push_back("wait " + std::to_string(reinterpret_cast<uintptr_t>(event)));
+    return !failing.count(event);
   }
 };
 
@@ -93,6 +96,7 @@ TEST_CASE("pinned reserve: a let-go buffer comes back after its copies' events, 
   reserve.want(0, 32);  // another key asks while the buffer is held: it will do, nothing is allocated
   lease.reset();        // on the calling thread (a refused snapshot): nothing waits here
   CHECK(memory.log.size() == 1);
+  CHECK(reserve.take(32) == nullptr);  // not before its copies are known to be done
   writer.run_all();
   CHECK(memory.log == std::vector<std::string>{"alloc 64 on 0", "wait 7", "wait 8"});
   CHECK(reserve.pinned_bytes() == 64);
@@ -160,4 +164,37 @@ TEST_CASE("pinned reserve: a buffer that comes back after the reserve went, or a
   reserve->want(0, 4);  // nothing can allocate now: nothing is asked of the driver
   CHECK(reserve->take(4) == nullptr);
   CHECK(memory.log.back() == "free 16");
+}
+
+TEST_CASE("pinned reserve: a buffer with a copy not known to be done is freed, never used again", "[gpu]") {
+  FakeMemory memory;
+  FakeWriter writer;
+  PinnedReserve reserve(&memory, writer.runner());
+  for (const bool untracked : {false, true}) {
+    reserve.want(0, 64);
+    writer.run_all();
+    auto lease = reserve.take(64);
+    REQUIRE(lease);
+    if (untracked) {
+      lease->untracked_copy();  // queued, and its event could not be recorded
+    } else {
+      lease->add_event(0, reinterpret_cast<void*>(5));
+      memory.failing.insert(reinterpret_cast<void*>(5));
+    }
+    lease.reset();
+    writer.run_all();
+    CHECK(memory.log.back() == "free 64");
+    CHECK(reserve.pinned_bytes() == 0);
+    CHECK(reserve.take(1) == nullptr);
+  }
+}
+
+TEST_CASE("pinned reserve: a chore that runs after the reserve went allocates nothing", "[gpu]") {
+  FakeMemory memory;
+  FakeWriter writer;
+  auto reserve = std::make_unique<PinnedReserve>(&memory, writer.runner());
+  reserve->want(0, 64);
+  reserve.reset();
+  writer.run_all();
+  CHECK(memory.log.empty());
 }

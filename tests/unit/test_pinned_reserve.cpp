@@ -58,6 +58,13 @@ struct FakeWriter {
   }
 };
 
+// A buffer of `n` asked for, allocated on the (fake) writer's thread and taken.
+std::shared_ptr<PinnedReserve::Lease> allocated(PinnedReserve& reserve, FakeWriter& writer, size_t n) {
+  reserve.want(0, n);
+  writer.run_all();
+  return reserve.take(n);
+}
+
 }  // namespace
 
 TEST_CASE("pinned reserve: asked for, allocated on the writer's thread, taken once without waiting", "[gpu]") {
@@ -87,9 +94,7 @@ TEST_CASE("pinned reserve: a let-go buffer comes back after its copies' events, 
   FakeMemory memory;
   FakeWriter writer;
   PinnedReserve reserve(&memory, writer.runner());
-  reserve.want(0, 64);
-  writer.run_all();
-  auto lease = reserve.take(64);
+  auto lease = allocated(reserve, writer, 64);
   REQUIRE(lease);
   lease->add_event(0, reinterpret_cast<void*>(7));
   lease->add_event(0, reinterpret_cast<void*>(8));
@@ -142,18 +147,14 @@ TEST_CASE("pinned reserve: a buffer that comes back after the reserve went, or a
   FakeMemory memory;
   FakeWriter writer;
   auto reserve = std::make_unique<PinnedReserve>(&memory, writer.runner());
-  reserve->want(0, 8);
-  writer.run_all();
-  auto lease = reserve->take(8);
+  auto lease = allocated(*reserve, writer, 8);
   reserve.reset();  // the session goes first: the held buffer stays with its call
   CHECK(memory.live.size() == 1);
   lease.reset();
   writer.run_all();
   CHECK(memory.live.empty());
   reserve = std::make_unique<PinnedReserve>(&memory, writer.runner());
-  reserve->want(0, 16);
-  writer.run_all();
-  lease = reserve->take(16);
+  lease = allocated(*reserve, writer, 16);
   writer.open = false;  // the writer runs no more chores: whoever lets go waits and frees
   lease->add_event(0, reinterpret_cast<void*>(3));
   lease.reset();
@@ -171,9 +172,7 @@ TEST_CASE("pinned reserve: a buffer with a copy not known to be done is freed, n
   FakeWriter writer;
   PinnedReserve reserve(&memory, writer.runner());
   for (const bool untracked : {false, true}) {
-    reserve.want(0, 64);
-    writer.run_all();
-    auto lease = reserve.take(64);
+    auto lease = allocated(reserve, writer, 64);
     REQUIRE(lease);
     if (untracked) {
       lease->untracked_copy();  // queued, and its event could not be recorded

@@ -44,6 +44,7 @@ struct FakeMemory : PinnedReserve::Memory {
 struct FakeWriter {
   std::vector<std::function<void()>> chores;
   bool open = true;
+  ~FakeWriter() { run_all(); }  // as the real writer drains its chores: what a lease gave back is freed
   PinnedReserve::RunOnWriter runner() {
     return [this](std::function<void()> c) {
       if (!open) return false;

@@ -436,8 +436,7 @@ void selection_entries(std::vector<ConfigEntry>& table) {
           {"SAMPLE_BUDGET_DEVICE", "bytes", "2G",
            "Device memory held by copies waiting for the writer (per process). A call whose device copies could never "
            "fit it copies them into pinned host memory on its stream instead, at its key's next try "
-           "(docs/SNAPSHOTS.md, "
-           "Large tensors); 0 sends every device copy that way.",
+           "(docs/SNAPSHOTS.md, Large tensors); 0 sends every device copy that way.",
            [](Config& c, const std::string& v) { return parse_bytes(v, c.sample_budget_device); }},
           {"PROFILE_BUDGET_S", "float", "300",
            "Wall seconds one process may stall in counter windows (PROFILE); once spent, sampled calls keep their "

@@ -21,7 +21,6 @@ class HostRoute {
   // DeviceAccess::want_host_buffer, take_host_buffer.
   void want(int device, uint64_t nbytes);
   std::shared_ptr<capture::HostBuffer> take(uint64_t nbytes);
-  uint64_t pinned_bytes() const { return reserve_.pinned_bytes(); }
 
  private:
   gpu::PinnedReserve reserve_;

@@ -3,8 +3,8 @@
 // lingprobe's own calls, and device-to-host transfers that run on a writer
 // thread (ordered after an event recorded on the op's stream) through pinned
 // staging, or, for a call too large for the device budget, into pinned host
-// memory on the op's stream. api implements it over the CUDA driver (lib/gpu); a CPU-only
-// process has none.
+// memory on the op's stream. api implements it over the CUDA driver
+// (lib/gpu); a CPU-only process has none.
 #pragma once
 
 #include <cstddef>
